@@ -1,0 +1,38 @@
+// Package scripts holds the Lua scripts that change lock keys on a Redis
+// node. Each is loaded once with go:embed and run through go-redis'
+// Script.Run, which sends EVALSHA and falls back to EVAL when the server
+// answers NOSCRIPT (after a restart or SCRIPT FLUSH), so the script cache
+// is never a point of failure. The scripts are safe for concurrent use.
+package scripts
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed extend.lua
+	extendSrc string
+	//go:embed acquire_fenced.lua
+	acquireFencedSrc string
+	//go:embed raise_fence.lua
+	raiseFenceSrc string
+)
+
+var (
+	// Release deletes KEYS[1] if it holds ARGV[1] and publishes on the
+	// channel KEYS[1]; it returns 1 if it deleted, else 0.
+	Release = redis.NewScript(releaseSrc)
+	// Extend sets the TTL of KEYS[1] to ARGV[2] ms if it holds ARGV[1];
+	// it returns 1 if it did, else 0. It never creates the key.
+	Extend = redis.NewScript(extendSrc)
+	// AcquireFenced sets KEYS[1] to ARGV[1] NX PX ARGV[2] and, if it did,
+	// increments KEYS[2]; it returns the new counter, or 0 when taken.
+	AcquireFenced = redis.NewScript(acquireFencedSrc)
+	// RaiseFence sets KEYS[2] to ARGV[2] if lower, while KEYS[1] holds
+	// ARGV[1]; it returns 1 if KEYS[1] holds ARGV[1], else 0.
+	RaiseFence = redis.NewScript(raiseFenceSrc)
+)

@@ -1,0 +1,253 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+)
+
+// Pool is one independent Redis master as the lock coordinator sees it.
+//
+// Every method is safe for concurrent use, honours ctx's deadline and
+// cancellation as far as the underlying client does, and returns an error
+// only when the node could not give a definite answer (network failure,
+// timeout, an error reply such as READONLY, OOM, NOPERM or WRONGTYPE). A
+// definite "no" is false with a nil error.
+//
+// The Pools of this package are the only implementations most programs
+// need. A Pool may be wrapped (for instrumentation or fault injection); a
+// wrapper must keep the semantics stated on each method.
+type Pool interface {
+	// Name identifies the node in errors and logs: its address unless set
+	// with WithName. Names of the pools of one redlock.Client are unique.
+	Name() string
+	// Acquire sets key to token with the given TTL (whole milliseconds)
+	// only if key does not exist (SET NX PX). It reports whether it set
+	// the key; false means another value is there.
+	Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error)
+	// AcquireFenced is Acquire with a fencing counter: only if it sets key,
+	// it increments the counter fenceKey in the same atomic step and returns
+	// its new value (at least 1); it returns 0 when another value is there.
+	// fenceKey must share key's Redis Cluster slot.
+	AcquireFenced(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (uint64, error)
+	// RaiseFence sets the counter fenceKey to fence if it is lower, only
+	// while key holds token, and reports whether key holds token.
+	RaiseFence(ctx context.Context, key, fenceKey, token string, fence uint64) (bool, error)
+	// Extend sets a new TTL on key only while it holds token and reports
+	// whether it did. It never creates the key.
+	Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error)
+	// Release deletes key only while it holds token, announces the release
+	// on the channel named after the key, and reports whether it deleted.
+	Release(ctx context.Context, key, token string) (bool, error)
+	// Get returns the token key holds, or "" when it does not exist.
+	Get(ctx context.Context, key string) (string, error)
+	// RunID returns the server's run_id from INFO server: it tells two
+	// names for the same server apart from two servers, and changes when
+	// the server restarts. It returns "" and no error when the server does
+	// not report one (an error reply to INFO, as from servers that do not
+	// implement it or ACL users without the right): the caller then cannot
+	// compare identities. A temporary error reply (LOADING, BUSY,
+	// MASTERDOWN, TRYAGAIN) is returned as an error: ask again later.
+	RunID(ctx context.Context) (string, error)
+	// Close releases what the Pool owns: the client it created in Dial or
+	// DialURL. A Pool from New never closes the caller's client.
+	Close() error
+}
+
+// client is the part of go-redis a Pool needs.
+type client interface {
+	redis.Scripter
+	SetNX(ctx context.Context, key string, value any, expiration time.Duration) *redis.BoolCmd
+	Get(ctx context.Context, key string) *redis.StringCmd
+	Info(ctx context.Context, section ...string) *redis.StringCmd
+	Close() error
+}
+
+// Option configures a Pool in New, Dial and DialURL.
+type Option func(*config) error
+
+type config struct{ name string }
+
+// WithName sets the name the Pool has in errors and logs. The default is the
+// server's address ("host:port"; for a cluster or ring client, its addresses
+// joined by commas). New and Dial return an error for an empty name.
+func WithName(name string) Option {
+	return func(c *config) error {
+		if name == "" {
+			return errors.New("pool: WithName: the name must not be empty")
+		}
+		c.name = name
+		return nil
+	}
+}
+
+type redisPool struct {
+	name  string
+	c     client
+	owned bool
+}
+
+var _ Pool = (*redisPool)(nil)
+
+// New returns a Pool over a go-redis client the caller owns; closing the
+// Pool leaves the client open. The client should have ContextTimeoutEnabled
+// set and MaxRetries −1 (see the package doc): without them a call may
+// outlive the lock's per-node timeout. The coordinator still decides on time,
+// but the call ties up a connection until go-redis gives up.
+//
+// New returns an error for a nil client, an invalid option, or a client of a
+// type whose address it cannot read when no WithName is given.
+func New(c redis.UniversalClient, opts ...Option) (Pool, error) {
+	if c == nil {
+		return nil, errors.New("pool: New: the client is nil; pass a *redis.Client (or another redis.UniversalClient) for one Redis master")
+	}
+	cfg := config{name: addrOf(c)}
+	if err := apply(&cfg, opts); err != nil {
+		return nil, err
+	}
+	if cfg.name == "" {
+		return nil, fmt.Errorf("pool: New: cannot tell the address of a %T; name the pool with pool.WithName", c)
+	}
+	return &redisPool{name: cfg.name, c: c}, nil
+}
+
+// Dial returns a Pool with a client of its own for the server that opt
+// describes (copied; opt is not modified). The copy has ContextTimeoutEnabled
+// set, MaxRetries −1 and DialerRetries 1 whatever opt says (go-redis would
+// otherwise dial a dead server 5 times, 100 ms apart); every other field, such as
+// Password, TLSConfig or the pool sizes, is kept. Dial does not connect: a
+// server that is down shows up as a failed vote on first use. Close the Pool
+// to close its client.
+func Dial(opt *redis.Options, opts ...Option) (Pool, error) {
+	if opt == nil {
+		return nil, errors.New("pool: Dial: the options are nil; pass &redis.Options{Addr: \"host:port\"}")
+	}
+	o := *opt
+	if o.Addr == "" && o.Network != "unix" {
+		return nil, errors.New("pool: Dial: the address is empty; set redis.Options.Addr to \"host:port\"")
+	}
+	o.ContextTimeoutEnabled = true
+	o.MaxRetries = -1
+	o.DialerRetries = 1
+	cfg := config{name: o.Addr}
+	if err := apply(&cfg, opts); err != nil {
+		return nil, err
+	}
+	return &redisPool{name: cfg.name, c: redis.NewClient(&o), owned: true}, nil
+}
+
+// DialURL is Dial for a URL such as "redis://user:password@host:6379/0" or
+// "rediss://host:6380" (TLS), as parsed by redis.ParseURL. The Pool's
+// default name is the URL's host:port, never its password.
+func DialURL(url string, opts ...Option) (Pool, error) {
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("pool: DialURL: %w", err)
+	}
+	return Dial(o, opts...)
+}
+
+func apply(cfg *config, opts []Option) error {
+	for _, o := range opts {
+		if o == nil {
+			return errors.New("pool: an option is nil")
+		}
+		if err := o(cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func addrOf(c redis.UniversalClient) string {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().Addr
+	case *redis.ClusterClient:
+		return strings.Join(c.Options().Addrs, ",")
+	}
+	return ""
+}
+
+func (p *redisPool) Name() string { return p.name }
+
+func (p *redisPool) Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	return p.c.SetNX(ctx, key, token, ttl).Result()
+}
+
+func (p *redisPool) AcquireFenced(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (uint64, error) {
+	n, err := scripts.AcquireFenced.Run(ctx, p.c, []string{key, fenceKey}, token, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("pool: fencing counter %q is negative (%d): it was changed outside quorumlock", fenceKey, n)
+	}
+	return uint64(n), nil
+}
+
+func (p *redisPool) RaiseFence(ctx context.Context, key, fenceKey, token string, fence uint64) (bool, error) {
+	return ran(scripts.RaiseFence.Run(ctx, p.c, []string{key, fenceKey}, token, fence))
+}
+
+func (p *redisPool) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	return ran(scripts.Extend.Run(ctx, p.c, []string{key}, token, ttl.Milliseconds()))
+}
+
+func (p *redisPool) Release(ctx context.Context, key, token string) (bool, error) {
+	return ran(scripts.Release.Run(ctx, p.c, []string{key}, token))
+}
+
+func ran(cmd *redis.Cmd) (bool, error) {
+	n, err := cmd.Int64()
+	return n == 1, err
+}
+
+func (p *redisPool) Get(ctx context.Context, key string) (string, error) {
+	v, err := p.c.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return v, err
+}
+
+func (p *redisPool) RunID(ctx context.Context) (string, error) {
+	info, err := p.c.Info(ctx, "server").Result()
+	if err != nil {
+		var rerr redis.Error
+		if errors.As(err, &rerr) && !errors.Is(err, redis.Nil) && !transient(err) {
+			return "", nil // the server answered, but will not say who it is
+		}
+		return "", err
+	}
+	for line := range strings.Lines(info) {
+		if id, ok := strings.CutPrefix(line, "run_id:"); ok {
+			return strings.TrimSpace(id), nil
+		}
+	}
+	return "", nil
+}
+
+// transient reports error replies of a server that will answer INFO once it
+// is ready: asking again later may get its run_id.
+func transient(err error) bool {
+	for _, prefix := range []string{"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *redisPool) Close() error {
+	if p.owned {
+		return p.c.Close()
+	}
+	return nil
+}

@@ -1,0 +1,335 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/drift"
+	"github.com/quorumlock/quorumlock/internal/quorum"
+)
+
+// TryLock makes one attempt to acquire key and does not wait.
+//
+// It sends SET NX PX to every node in parallel and returns as soon as the
+// outcome is certain: success once a quorum agreed (and validity is left),
+// failure once too few nodes remain to reach one; no slow node delays the
+// answer by more than the per-node timeout. On failure it removes its token,
+// before returning, from every node that answered and may hold it (a second
+// round, bounded by the per-node timeout too, on a context detached from
+// ctx); nodes still in flight are cleaned up when they answer, after TryLock
+// has returned (Close waits for that). Nodes that answered "taken" or with
+// an error reply cost no second round trip. On the first use of a Client,
+// the nodes' identities are checked first (see New).
+//
+// Errors: a *QuorumError (matching ErrNotAcquired) when the lock is taken or
+// too few nodes answered; an error matching both ErrNotAcquired and
+// ctx.Err() when ctx ended first; ErrClosed after Close; a plain error for
+// an empty key, invalid options or pools that reach the same server.
+// TryLock is safe for concurrent use.
+func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
+	cfg, err := c.callConfig("acquire", key, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.attempt(ctx, key, cfg)
+}
+
+// Lock acquires key, retrying after jittered, growing delays (see
+// WithRetryBackoff) until it succeeds, ctx ends or the WithMaxWait budget is
+// spent. When ctx ends, the error matches both ErrNotAcquired and ctx.Err()
+// with errors.Is; when the budget is spent it matches ErrNotAcquired. Either
+// way it carries the last attempt's *QuorumError for errors.As. Each attempt
+// behaves like TryLock and leaves nothing behind when it fails. Lock is safe
+// for concurrent use.
+func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
+	cfg, err := c.callConfig("acquire", key, opts)
+	if err != nil {
+		return nil, err
+	}
+	begin := time.Now()
+	var timer *time.Timer
+	var last error // the previous attempt's error
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil && last != nil {
+			return nil, fmt.Errorf("redlock: acquire %q: stopped after %d attempts: %w; last attempt: %w", key, attempt, err, last)
+		}
+		l, err := c.attempt(ctx, key, cfg)
+		if err == nil || !errors.Is(err, ErrNotAcquired) {
+			return l, err
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			if !errors.Is(err, cerr) { // ctx ended after the round was decided
+				err = fmt.Errorf("%w: %w", err, cerr)
+			}
+			return nil, err
+		}
+		last = err
+		delay := cfg.retryDelay(attempt)
+		if cfg.maxWait > 0 {
+			left := cfg.maxWait - time.Since(begin)
+			if left <= 0 {
+				return nil, fmt.Errorf("redlock: acquire %q: gave up after %d attempts in %v (WithMaxWait %v): %w", key, attempt+1, time.Since(begin).Round(time.Millisecond), cfg.maxWait, err)
+			}
+			delay = min(delay, left) // one last attempt when the budget ends
+		}
+		if timer == nil {
+			timer = time.NewTimer(delay)
+			defer timer.Stop()
+		} else {
+			timer.Reset(delay)
+		}
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// attempt is one acquisition round.
+func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("redlock: acquire %q: not attempted: %w (%w)", key, err, ErrNotAcquired)
+	}
+	if err := c.enter(); err != nil {
+		return nil, err
+	}
+	defer c.wg.Done()
+	if err := c.ids.check(ctx, c, cfg); err != nil {
+		return nil, err
+	}
+	token, err := cfg.token()
+	if err == nil && token == "" {
+		err = errors.New("it returned an empty token")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redlock: acquire %q: token generator: %w", key, err)
+	}
+	rkey := c.redisKey(cfg, key)
+	n, q := len(c.pools), cfg.quorumOf(len(c.pools))
+	res := c.newResults()
+
+	var fkey string // the fencing counter, only when fencing
+	if cfg.fencing {
+		fkey = rkey + ":fence"
+	}
+	start := cfg.now()
+	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), func(ctx context.Context, i int) (uint64, error) {
+		if cfg.fencing {
+			return c.pools[i].AcquireFenced(ctx, rkey, fkey, token, cfg.ttl)
+		}
+		ok, err := c.pools[i].Acquire(ctx, rkey, token, cfg.ttl)
+		if ok {
+			return 1, err
+		}
+		return 0, err
+	})
+	var fence uint64 // the highest counter among the nodes that agreed
+	yes, no := 0, n-r.Pending()
+	said := make([]bool, n) // nodes that answered yes
+	for yes < q && n-no >= q {
+		rep, ok := r.Next()
+		if !ok {
+			break
+		}
+		switch {
+		case rep.Err != nil:
+			res[rep.Node] = failed(rep.Node, c, rep.Err, rep.Latency)
+			if mayHaveWritten(rep.Err) {
+				// The SET may still land: clean up in the background, with
+				// time for a slow node (see cleanupTimeout). Harmless if
+				// the round is won: this node is not counted for the lock.
+				c.wg.Go(func() { c.releaseNode(cfg, rep.Node, rkey, token) })
+			}
+			no++
+		case rep.Val > 0:
+			res[rep.Node] = NodeResult{Node: c.pools[rep.Node].Name(), Outcome: OutcomeOK, Latency: rep.Latency}
+			said[rep.Node] = true
+			if cfg.fencing {
+				fence = max(fence, rep.Val)
+			}
+			yes++
+		default:
+			res[rep.Node] = NodeResult{Node: c.pools[rep.Node].Name(), Outcome: OutcomeTaken, Latency: rep.Latency}
+			no++
+		}
+	}
+	end := cfg.now()
+	elapsed := end.Sub(start)
+	markUnanswered(res, r.Err(), elapsed)
+
+	validity := drift.Validity(cfg.ttl, elapsed, cfg.driftFactor)
+	won := yes >= q && validity > 0
+	var failure *QuorumError
+	if won && cfg.fencing {
+		// Write the maximum back to a quorum while we hold it, before
+		// reporting success: the next holder's counters then exceed it.
+		var rres []NodeResult
+		rres, won = c.raiseFence(ctx, cfg, rkey, fkey, token, fence, q)
+		end = cfg.now()
+		elapsed = end.Sub(start)
+		if validity = drift.Validity(cfg.ttl, elapsed, cfg.driftFactor); won && validity <= 0 {
+			won = false
+		}
+		if !won {
+			failure = &QuorumError{Op: "acquire", Phase: "fence write-back", Key: key, Quorum: q, Nodes: rres, Elapsed: elapsed, Validity: validity}
+		}
+	}
+	if won {
+		l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), key: key, rkey: rkey, token: token, fence: fence, acquired: start, deadline: drift.Deadline(start, cfg.ttl, cfg.driftFactor)}
+		if c.track(l) {
+			r.Finish(func(rep quorum.Reply[uint64]) {
+				if rep.Val > 0 || mayHaveWritten(rep.Err) {
+					l.late(rep.Node)
+				}
+			})
+			if cfg.autoExtend {
+				l.extDone = make(chan struct{})
+				done := l.Done()
+				c.wg.Go(func() { l.autoExtend(done) })
+			}
+			cfg.logger.Debug("redlock: acquired", "key", key, "took", elapsed, "deadline", l.deadline)
+			c.observe(cfg, func(o Observer) { o.Acquired(l.event(elapsed, nil)) })
+			return l, nil
+		}
+		// Close began during the round and will not release this lock:
+		// roll it back like a failed round.
+	}
+
+	// Failed: take our token back from every node that may hold it: now
+	// from those that said yes; those still in flight when they answer.
+	r.Finish(func(rep quorum.Reply[uint64]) {
+		if rep.Val > 0 || mayHaveWritten(rep.Err) {
+			c.releaseNode(cfg, rep.Node, rkey, token)
+		}
+	})
+	c.releaseAll(ctx, cfg, rkey, token, func(i int) bool { return said[i] })
+	if won {
+		return nil, ErrClosed
+	}
+	qe := failure
+	if qe == nil {
+		qe = &QuorumError{Op: "acquire", Key: key, Quorum: q, Nodes: res, Elapsed: elapsed}
+		if yes >= q {
+			qe.Validity = validity
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", qe, err)
+	}
+	return nil, qe
+}
+
+// raiseFence runs the fencing write-back round: on every node, raise the
+// counter to fence while the lock still holds token there (the nodes whose
+// SET was still in flight at the decision count too, if it has landed). It
+// reports each node's outcome and whether a quorum q confirmed.
+func (c *Client) raiseFence(ctx context.Context, cfg *config, rkey, fkey, token string, fence uint64, q int) ([]NodeResult, bool) {
+	res := c.newResults()
+	start := time.Now()
+	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, len(c.pools), c.ids.ask(res), func(ctx context.Context, i int) (bool, error) {
+		return c.pools[i].RaiseFence(ctx, rkey, fkey, token, fence)
+	})
+	yes, _ := c.count(r, res, q)
+	markUnanswered(res, r.Err(), time.Since(start))
+	r.Finish(nil)
+	return res, yes >= q
+}
+
+// mayHaveWritten reports whether a call that failed with err may still have
+// changed the node: true unless the node itself answered with an error reply
+// (READONLY, OOM, NOPERM, WRONGTYPE...), which Redis sends only for commands
+// it did not run.
+func mayHaveWritten(err error) bool {
+	if err == nil {
+		return false
+	}
+	var rerr redis.Error
+	return !errors.As(err, &rerr)
+}
+
+// releaseAll releases rkey/token on every node for which which(i) holds, in
+// parallel, on a context detached from ctx and bounded by the node timeout,
+// and returns when all answered or the timeout passed.
+func (c *Client) releaseAll(ctx context.Context, cfg *config, rkey, token string, which func(int) bool) {
+	r := quorum.Start(context.WithoutCancel(ctx), &c.wg, cfg.nodeTimeout, len(c.pools), which, func(ctx context.Context, i int) (bool, error) {
+		return c.pools[i].Release(ctx, rkey, token)
+	})
+	logFailure := func(rep quorum.Reply[bool]) {
+		if rep.Err != nil {
+			cfg.logger.Warn("redlock: roll-back failed; the key expires with its TTL", "pool", c.pools[rep.Node].Name(), "key", rkey, "err", rep.Err)
+		}
+	}
+	for {
+		rep, ok := r.Next()
+		if !ok {
+			break
+		}
+		logFailure(rep)
+	}
+	r.Finish(logFailure)
+}
+
+// releaseNode releases rkey/token on node i when it may hold them and no
+// caller is waiting: after a reply that arrived after its round was decided,
+// or a failure that may have run the command. It runs on a goroutine the
+// Client owns, bounded by cleanupTimeout.
+func (c *Client) releaseNode(cfg *config, i int, rkey, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout(cfg))
+	defer cancel()
+	if _, err := c.pools[i].Release(ctx, rkey, token); err != nil {
+		cfg.logger.Warn("redlock: releasing a late reply failed; the key expires with its TTL", "pool", c.pools[i].Name(), "key", rkey, "err", err)
+	}
+}
+
+// cleanupTimeout bounds a release nobody waits for: longer than the node
+// timeout, because the node it goes to was slow or failing, so that a node
+// that is merely slow still gets it (after go-redis dropped the connection
+// of a timed-out call, it must even dial anew); never longer than the TTL,
+// after which the key is gone anyway. Close waits for these releases.
+func cleanupTimeout(cfg *config) time.Duration {
+	return min(cfg.ttl, max(10*cfg.nodeTimeout, time.Second))
+}
+
+// newResults returns one NodeResult per pool, named and pending.
+func (c *Client) newResults() []NodeResult {
+	res := make([]NodeResult, len(c.pools))
+	for i, p := range c.pools {
+		res[i].Node = p.Name()
+	}
+	return res
+}
+
+// failed classifies a node's error as a timeout or an error.
+func failed(i int, c *Client, err error, latency time.Duration) NodeResult {
+	o := OutcomeError
+	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+		o = OutcomeTimeout
+	}
+	return NodeResult{Node: c.pools[i].Name(), Outcome: o, Err: err, Latency: latency}
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// markUnanswered sets the outcome of nodes still pending when the round ended:
+// timeout when its deadline passed, error when the caller's context was
+// cancelled; nodes merely not needed stay pending.
+func markUnanswered(res []NodeResult, roundErr error, elapsed time.Duration) {
+	for i := range res {
+		if res[i].Outcome != OutcomePending {
+			continue
+		}
+		switch {
+		case errors.Is(roundErr, context.DeadlineExceeded):
+			res[i].Outcome, res[i].Err, res[i].Latency = OutcomeTimeout, roundErr, elapsed
+		case roundErr != nil:
+			res[i].Outcome, res[i].Err = OutcomeError, roundErr
+		}
+	}
+}

@@ -1,0 +1,197 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/quorumlock/quorumlock/internal/quorum"
+	"github.com/quorumlock/quorumlock/pool"
+)
+
+// Client acquires locks on a quorum of independent Redis masters.
+//
+// A Client is safe for concurrent use by many goroutines; one per process
+// and set of masters is enough. It owns the goroutines that handle late
+// replies and roll-backs, and Close joins them. It never closes the pools.
+type Client struct {
+	pools []pool.Pool
+	cfg   *config
+
+	mu     sync.RWMutex
+	closed bool
+	held   map[*Lock]struct{} // locks neither released nor lost, for Close
+	wg     sync.WaitGroup     // every goroutine the Client started
+
+	ids identities
+}
+
+// New returns a Client over pools, one per independent Redis master. It
+// checks its arguments and options and does no I/O. It returns an error
+// for no pools, a nil pool, two pools with the same name (the same
+// address), and any invalid option. Two pools that reach one server under
+// different names are caught by the server's run_id when the pools are
+// first used: every operation then fails with an error naming them.
+func New(pools []pool.Pool, opts ...Option) (*Client, error) {
+	if len(pools) == 0 {
+		return nil, errors.New("redlock: New: no pools; pass one pool.Pool per independent Redis master (at least 3 to survive one failure, 5 recommended)")
+	}
+	seen := make(map[string]int, len(pools))
+	for i, p := range pools {
+		if p == nil {
+			return nil, fmt.Errorf("redlock: New: pool %d is nil", i)
+		}
+		if j, dup := seen[p.Name()]; dup {
+			return nil, fmt.Errorf("redlock: New: pools %d and %d are both named %q: each pool must be a different Redis master (with WithName, give each a distinct name)", j, i, p.Name())
+		}
+		seen[p.Name()] = i
+	}
+	base := defaultConfig()
+	cfg, err := base.apply(len(pools), opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg == &base {
+		if err := cfg.check(len(pools)); err != nil {
+			return nil, err
+		}
+	}
+	c := &Client{
+		pools: append([]pool.Pool(nil), pools...),
+		cfg:   cfg,
+		held:  make(map[*Lock]struct{}),
+	}
+	c.ids.init(len(pools))
+	return c, nil
+}
+
+// enter registers an operation so that Close waits for it and for every
+// goroutine it starts; it fails once the Client is closed. Every successful
+// enter must be paired with c.wg.Done.
+func (c *Client) enter() error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return ErrClosed
+	}
+	c.wg.Add(1)
+	return nil
+}
+
+// Close releases every lock of this Client that is still held, waits for the
+// Client's background work (late replies, roll-backs, each bounded by
+// min(TTL, max(10 × node timeout, 1 s)) when a node is slow) to end, and makes every
+// later operation return ErrClosed. It does not close the pools. It returns
+// the errors of the releases that could not be confirmed because nodes
+// failed (not those of locks that had expired), or ErrClosed when called
+// again. An acquisition that wins its round while Close runs is rolled back
+// and returns ErrClosed. Close is safe to call
+// concurrently with other methods; those that have not started their I/O by
+// then return ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	c.closed = true
+	locks := make([]*Lock, 0, len(c.held))
+	for l := range c.held {
+		locks = append(locks, l)
+	}
+	c.wg.Add(1) // Close's own share: the releases below add to wg
+	c.mu.Unlock()
+
+	errs := make([]error, len(locks))
+	var g errgroup.Group
+	for i, l := range locks {
+		g.Go(func() error {
+			l.op <- struct{}{}
+			defer func() { <-l.op }()
+			err := l.releaseLocked(context.Background())
+			var qe *QuorumError
+			if errors.Is(err, ErrReleased) || errors.As(err, &qe) && qe.gone() {
+				err = nil // released meanwhile, or expired: nothing to report
+			}
+			errs[i] = err
+			return nil
+		})
+	}
+	_ = g.Wait()
+	c.wg.Done()
+	c.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// callConfig applies per-call options and checks the key.
+func (c *Client) callConfig(op, key string, opts []Option) (*config, error) {
+	if key == "" {
+		return nil, fmt.Errorf("redlock: %s: the key is empty; name the resource the lock protects", op)
+	}
+	return c.cfg.apply(len(c.pools), opts)
+}
+
+func (c *Client) redisKey(cfg *config, key string) string {
+	return cfg.prefix + "{" + key + "}"
+}
+
+// Locked reports whether some client holds key on a quorum: one token is
+// present on at least the quorum of nodes. It returns false and a nil error
+// when the nodes' answers show that no token can be on a quorum, and false
+// with a *QuorumError when too few nodes answered to tell. It is safe for
+// concurrent use and changes nothing on the nodes.
+func (c *Client) Locked(ctx context.Context, key string, opts ...Option) (bool, error) {
+	cfg, err := c.callConfig("locked", key, opts)
+	if err != nil {
+		return false, err
+	}
+	if err := c.enter(); err != nil {
+		return false, err
+	}
+	defer c.wg.Done()
+	if err := c.ids.check(ctx, c, cfg); err != nil {
+		return false, err
+	}
+	rkey := c.redisKey(cfg, key)
+	n, q := len(c.pools), cfg.quorumOf(len(c.pools))
+	res := c.newResults()
+	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), func(ctx context.Context, i int) (string, error) {
+		return c.pools[i].Get(ctx, rkey)
+	})
+	defer r.Finish(nil)
+	start := time.Now()
+	tally := make(map[string]int, 2)
+	// Read until settled: one token on a quorum (true), no token can be on
+	// one even if every unsure node held it (false), or neither can change
+	// any more (too many nodes failed).
+	best, answered, pending := 0, 0, r.Pending()
+	for pending > 0 && best < q && best+n-answered >= q && (best+pending >= q || best+n-answered-pending < q) {
+		rep, ok := r.Next()
+		if !ok {
+			break
+		}
+		pending--
+		if rep.Err != nil {
+			res[rep.Node] = failed(rep.Node, c, rep.Err, rep.Latency)
+			continue
+		}
+		answered++
+		res[rep.Node] = NodeResult{Node: res[rep.Node].Node, Outcome: OutcomeOK, Latency: rep.Latency}
+		if rep.Val != "" {
+			tally[rep.Val]++
+			best = max(best, tally[rep.Val])
+		}
+	}
+	if best >= q {
+		return true, nil
+	}
+	if best+n-answered >= q { // the nodes that did not answer could still make a quorum
+		markUnanswered(res, r.Err(), time.Since(start))
+		return false, &QuorumError{Op: "locked", Key: key, Quorum: q, Nodes: res, Elapsed: time.Since(start)}
+	}
+	return false, nil
+}

@@ -1,0 +1,49 @@
+// Package redlock implements the Redlock distributed lock over N independent
+// Redis masters, for code that must never run a critical section twice at
+// once.
+//
+// A lock is held when a quorum of the masters (a majority by default) agreed
+// to it within the part of its TTL that is left after the time the
+// acquisition took and a clock-drift allowance (see package drift). Every
+// operation asks all masters in parallel, bounds each with a per-node
+// timeout, and decides as soon as the outcome is certain; an acquisition
+// that misses its quorum takes its token back from every master that may
+// hold it before it returns.
+//
+//	c, err := redlock.New(pools) // one pool.Pool per Redis master
+//	err = c.Do(ctx, "orders:42", func(ctx context.Context) error {
+//		// ... work; ctx ends (cause ErrLockLost) if the lock is lost ...
+//	})
+//
+// Do is the recommended way: it waits for the lock, renews it while the
+// function runs, cancels the function's context the moment the lock is lost
+// (a local timer: it fires even when no node answers), and releases the lock
+// when the function returns or panics. Lock and TryLock return a *Lock for
+// the rest: Extend, Release, Held, and the lease's Done, Err and Context.
+//
+// # Errors
+//
+// Failures to reach a quorum are *QuorumError values that list every node's
+// outcome (ok, taken, not held, error, timeout, not asked, pending), its
+// error and its latency. They match ErrNotAcquired (acquire) or ErrNotHeld
+// (extend, release, held) with errors.Is. When the caller's context ends,
+// the error also matches ctx.Err(). Bad input (an empty key, an option out
+// of range, pools that are nil, duplicated, or reach the same server) is
+// reported before any I/O, or at first use for servers reached under two
+// names, with an error that says what to change; it never matches
+// ErrNotAcquired, so Lock does not retry it.
+//
+// # Safety
+//
+// Redlock's guarantee holds while clocks advance at rates within the drift
+// factor of each other and a holder stops working by Lock.Deadline. A node
+// that restarts without persistence may forget a lock while its TTL still
+// runs. Tokens are unique per attempt, so a release or extend never touches
+// a key held by anyone else.
+//
+// # Concurrency
+//
+// Client and Lock are safe for concurrent use. Client.Close releases the
+// locks still held and waits for every goroutine the Client started,
+// auto-extenders included.
+package redlock

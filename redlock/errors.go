@@ -1,0 +1,165 @@
+package redlock
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+var (
+	// ErrNotAcquired is matched (with errors.Is) by every error of TryLock
+	// and Lock that means "the lock is not yours": another holder has it,
+	// too few nodes answered in time, no validity was left, or the wait
+	// ended. Errors from bad input, a closed Client or misconfigured pools
+	// do not match it.
+	ErrNotAcquired = errors.New("redlock: lock not acquired")
+	// ErrNotHeld is matched by errors of Extend, Release and Held when a
+	// quorum of nodes did not confirm the lock's token: the lock expired,
+	// another client holds it now, or too many nodes failed (the
+	// *QuorumError tells which).
+	ErrNotHeld = errors.New("redlock: lock not held")
+	// ErrLockLost is returned by Extend once the lock's validity has run
+	// out on the local clock, or once a quorum of nodes said they no longer
+	// hold its token: the lock cannot be extended back to life.
+	ErrLockLost = errors.New("redlock: lock lost")
+	// ErrReleased is returned by Release and Extend on a lock that this
+	// handle (or Client.Close) has already released. Held returns false
+	// and no error for such a lock.
+	ErrReleased = errors.New("redlock: lock already released")
+	// ErrClosed is returned by every operation of a Client after Close.
+	ErrClosed = errors.New("redlock: client closed")
+)
+
+// Outcome is what one node did in one operation.
+type Outcome uint8
+
+const (
+	// OutcomePending: the node had not answered when the outcome was
+	// already certain; its late answer is still handled (a late "yes" on a
+	// failed acquire is released, on a won one it counts for the lock).
+	OutcomePending Outcome = iota
+	// OutcomeOK: the node did what was asked.
+	OutcomeOK
+	// OutcomeTaken: on acquire, another token holds the key on this node.
+	OutcomeTaken
+	// OutcomeNotHeld: on extend, release or held, the key is absent on this
+	// node or holds another token.
+	OutcomeNotHeld
+	// OutcomeError: the node answered with an error or the call failed.
+	OutcomeError
+	// OutcomeTimeout: no answer within the per-node timeout.
+	OutcomeTimeout
+	// OutcomeNotAsked: the node was not asked, because its identity (INFO
+	// server run_id) is not verified yet; Err says why.
+	OutcomeNotAsked
+)
+
+var outcomeNames = [...]string{"pending", "ok", "taken", "not held", "error", "timeout", "not asked"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", o)
+}
+
+// NodeResult is one node's part in an operation.
+type NodeResult struct {
+	Node    string        // the pool's name
+	Outcome Outcome       // what the node did
+	Err     error         // the node's error, for OutcomeError, OutcomeTimeout and OutcomeNotAsked
+	Latency time.Duration // from the start of the operation to the node's answer; 0 if none came
+}
+
+// QuorumError reports an operation that did not reach its quorum, with the
+// outcome on every node. errors.Is(err, ErrNotAcquired) holds for a failed
+// acquire, errors.Is(err, ErrNotHeld) for a failed extend, release or held
+// check. It never unwraps to the nodes' own errors: a node's timeout is not
+// the caller's context ending. Use errors.As to get it.
+type QuorumError struct {
+	Op      string        // "acquire", "extend", "release", "held" or "locked"
+	Phase   string        // "" or, for an acquire that failed writing its fencing token back, "fence write-back"
+	Key     string        // the lock's key as the caller named it (without prefix)
+	Quorum  int           // nodes needed
+	Nodes   []NodeResult  // one per pool, in the order given to New
+	Elapsed time.Duration // how long the operation took up to its decision
+	// Validity is what was left of the TTL when a quorum agreed but the
+	// round took too long (zero or negative); zero otherwise.
+	Validity time.Duration
+}
+
+// Agreed is the number of nodes with OutcomeOK.
+func (e *QuorumError) Agreed() int { return e.count(OutcomeOK) }
+
+func (e *QuorumError) count(o Outcome) int {
+	n := 0
+	for _, r := range e.Nodes {
+		if r.Outcome == o {
+			n++
+		}
+	}
+	return n
+}
+
+// gone reports whether more nodes than a quorum can spare said they do not
+// hold the token: the lock has expired or belongs to someone else.
+func (e *QuorumError) gone() bool { return e.count(OutcomeNotHeld) > len(e.Nodes)-e.Quorum }
+
+func (e *QuorumError) Error() string {
+	var b strings.Builder
+	verb := "confirmed the token"
+	switch e.Op {
+	case "acquire":
+		verb = "agreed"
+	case "locked":
+		verb = "answered"
+	}
+	if e.Phase != "" {
+		verb = "confirmed the token"
+		fmt.Fprintf(&b, "redlock: %s %q (%s): %d of %d nodes %s", e.Op, e.Key, e.Phase, e.Agreed(), len(e.Nodes), verb)
+	} else {
+		fmt.Fprintf(&b, "redlock: %s %q: %d of %d nodes %s", e.Op, e.Key, e.Agreed(), len(e.Nodes), verb)
+	}
+	if e.Op == "locked" {
+		fmt.Fprintf(&b, ", too few to tell whether one token is on %d", e.Quorum)
+	} else if e.Agreed() >= e.Quorum {
+		fmt.Fprintf(&b, " but the round took %v, leaving no validity (%v)", e.Elapsed.Round(time.Microsecond), e.Validity)
+	} else {
+		fmt.Fprintf(&b, ", %d needed", e.Quorum)
+	}
+	sep := " ("
+	for _, r := range e.Nodes {
+		if r.Outcome == OutcomeOK {
+			continue
+		}
+		b.WriteString(sep)
+		sep = "; "
+		b.WriteString(r.Node)
+		b.WriteByte(' ')
+		b.WriteString(r.Outcome.String())
+		switch {
+		case r.Outcome == OutcomeTimeout:
+			fmt.Fprintf(&b, " after %v", r.Latency.Round(time.Microsecond))
+		case r.Err != nil:
+			b.WriteString(": ")
+			b.WriteString(r.Err.Error())
+		}
+	}
+	if sep == "; " {
+		b.WriteByte(')')
+	}
+	return b.String()
+}
+
+// Unwrap returns ErrNotAcquired for a failed acquire and ErrNotHeld for a
+// failed extend, release or held check.
+func (e *QuorumError) Unwrap() error {
+	switch e.Op {
+	case "acquire":
+		return ErrNotAcquired
+	case "extend", "release", "held":
+		return ErrNotHeld
+	}
+	return nil
+}

@@ -1,0 +1,182 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// servers starts n in-process Redis servers for the examples and returns a
+// pool for each and a function that stops them. Real programs use
+// pool.Dial or pool.DialURL with the addresses of their Redis masters.
+func servers(n int) ([]pool.Pool, func()) {
+	var pools []pool.Pool
+	var stops []func()
+	for range n {
+		m := miniredis.NewMiniRedis()
+		if err := m.Start(); err != nil {
+			panic(err)
+		}
+		p, err := pool.Dial(&redis.Options{Addr: m.Addr()})
+		if err != nil {
+			panic(err)
+		}
+		pools = append(pools, p)
+		stops = append(stops, func() { _ = p.Close(); m.Close() })
+	}
+	return pools, func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
+}
+
+func Example() {
+	pools, stop := servers(5)
+	defer stop()
+
+	client, err := redlock.New(pools, redlock.WithTTL(30*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+
+	ctx := context.Background()
+	lock, err := client.Lock(ctx, "orders:42")
+	if err != nil {
+		fmt.Println("not acquired:", err)
+		return
+	}
+	fmt.Println("holding", lock.Key(), "with time left:", time.Until(lock.Deadline()) > 29*time.Second)
+	// ... the critical section: finish before lock.Deadline() ...
+	if err := lock.Release(ctx); err != nil {
+		fmt.Println("release:", err)
+	}
+	// Output: holding orders:42 with time left: true
+}
+
+func ExampleClient_TryLock() {
+	pools, stop := servers(5)
+	defer stop()
+	client, _ := redlock.New(pools)
+	defer client.Close()
+	ctx := context.Background()
+
+	first, _ := client.TryLock(ctx, "report")
+	_, err := client.TryLock(ctx, "report") // held by first: fails at once
+	fmt.Println(errors.Is(err, redlock.ErrNotAcquired))
+
+	var qe *redlock.QuorumError
+	if errors.As(err, &qe) {
+		fmt.Println("nodes needed:", qe.Quorum, "of", len(qe.Nodes))
+	}
+	_ = first.Release(ctx)
+	// Output:
+	// true
+	// nodes needed: 3 of 5
+}
+
+func ExampleClient_Lock_timeout() {
+	pools, stop := servers(5)
+	defer stop()
+	client, _ := redlock.New(pools)
+	defer client.Close()
+
+	holder, _ := client.TryLock(context.Background(), "nightly-job")
+	defer holder.Release(context.Background())
+
+	// Wait at most 100 ms for the lock.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := client.Lock(ctx, "nightly-job")
+	fmt.Println(errors.Is(err, redlock.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded))
+	// Output: true true
+}
+
+func ExampleLock_Extend() {
+	pools, stop := servers(5)
+	defer stop()
+	client, _ := redlock.New(pools, redlock.WithTTL(5*time.Second))
+	defer client.Close()
+	ctx := context.Background()
+
+	lock, _ := client.Lock(ctx, "migration")
+	defer lock.Release(ctx)
+	before := lock.Deadline()
+	// Work that needs more time: extend before the deadline.
+	if err := lock.Extend(ctx, 10*time.Second); err != nil {
+		fmt.Println("lost the lock, stop working:", err)
+		return
+	}
+	fmt.Println("deadline moved later:", lock.Deadline().After(before))
+	// Output: deadline moved later: true
+}
+
+func ExampleLock_Release() {
+	pools, stop := servers(5)
+	defer stop()
+	client, _ := redlock.New(pools)
+	defer client.Close()
+	ctx := context.Background()
+
+	lock, _ := client.Lock(ctx, "invoice:7")
+	fmt.Println(lock.Release(ctx))
+	fmt.Println(errors.Is(lock.Release(ctx), redlock.ErrReleased))
+	// Output:
+	// <nil>
+	// true
+}
+
+func ExampleClient_Locked() {
+	pools, stop := servers(5)
+	defer stop()
+	client, _ := redlock.New(pools)
+	defer client.Close()
+	ctx := context.Background()
+
+	lock, _ := client.Lock(ctx, "cache-rebuild")
+	held, _ := client.Locked(ctx, "cache-rebuild")
+	fmt.Println(held)
+	_ = lock.Release(ctx)
+	// Output: true
+}
+
+func ExampleClient_Do() {
+	pools, stop := servers(5)
+	defer stop()
+	client, _ := redlock.New(pools)
+	defer client.Close()
+
+	err := client.Do(context.Background(), "nightly-report", func(ctx context.Context) error {
+		// The lock is renewed while this runs; ctx ends if it is lost.
+		fmt.Println("working under the lock")
+		return nil
+	})
+	fmt.Println(err)
+	// Output:
+	// working under the lock
+	// <nil>
+}
+
+func ExampleLock_Context() {
+	pools, stop := servers(5)
+	defer stop()
+	client, _ := redlock.New(pools)
+	defer client.Close()
+	ctx := context.Background()
+
+	lock, _ := client.Lock(ctx, "import", redlock.WithAutoExtend(true))
+	work, cancel := lock.Context(ctx)
+	defer cancel()
+	_ = lock.Release(ctx)
+	<-work.Done() // also ends, with ErrLockLost, if the lock is lost
+	fmt.Println(context.Cause(work))
+	// Output: redlock: lock already released
+}

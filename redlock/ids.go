@@ -1,0 +1,165 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// identities makes sure no two pools reach the same Redis server: such a
+// server would count twice towards a quorum. Each pool's server is asked for
+// its run_id (INFO server) on first use, and a node counts towards quorums
+// only once it has answered with a run_id no other node has.
+//
+// While fewer than a quorum of nodes are verified (at first use, or when
+// nodes were down then), operations check the unverified nodes before they
+// start, since they could not succeed without them. Otherwise unverified
+// nodes are asked again in the background, at most once per recheck
+// interval, and operations go on without them. At most one check runs at a
+// time, and no lock is held during its I/O.
+type identities struct {
+	allOK     atomic.Bool   // every node verified: the fast path
+	verified  []atomic.Bool // per node
+	nverified atomic.Int32
+	dupErr    atomic.Pointer[error]
+
+	mu      sync.Mutex
+	ids     []string      // run_id per verified node ("" when the server reports none)
+	errs    []error       // why a node is not verified yet
+	running chan struct{} // while a check runs: closed when it ends
+	last    time.Time     // when the last check ended
+}
+
+func (v *identities) init(n int) {
+	v.verified = make([]atomic.Bool, n)
+	v.ids = make([]string, n)
+	v.errs = make([]error, n)
+	for i := range v.errs {
+		v.errs[i] = errors.New("identity (INFO server run_id) not checked yet")
+	}
+}
+
+// idTimeout bounds one identity check: longer than the node timeout, since
+// the first use of a pool also dials and sets up its connections.
+func idTimeout(cfg *config) time.Duration {
+	return max(4*cfg.nodeTimeout, 200*time.Millisecond)
+}
+
+func (v *identities) dup() error {
+	if p := v.dupErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// check returns the duplicate-server error if one was found, after running
+// or starting an identity check when one is needed (see the type's doc).
+// The caller must hold an enter() count on c.
+func (v *identities) check(ctx context.Context, c *Client, cfg *config) error {
+	if v.allOK.Load() {
+		return nil
+	}
+	if err := v.dup(); err != nil {
+		return err
+	}
+	needed := int(v.nverified.Load()) < cfg.quorumOf(len(c.pools))
+	v.mu.Lock()
+	if ch := v.running; ch != nil {
+		v.mu.Unlock()
+		if needed { // that check decides whether this operation can succeed
+			select {
+			case <-ch:
+			case <-ctx.Done():
+			}
+		}
+		return v.dup()
+	}
+	if !needed && time.Since(v.last) < cfg.recheck {
+		v.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{})
+	v.running = ch
+	var todo []int
+	for i := range c.pools {
+		if !v.verified[i].Load() {
+			todo = append(todo, i)
+		}
+	}
+	v.mu.Unlock()
+	if needed {
+		v.run(ctx, c, cfg, todo, ch)
+	} else {
+		c.wg.Go(func() { v.run(context.Background(), c, cfg, todo, ch) })
+	}
+	return v.dup()
+}
+
+// run asks the nodes in todo for their run_id, in parallel, records the
+// answers and closes ch.
+func (v *identities) run(ctx context.Context, c *Client, cfg *config, todo []int, ch chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idTimeout(cfg))
+	defer cancel()
+	var g errgroup.Group
+	ids := make([]string, len(todo))
+	errs := make([]error, len(todo))
+	for k, i := range todo {
+		g.Go(func() error {
+			ids[k], errs[k] = c.pools[i].RunID(ctx)
+			return nil
+		})
+	}
+	_ = g.Wait()
+
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	defer close(ch)
+	v.running, v.last = nil, time.Now()
+	for k, i := range todo {
+		if errs[k] != nil {
+			v.errs[i] = fmt.Errorf("identity (INFO server run_id) not verified: %w", errs[k])
+			continue
+		}
+		dup := -1
+		for j := range c.pools {
+			if ids[k] != "" && v.verified[j].Load() && v.ids[j] == ids[k] {
+				dup = j
+			}
+		}
+		if dup >= 0 { // never verified: it must not count twice
+			err := fmt.Errorf("redlock: pools %q and %q reach the same Redis server (run_id %s): a server counted twice breaks the quorum; give the Client one pool per independent master", c.pools[dup].Name(), c.pools[i].Name(), ids[k])
+			v.dupErr.CompareAndSwap(nil, &err)
+			v.errs[i] = err
+			cfg.logger.Error("redlock: two pools reach one Redis server", "pool", c.pools[i].Name(), "same_as", c.pools[dup].Name(), "run_id", ids[k])
+			continue
+		}
+		v.ids[i] = ids[k]
+		v.verified[i].Store(true)
+		if int(v.nverified.Add(1)) == len(c.pools) {
+			v.allOK.Store(true)
+		}
+	}
+}
+
+// ask returns the function that tells a round which nodes to ask (nil: all),
+// marking the others in res as not asked.
+func (v *identities) ask(res []NodeResult) func(int) bool {
+	if v.allOK.Load() {
+		return nil
+	}
+	return func(i int) bool {
+		if v.verified[i].Load() {
+			return true
+		}
+		v.mu.Lock()
+		err := v.errs[i]
+		v.mu.Unlock()
+		res[i].Outcome, res[i].Err = OutcomeNotAsked, err
+		return false
+	}
+}

@@ -1,0 +1,343 @@
+package redlock
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/quorumlock/quorumlock/drift"
+)
+
+// Option configures a Client (in New) or one call (TryLock, Lock): options
+// given to a call apply on top of the Client's. Options are checked when
+// they are applied; an invalid one makes New or the call return an error
+// that names it, before any I/O.
+type Option func(*config) error
+
+// Defaults of the options; each option's doc says why.
+const (
+	DefaultTTL          = 10 * time.Second
+	DefaultNodeTimeout  = 50 * time.Millisecond
+	DefaultRetryBase    = 25 * time.Millisecond
+	DefaultRetryMax     = 250 * time.Millisecond
+	DefaultKeyPrefix    = "quorumlock:"
+	defaultRecheckEvery = time.Second
+)
+
+type config struct {
+	ttl         time.Duration
+	driftFactor float64
+	nodeTimeout time.Duration
+	retryBase   time.Duration
+	retryMax    time.Duration
+	maxWait     time.Duration
+	token       func() (string, error)
+	prefix      string
+	quorum      int // 0: a majority of the pools
+	logger      *slog.Logger
+	now         func() time.Time
+	recheck     time.Duration // how often unverified nodes are asked for their run_id
+	autoExtend  bool
+	renewEvery  time.Duration // 0: TTL/3
+	maxHold     time.Duration // 0: no limit
+	observer    Observer
+	fencing     bool
+}
+
+func defaultConfig() config {
+	return config{
+		ttl:         DefaultTTL,
+		driftFactor: drift.DefaultFactor,
+		nodeTimeout: DefaultNodeTimeout,
+		retryBase:   DefaultRetryBase,
+		retryMax:    DefaultRetryMax,
+		token:       uuidToken,
+		prefix:      DefaultKeyPrefix,
+		logger:      slog.New(slog.DiscardHandler),
+		now:         time.Now,
+		recheck:     defaultRecheckEvery,
+	}
+}
+
+func uuidToken() (string, error) {
+	u, err := uuid.NewRandom()
+	if err != nil {
+		return "", err
+	}
+	return u.String(), nil
+}
+
+// apply returns a copy of base with opts applied and checked against n pools.
+func (base *config) apply(n int, opts []Option) (*config, error) {
+	if len(opts) == 0 {
+		return base, nil
+	}
+	c := *base
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("redlock: an option is nil")
+		}
+		if err := o(&c); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.check(n); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func (c *config) check(n int) error {
+	if err := drift.Check(c.ttl, c.driftFactor, c.nodeTimeout); err != nil {
+		return fmt.Errorf("redlock: %w", err)
+	}
+	if c.renewEvery != 0 && c.renewEvery >= c.ttl-drift.Allowance(c.ttl, c.driftFactor)-2*c.nodeTimeout {
+		return fmt.Errorf("redlock: WithRenewEvery(%v): renewals must come well within the TTL %v (less the drift allowance and two node timeouts: one for the round that acquired or renewed, one for the next), or the lock lapses between them; the default is TTL/3", c.renewEvery, c.ttl)
+	}
+	if c.quorum != 0 && (c.quorum <= n/2 || c.quorum > n) {
+		return fmt.Errorf("redlock: quorum %d does not fit %d pools: it must be more than half of them (two quorums must share a node, or two clients could hold one lock) and at most all of them: use %d..%d, or leave it unset for %d", c.quorum, n, n/2+1, n, n/2+1)
+	}
+	return nil
+}
+
+// quorumOf is the number of nodes that must agree out of n.
+func (c *config) quorumOf(n int) int {
+	if c.quorum != 0 {
+		return c.quorum
+	}
+	return n/2 + 1
+}
+
+// retryDelay is the wait before attempt+1: a random duration in [d/2, d]
+// with d = min(retryMax, retryBase·2^attempt).
+func (c *config) retryDelay(attempt int) time.Duration {
+	d := c.retryMax
+	if attempt < 62 && c.retryBase <= d>>attempt { // no overflow: base·2^attempt ≤ max
+		d = c.retryBase << attempt
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// WithTTL sets how long the lock lives on each Redis node (default 10 s),
+// rounded down to whole milliseconds because Redis counts milliseconds. The
+// lock's validity is the TTL less the time the acquisition took and the drift
+// allowance (TTL × drift factor + 2 ms); the TTL must exceed that allowance
+// plus the per-node timeout, or every acquisition would fail.
+func WithTTL(ttl time.Duration) Option {
+	return func(c *config) error {
+		if ttl < time.Millisecond {
+			return fmt.Errorf("redlock: WithTTL(%v): the TTL must be at least 1ms (the default is %v)", ttl, DefaultTTL)
+		}
+		c.ttl = ttl.Truncate(time.Millisecond)
+		return nil
+	}
+}
+
+// WithDriftFactor sets the clock-rate error assumed between this process and
+// each Redis server, as a fraction of the TTL (default 0.01, that is 1 %). It
+// must lie in [0, 0.5).
+func WithDriftFactor(f float64) Option {
+	return func(c *config) error {
+		if !(f >= 0 && f < drift.MaxFactor) {
+			return fmt.Errorf("redlock: WithDriftFactor(%v): use a value in [0, %v); the default is %v", f, drift.MaxFactor, drift.DefaultFactor)
+		}
+		c.driftFactor = f
+		return nil
+	}
+}
+
+// WithNodeTimeout bounds each node's part of an operation (default 50 ms).
+// A node that has not answered by then counts as failed, so a round never
+// waits longer than this for its nodes, however many are down or paused (a
+// failed acquisition adds at most one more for its roll-back, and a Client's
+// first operation one identity check of at most max(4 × this, 200 ms)). Choose it well above the round-trip time to your Redis servers and
+// small against the TTL: 50 ms covers a loaded LAN or one cloud region, where
+// a Redis round trip takes well under 5 ms, and costs 0.5 % of the default TTL.
+func WithNodeTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("redlock: WithNodeTimeout(%v): the timeout must be positive (the default is %v)", d, DefaultNodeTimeout)
+		}
+		c.nodeTimeout = d
+		return nil
+	}
+}
+
+// WithRetryBackoff sets the waits between the attempts of Lock: before
+// attempt k+1 it waits a random duration between d/2 and d, where
+// d = min(max, base·2^k). The defaults, 25 ms doubling up to 250 ms, retry
+// quickly when a lock is about to be freed and keep each waiter below about
+// five attempts a second when it is held for long; the randomness keeps
+// waiters from retrying in lockstep.
+func WithRetryBackoff(base, max time.Duration) Option {
+	return func(c *config) error {
+		if base <= 0 || max < base {
+			return fmt.Errorf("redlock: WithRetryBackoff(%v, %v): base must be positive and max at least base (the defaults are %v, %v)", base, max, DefaultRetryBase, DefaultRetryMax)
+		}
+		c.retryBase, c.retryMax = base, max
+		return nil
+	}
+}
+
+// WithMaxWait bounds how long Lock keeps trying (default 0: until its context
+// ends). When the budget is spent, Lock returns an error matching
+// ErrNotAcquired that carries the last attempt's *QuorumError.
+func WithMaxWait(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("redlock: WithMaxWait(%v): the wait must not be negative (0, the default, waits until the context ends)", d)
+		}
+		c.maxWait = d
+		return nil
+	}
+}
+
+// WithTokenGenerator sets the function that makes each attempt's token, the
+// value stored under the lock key that proves ownership (default: a random
+// UUID v4). Tokens must be unique across all clients and attempts, or one
+// client could release another's lock. The function must be safe for
+// concurrent use; an error from it fails the attempt without any I/O.
+func WithTokenGenerator(gen func() (string, error)) Option {
+	return func(c *config) error {
+		if gen == nil {
+			return errors.New("redlock: WithTokenGenerator(nil): pass a function, or leave the option out for random UUIDs")
+		}
+		c.token = gen
+		return nil
+	}
+}
+
+// WithKeyPrefix sets the prefix of the Redis keys (default "quorumlock:").
+// A lock named K lives under the Redis key prefix + "{" + K + "}": the braces
+// make it a Redis Cluster hash tag, so keys that belong to one lock always
+// share a slot.
+func WithKeyPrefix(prefix string) Option {
+	return func(c *config) error {
+		c.prefix = prefix
+		return nil
+	}
+}
+
+// WithQuorum sets how many nodes must agree (default: a majority, N/2+1).
+// It must be more than half the pools, so that two quorums always share a
+// node, and at most all of them. A larger quorum tolerates fewer failed nodes.
+func WithQuorum(q int) Option {
+	return func(c *config) error {
+		if q <= 0 {
+			return fmt.Errorf("redlock: WithQuorum(%d): the quorum must be positive", q)
+		}
+		c.quorum = q
+		return nil
+	}
+}
+
+// WithLogger sets where the Client logs what callers do not see in return
+// values: roll-backs and late-reply releases that failed (warn), pools found
+// to reach the same server (error). The default logs nothing.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("redlock: WithLogger(nil): pass a *slog.Logger, or leave the option out for no logging")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// withClock replaces the clock that validity is measured on (tests only).
+func withClock(now func() time.Time) Option {
+	return func(c *config) error {
+		c.now = now
+		return nil
+	}
+}
+
+// withRecheck sets how often unverified nodes are asked again (tests only).
+func withRecheck(d time.Duration) Option {
+	return func(c *config) error {
+		c.recheck = d
+		return nil
+	}
+}
+
+// renewInterval is how often auto-extension renews: WithRenewEvery, or TTL/3.
+func (c *config) renewInterval() time.Duration {
+	if c.renewEvery > 0 {
+		return c.renewEvery
+	}
+	return c.ttl / 3
+}
+
+// WithAutoExtend turns automatic renewal of acquired locks on or off (default
+// off for Lock and TryLock, on inside Do). A renewing lock is extended to its
+// TTL every WithRenewEvery (default TTL/3) by one goroutine per lock, never
+// two renewals at once. A failed renewal is retried while validity is left;
+// once no renewal can be confirmed before the deadline, the lock is declared
+// lost (Done closes, Err and the Context's cause are ErrLockLost). Renewal
+// never re-creates an expired lock, and stops when the lock is released, lost
+// or its Client closed; Release waits for it to stop.
+func WithAutoExtend(on bool) Option {
+	return func(c *config) error {
+		c.autoExtend = on
+		return nil
+	}
+}
+
+// WithRenewEvery sets the interval of automatic renewal (default TTL/3: two
+// renewals can fail before a lock lapses). It must be shorter than the TTL
+// less the drift allowance and two per-node timeouts.
+func WithRenewEvery(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("redlock: WithRenewEvery(%v): the interval must be positive (the default is TTL/3)", d)
+		}
+		c.renewEvery = d
+		return nil
+	}
+}
+
+// WithMaxHold bounds how long automatic renewal keeps a lock (default 0: no
+// bound). Renewals never carry the deadline past acquisition + d (the last
+// one uses a shorter TTL), and stop when no more fits; the lock then expires
+// at its deadline and is reported lost (ErrLockLost). It guards against
+// holders that never finish. It applies only with auto-extension; a lock's
+// first deadline comes from its TTL alone.
+func WithMaxHold(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("redlock: WithMaxHold(%v): the bound must not be negative (0, the default, means none)", d)
+		}
+		c.maxHold = d
+		return nil
+	}
+}
+
+// WithObserver sets an Observer told about every lock's acquisition,
+// renewals, loss and release (default: none).
+func WithObserver(o Observer) Option {
+	return func(c *config) error {
+		c.observer = o
+		return nil
+	}
+}
+
+// WithFencing turns fencing tokens on or off (default off). With fencing,
+// each node keeps a counter beside the lock key (the key plus ":fence", same
+// Redis Cluster slot, no TTL, never deleted) that the acquire script
+// increments with the SET; the client writes the highest counter of the
+// nodes that agreed back to a quorum, while it holds the lock, before it
+// reports success, and returns it as Lock.Fence. That costs a second round
+// trip per acquisition, counted in its elapsed time. Successive holders of a
+// key then get strictly increasing tokens (docs/safety.md has the argument
+// and its conditions). Use the same setting for every client of a key: an
+// acquisition without fencing does not advance the counters.
+func WithFencing(on bool) Option {
+	return func(c *config) error {
+		c.fencing = on
+		return nil
+	}
+}

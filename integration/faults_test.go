@@ -1,0 +1,404 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// goRedisReadTimeout is go-redis' default ReadTimeout: without the
+// per-node timeout, a frozen node would hold a call this long.
+const goRedisReadTimeout = 3 * time.Second
+
+// failBound is the longest a failed acquisition may take: 10 per-node
+// timeouts (the round and the roll-back take two), and well under
+// go-redis' own read timeout.
+func failBound(t *testing.T, nodeTimeout time.Duration) time.Duration {
+	t.Helper()
+	b := 10 * nodeTimeout
+	if b > goRedisReadTimeout/2 {
+		t.Fatalf("node timeout %v too long for a bound well under go-redis' %v", nodeTimeout, goRedisReadTimeout)
+	}
+	return b
+}
+
+// warm makes one acquisition and release, so that the Client has verified
+// every node's identity (INFO server run_id) before faults begin: a node
+// that cannot be verified is "not asked" instead of "error"/"timeout".
+func warm(t *testing.T, ctx context.Context, lc *lockClient) {
+	t.Helper()
+	l, err := lc.TryLock(ctx, "warm-up")
+	if err != nil {
+		t.Fatalf("%s: warm-up TryLock: %v", lc.name, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("%s: warm-up Release: %v", lc.name, err)
+	}
+}
+
+// failingAttempts makes n TryLocks that must fail because the nodes in bad
+// are unavailable, checks each error and its duration, and returns the
+// durations. Each attempt uses a key of its own (key-<i>): the available
+// nodes then say yes, so the round can only be decided once every node in
+// bad has failed, and the error must name them all. (On one key, a late
+// roll-back of the previous attempt may still be in flight and make a live
+// node answer "taken", which decides the round before the bad nodes fail.)
+func failingAttempts(t *testing.T, ctx context.Context, lc *lockClient, n int, key string, bound time.Duration, bad []int, want ...redlock.Outcome) []time.Duration {
+	t.Helper()
+	var took []time.Duration
+	for i := range n {
+		start := time.Now()
+		_, err := lc.TryLock(ctx, fmt.Sprintf("%s-%d", key, i))
+		el := time.Since(start)
+		took = append(took, el)
+		qe := checkFailedRound(t, err, bad, want...)
+		if el >= bound {
+			t.Errorf("attempt %d failed after %v, want < %v: %v", i, el, bound, err)
+		}
+		if qe.Agreed() > nodes-len(bad) {
+			t.Errorf("attempt %d: %d nodes agreed, but only %d are up: %v", i, qe.Agreed(), nodes-len(bad), err)
+		}
+		if i == 0 {
+			t.Logf("first failure after %v: %v", el.Round(time.Microsecond), err)
+		}
+	}
+	return took
+}
+
+// TestKillMajority kills three of five nodes: every TryLock fails fast with a
+// *QuorumError naming the dead nodes, Lock gives up within its wait budget,
+// nothing is left on the live nodes, and after the nodes restart (keeping
+// their data) locks are acquired again, also by a Client created while they
+// were down.
+func TestKillMajority(t *testing.T) {
+	const (
+		ttl         = 2 * time.Second
+		nodeTimeout = 100 * time.Millisecond
+		attempts    = 20
+	)
+	c := startCluster(t, ttl, "")
+	ctx := ctxT(t, 60*time.Second)
+	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}
+	lc := c.newLockClient(t, "verified", c.direct, opts...)
+	warm(t, ctx, lc)
+	bound := failBound(t, nodeTimeout)
+	// A Client that holds a lock when the nodes die.
+	holder := c.newLockClient(t, "holder", c.direct, opts...)
+	held, err := holder.TryLock(ctx, "held-when-killed")
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+
+	dead := []int{1, 3, 4}
+	for _, i := range dead {
+		if err := c.Node(i).Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The holder can no longer confirm its lock, and Close reports the
+	// release that the dead nodes made fail (their copies expire with the
+	// TTL, or come back with it after a restart that keeps the data).
+	if ok, err := held.Held(ctx); ok {
+		t.Errorf("Held with 3 of 5 nodes dead = true, %v", err)
+	}
+	start := time.Now()
+	err = holder.Close()
+	if el := time.Since(start); el >= bound {
+		t.Errorf("Close took %v, want < %v", el, bound)
+	}
+	if !errors.Is(err, redlock.ErrNotHeld) || !strings.Contains(err.Error(), "held-when-killed") {
+		t.Errorf("Close with a lock on dead nodes = %v; want the failed release (ErrNotHeld, naming the key)", err)
+	} else {
+		t.Logf("Close: %v", err)
+	}
+	if _, err := holder.TryLock(ctx, "after-close"); !errors.Is(err, redlock.ErrClosed) {
+		t.Errorf("TryLock after Close = %v, want ErrClosed", err)
+	}
+	took := failingAttempts(t, ctx, lc, attempts, "majority-dead", bound, dead, redlock.OutcomeError, redlock.OutcomeTimeout)
+	t.Logf("TryLock with 3 of 5 nodes killed failed in %s (node timeout %v, bound %v)", durations(took), nodeTimeout, bound)
+
+	// Lock retries, and gives up within its budget (plus one attempt).
+	const wait = 400 * time.Millisecond
+	start = time.Now()
+	_, err = lc.Lock(ctx, "majority-dead", redlock.WithMaxWait(wait))
+	el := time.Since(start)
+	checkFailedRound(t, err, dead, redlock.OutcomeError, redlock.OutcomeTimeout)
+	if el >= wait+bound {
+		t.Errorf("Lock with WithMaxWait(%v) returned after %v", wait, el)
+	}
+
+	// A Client created now cannot verify the dead nodes' identities: it
+	// leaves them out ("not asked"), and fails just as fast.
+	fresh := c.newLockClient(t, "fresh", c.direct, opts...)
+	took = failingAttempts(t, ctx, fresh, 5, "majority-dead", bound, dead, redlock.OutcomeError, redlock.OutcomeTimeout, redlock.OutcomeNotAsked)
+	t.Logf("fresh Client with 3 of 5 nodes killed failed in %s", durations(took))
+
+	for _, i := range dead {
+		if err := c.Node(i).Restart(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, x := range []*lockClient{lc, fresh} {
+		var tries int
+		took := eventually(t, 10*time.Second, 20*time.Millisecond, x.name+": TryLock after restart", func() bool {
+			tries++
+			l, err := x.TryLock(ctx, "majority-dead")
+			if err != nil {
+				if !errors.Is(err, redlock.ErrNotAcquired) {
+					t.Fatalf("%s: TryLock after restart: %v", x.name, err)
+				}
+				return false
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("%s: Release after restart: %v", x.name, err)
+			}
+			return true
+		})
+		t.Logf("%s: acquired again %v after the restarts, in %d attempts", x.name, took, tries)
+	}
+}
+
+// TestPause freezes nodes (sockets stay open, nothing is answered): with
+// three of five paused every TryLock fails within the bound with the frozen
+// nodes timing out; with two paused acquisitions succeed without waiting
+// for them, and their deadlines still leave the drift allowance before the
+// keys expire on the live nodes.
+func TestPause(t *testing.T) {
+	const (
+		ttl         = 3 * time.Second
+		nodeTimeout = 100 * time.Millisecond
+		attempts    = 20
+	)
+	c := startCluster(t, ttl, "")
+	admins := c.admins(t)
+	t.Cleanup(func() { // before the cluster's own clean-up and checks
+		for i := range c.Len() {
+			_ = c.Node(i).Resume()
+		}
+	})
+	ctx := ctxT(t, 60*time.Second)
+	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}
+	three := c.newLockClient(t, "three-paused", c.direct, opts...)
+	two := c.newLockClient(t, "two-paused", c.direct, opts...)
+	warm(t, ctx, three)
+	warm(t, ctx, two)
+	bound := failBound(t, nodeTimeout)
+
+	paused := []int{0, 2, 4}
+	for _, i := range paused {
+		if err := c.Node(i).Pause(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	took := failingAttempts(t, ctx, three, attempts, "paused", bound, paused, redlock.OutcomeTimeout)
+	t.Logf("TryLock with 3 of 5 nodes paused failed in %s (node timeout %v, bound %v)", durations(took), nodeTimeout, bound)
+	// Close joins the late-reply clean-up; the live nodes must hold none of
+	// the failed tokens. (The frozen nodes will run the SETs queued in
+	// their sockets when they resume: those keys expire with the TTL,
+	// which the cluster's clean-up check verifies.)
+	three.closeAndCheck(t)
+
+	// Two paused: a quorum of three answers at once.
+	if err := c.Node(0).Resume(); err != nil {
+		t.Fatal(err)
+	}
+	live := []int{0, 1, 3}
+	for round := range 10 {
+		key := "two-paused"
+		start := time.Now()
+		// A per-call node timeout far above the live nodes' answers: if the
+		// round waited for the paused nodes it would take this long.
+		const slow = time.Second
+		l, err := two.TryLock(ctx, key, redlock.WithNodeTimeout(slow))
+		ret := time.Now()
+		if err != nil {
+			t.Fatalf("round %d: TryLock with 2 of 5 nodes paused: %v", round, err)
+		}
+		if el := ret.Sub(start); el >= slow {
+			t.Errorf("round %d: TryLock took %v: it waited for the paused nodes", round, el)
+		}
+		if held, err := l.Held(ctx); !held || err != nil {
+			t.Fatalf("round %d: Held = %v, %v", round, held, err)
+		}
+		// The live nodes must all hold it: the quorum is exactly them.
+		checkDeadline(t, l, start, ret, ttl, 0, admins, live)
+		if err := l.Extend(ctx, 0); err != nil {
+			t.Fatalf("round %d: Extend with 2 of 5 nodes paused: %v", round, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("round %d: Release with 2 of 5 nodes paused: %v", round, err)
+		}
+	}
+
+	for i := range c.Len() {
+		if err := c.Node(i).Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Everything answers again.
+	eventually(t, 10*time.Second, 20*time.Millisecond, "TryLock after Resume", func() bool {
+		l, err := two.TryLock(ctx, "after-resume")
+		if err != nil {
+			return false
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release after Resume: %v", err)
+		}
+		return true
+	})
+}
+
+// TestProxyFaults injects faults between one Client and the nodes through
+// per-client TCP proxies, while another Client is connected directly.
+func TestProxyFaults(t *testing.T) {
+	const (
+		ttl         = 3 * time.Second
+		nodeTimeout = 100 * time.Millisecond
+		latency     = 100 * time.Millisecond // each way
+	)
+	c := startCluster(t, ttl, "")
+	admins := c.admins(t)
+	ctx := ctxT(t, 60*time.Second)
+	proxies := make([]*redistest.Proxy, c.Len())
+	for i := range proxies {
+		proxies[i] = c.Node(i).Proxy(t)
+	}
+	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}
+	proxied := c.newLockClient(t, "proxied", func(i int) *redis.Options {
+		return &redis.Options{Addr: proxies[i].Addr()}
+	}, opts...)
+	direct := c.newLockClient(t, "direct", c.direct, opts...)
+	warm(t, ctx, proxied)
+	warm(t, ctx, direct)
+	bound := failBound(t, nodeTimeout)
+
+	// A per-call node timeout that slow nodes meet: their answers arrive
+	// after at least 2 × latency.
+	const patient = 2 * time.Second
+
+	t.Run("latency-on-two", func(t *testing.T) {
+		proxies[0].SetLatency(latency)
+		proxies[1].SetLatency(latency)
+		defer proxies[0].SetLatency(0)
+		defer proxies[1].SetLatency(0)
+		for round := range 5 {
+			start := time.Now()
+			l, err := proxied.TryLock(ctx, "latency", redlock.WithNodeTimeout(patient))
+			ret := time.Now()
+			if err != nil {
+				t.Fatalf("round %d: TryLock with latency on 2 of 5: %v", round, err)
+			}
+			// Three fast nodes decide; the round does not wait for the
+			// slow ones, whose answers cannot come before 2 × latency.
+			if el := ret.Sub(start); el >= 2*latency {
+				t.Errorf("round %d: TryLock took %v: it waited for the slow nodes", round, el)
+			}
+			checkDeadline(t, l, start, ret, ttl, 0, admins, []int{2, 3, 4})
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("round %d: Release: %v", round, err)
+			}
+		}
+	})
+
+	t.Run("latency-on-three", func(t *testing.T) {
+		// Now a quorum needs a slow node: the round takes at least
+		// 2 × latency, and the deadline must account for it.
+		for _, i := range []int{0, 1, 2} {
+			proxies[i].SetLatency(latency)
+		}
+		defer func() {
+			for _, i := range []int{0, 1, 2} {
+				proxies[i].SetLatency(0)
+			}
+		}()
+		for round := range 3 {
+			start := time.Now()
+			l, err := proxied.TryLock(ctx, "latency", redlock.WithNodeTimeout(patient))
+			ret := time.Now()
+			if err != nil {
+				t.Fatalf("round %d: TryLock with latency on 3 of 5: %v", round, err)
+			}
+			if el := ret.Sub(start); el < 2*latency {
+				t.Fatalf("round %d: TryLock took %v, less than one slow round trip", round, el)
+			}
+			checkDeadline(t, l, start, ret, ttl, 2*latency, admins, []int{3, 4})
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("round %d: Release: %v", round, err)
+			}
+		}
+		// With the client's own node timeout (100 ms, less than one slow
+		// round trip) the lock is refused: TestRollbackOnSlowNodes.
+	})
+
+	t.Run("blackhole-three", func(t *testing.T) {
+		cut := []int{2, 3, 4}
+		for _, i := range cut {
+			proxies[i].Blackhole(true)
+		}
+		unblock := func() {
+			for _, i := range cut {
+				proxies[i].Blackhole(false)
+			}
+		}
+		defer unblock()
+		took := failingAttempts(t, ctx, proxied, 10, "partition", bound, cut, redlock.OutcomeTimeout)
+		t.Logf("TryLock with 3 of 5 nodes blackholed failed in %s", durations(took))
+
+		// The directly connected client acquires the same key meanwhile,
+		// even while the cut-off client keeps trying.
+		done := make(chan []time.Duration)
+		go func() {
+			var took []time.Duration
+			for range 5 {
+				start := time.Now()
+				_, err := proxied.TryLock(ctx, "partition")
+				took = append(took, time.Since(start))
+				if !errors.Is(err, redlock.ErrNotAcquired) {
+					t.Errorf("cut-off client: TryLock = %v, want ErrNotAcquired", err)
+				}
+			}
+			done <- took
+		}()
+		for round := range 5 {
+			start := time.Now()
+			l, err := direct.TryLock(ctx, "partition")
+			ret := time.Now()
+			if err != nil {
+				t.Fatalf("round %d: direct TryLock during the partition: %v", round, err)
+			}
+			checkDeadline(t, l, start, ret, ttl, 0, admins, nil)
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("round %d: direct Release: %v", round, err)
+			}
+		}
+		for _, d := range <-done {
+			if d >= bound {
+				t.Errorf("cut-off client's TryLock took %v, want < %v", d, bound)
+			}
+		}
+
+		unblock()
+		eventually(t, 10*time.Second, 20*time.Millisecond, "proxied TryLock after the partition heals", func() bool {
+			l, err := proxied.TryLock(ctx, "partition")
+			if err != nil {
+				if !errors.Is(err, redlock.ErrNotAcquired) || !strings.Contains(err.Error(), "node") {
+					t.Fatalf("TryLock after healing: %v", err)
+				}
+				return false
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("Release after healing: %v", err)
+			}
+			return true
+		})
+	})
+}

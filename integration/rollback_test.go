@@ -1,0 +1,78 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// TestRollbackOnSlowNodes checks L2 when three of five nodes are reachable
+// but slower than the per-node timeout (150 ms each way behind a proxy, node
+// timeout 100 ms): the acquisition fails within the bound with those nodes
+// timing out, but the SET it sent them still lands. After Client.Close,
+// which joins the roll-back and late-reply clean-up, none of the slow nodes
+// may keep the failed attempt's token.
+func TestRollbackOnSlowNodes(t *testing.T) {
+	const (
+		ttl         = 5 * time.Second
+		nodeTimeout = 100 * time.Millisecond
+		latency     = 150 * time.Millisecond // each way
+	)
+	c := startCluster(t, ttl, "")
+	ctx := ctxT(t, 30*time.Second)
+	proxies := make([]*redistest.Proxy, c.Len())
+	for i := range proxies {
+		proxies[i] = c.Node(i).Proxy(t)
+	}
+	lc := c.newLockClient(t, "slow", func(i int) *redis.Options {
+		return &redis.Options{Addr: proxies[i].Addr()}
+	}, redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout))
+	warm(t, ctx, lc) // connections open, identities verified
+
+	slow := []int{0, 1, 2}
+	for _, i := range slow {
+		proxies[i].SetLatency(latency)
+	}
+	took := failingAttempts(t, ctx, lc, 1, "slow", failBound(t, nodeTimeout), slow, redlock.OutcomeTimeout)
+	t.Logf("TryLock with 3 of 5 nodes slower than the node timeout failed in %s", durations(took))
+	if err := lc.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	// Wait until everything the client sent through the slow proxies has
+	// reached the servers: a PING sent through the same proxy after Close
+	// is delivered after it (same delay, read later), and Redis has run
+	// the earlier commands by the time it answers.
+	var g errgroup.Group
+	for _, i := range slow {
+		g.Go(func() error {
+			cl := redistest.NewClient(proxies[i].Addr(), "")
+			defer cl.Close()
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if err := cl.Ping(pctx).Err(); err != nil {
+				return fmt.Errorf("PING through proxy %d: %w", i, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	lc.closeAndCheck(t)
+	if t.Failed() {
+		t.Logf("the slow nodes are reachable, only %v slower each way; the roll-back of the failed round is bounded by the %v per-node timeout, "+
+			"shorter than one round trip to them, and go-redis abandoned the SET at that timeout, so no late reply ever arrived to trigger a release: "+
+			"the key stays until its TTL", latency, nodeTimeout)
+	}
+	for _, i := range slow {
+		proxies[i].SetLatency(0)
+	}
+}

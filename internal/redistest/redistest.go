@@ -1,0 +1,575 @@
+// Package redistest starts throw-away clusters of real, independent Redis 7
+// servers for integration tests, with fault controls (kill, clean stop,
+// restart with or without data, pause, and per-client TCP proxies that add
+// latency, drop traffic or reset connections).
+//
+// Two backends exist:
+//
+//   - "docker": one container per server, run with github.com/ory/dockertest/v3
+//     and published on 127.0.0.1 only. The image is QUORUMLOCK_REDIS_IMAGE if
+//     set, else a locally built quorumlock/redis-test:<hash> image if present,
+//     else redis:7 if it is present or can be pulled within a few seconds, else
+//     an image built FROM scratch out of the host's redis-server binary and
+//     its shared libraries.
+//   - "process": one redis-server process per server, listening on 127.0.0.1.
+//
+// Docker is preferred when its daemon answers; the process backend is used
+// otherwise. QUORUMLOCK_REDIS_BACKEND=docker|process forces one of them.
+//
+// Every server runs with "appendonly yes" and "appendfsync always", so a
+// write acknowledged before a Kill survives Restart(false).
+//
+// The package is meant for tests on Linux (it uses Unix signals and /proc).
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+)
+
+// Environment variables read by Start.
+const (
+	// EnvBackend forces a backend: "docker" or "process".
+	EnvBackend = "QUORUMLOCK_REDIS_BACKEND"
+	// EnvImage names the Docker image to use (repository[:tag]); it must
+	// behave like the official redis image (the command "redis-server ARGS..."
+	// must start the server).
+	EnvImage = "QUORUMLOCK_REDIS_IMAGE"
+)
+
+// Backend names returned by Cluster.Backend.
+const (
+	BackendDocker  = "docker"
+	BackendProcess = "process"
+)
+
+const (
+	readyTimeout = 30 * time.Second // bound for a server to answer PING after a (re)start
+	stopTimeout  = 10 * time.Second // bound for a clean shutdown before SIGKILL
+	startTries   = 3                // attempts (each on a new port) to start a server in Start
+)
+
+// ErrNotRunning is returned by Pause and Resume when the node is stopped.
+var ErrNotRunning = errors.New("redistest: node is not running")
+
+// Option configures Start. Options are plain values: applying them cannot
+// fail and they may be shared between goroutines.
+type Option func(*config)
+
+type config struct {
+	password string
+	args     []string
+	backend  string // "" = choose (environment, then auto); used by this package's tests
+}
+
+// WithPassword makes every server require pw ("requirepass"). Clients
+// returned by Cluster.Clients and Start's readiness checks authenticate
+// with it. It cannot fail.
+func WithPassword(pw string) Option {
+	return func(c *config) { c.password = pw }
+}
+
+// WithArgs appends extra redis-server configuration arguments, for example
+// WithArgs("--maxmemory-policy", "noeviction"). They come after the
+// package's own arguments, so for single-valued directives they win. Several
+// WithArgs options accumulate. WithArgs itself cannot fail; arguments that
+// redis-server rejects make Start fail the test, showing the server's log.
+func WithArgs(args ...string) Option {
+	return func(c *config) { c.args = append(c.args, args...) }
+}
+
+// withBackend forces a backend regardless of the environment (tests only).
+func withBackend(name string) Option {
+	return func(c *config) { c.backend = name }
+}
+
+// Cluster is a set of independent Redis servers (no replication, no Redis
+// Cluster mode) started by Start. Its methods are safe for concurrent use
+// and never fail; do not use a Cluster after its test's cleanup has run.
+type Cluster struct {
+	backend  string
+	password string
+	id       string
+	dir      string // process backend: parent of the nodes' directories
+	nodes    []*Node
+}
+
+// Node is one Redis server of a Cluster. Its address stays the same across
+// Kill, Stop and Restart. All methods are safe for concurrent use; the fault
+// methods (Kill, Stop, Restart, Pause, Resume) are serialized per node.
+type Node struct {
+	index    int
+	addr     string
+	password string
+
+	mu    sync.Mutex
+	state nodeState
+	srv   server
+}
+
+type nodeState int
+
+const (
+	stateRunning nodeState = iota
+	statePaused
+	stateStopped
+)
+
+// server is what a backend implements for one node. Calls are serialized by
+// Node.mu.
+type server interface {
+	// launch starts the server (again) on its port, with an empty dataset
+	// if amnesia is set. It does not wait for readiness.
+	launch(amnesia bool) error
+	// exited reports a non-nil error once the last launched server is known
+	// to have exited.
+	exited() error
+	kill() error
+	stop() error
+	pause() error
+	resume() error
+	// remove stops the server for good and frees everything it holds.
+	remove() error
+	// logTail returns the last lines of the server's log, for diagnostics.
+	logTail() string
+}
+
+// Start starts n independent Redis servers and registers a t.Cleanup that
+// stops and removes everything it started (containers, processes, temporary
+// directories; failures there are reported with t.Errorf). The servers
+// start in parallel, and Start returns once every one answers PING.
+//
+// The backend is chosen as described in the package documentation and
+// logged with t.Logf. Start fails the test with t.Fatalf (it never skips)
+// when n < 1, when QUORUMLOCK_REDIS_BACKEND has an unknown value or names a
+// backend that does not work, or when neither backend works; the message
+// says how to get Docker or redis-server. Start may be called from parallel
+// tests.
+func Start(t testing.TB, n int, opts ...Option) *Cluster {
+	t.Helper()
+	if n < 1 {
+		t.Fatalf("redistest.Start: n must be at least 1, got %d", n)
+	}
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	forced, forcedBy := cfg.backend, "the test"
+	if forced == "" {
+		forced = strings.TrimSpace(os.Getenv(EnvBackend))
+		forcedBy = EnvBackend + "=" + forced
+	}
+	switch forced {
+	case "", BackendDocker, BackendProcess:
+	default:
+		t.Fatalf("redistest: %s=%q: want %q or %q", EnvBackend, forced, BackendDocker, BackendProcess)
+	}
+
+	c := &Cluster{password: cfg.password, id: newClusterID()}
+	t.Cleanup(func() { c.cleanup(t) })
+	begin := time.Now()
+
+	var dockerErr error
+	if forced != BackendProcess {
+		env, err := dockerEnvironment(t.Logf)
+		if err == nil {
+			err = c.startDocker(env, n, cfg)
+			if err != nil {
+				c.removeNodes(t) // do not leave a half-started cluster behind
+				if forced == "" {
+					markDockerBroken(err)
+				}
+			}
+		}
+		if err == nil {
+			t.Logf("redistest: %d redis servers via docker (image %s) in %v: %s",
+				n, env.image, time.Since(begin).Round(time.Millisecond), strings.Join(c.Addrs(), " "))
+			return c
+		}
+		dockerErr = err
+		if forced == BackendDocker {
+			t.Fatalf("redistest: Docker backend forced by %s does not work: %v\n%s",
+				forcedBy, err, installHint)
+		}
+		t.Logf("redistest: Docker backend unusable (%v); falling back to redis-server processes", err)
+	}
+
+	bin, err := findRedisServer()
+	if err != nil {
+		if dockerErr != nil {
+			t.Fatalf("redistest: no Redis backend works.\n  docker: %v\n  process: %v\n%s", dockerErr, err, installHint)
+		}
+		t.Fatalf("redistest: process backend forced by %s does not work: %v\n%s", forcedBy, err, installHint)
+	}
+	if err := c.startProcesses(bin, n, cfg); err != nil {
+		t.Fatalf("redistest: starting redis-server processes: %v", err)
+	}
+	t.Logf("redistest: %d redis servers via process (%s) in %v: %s",
+		n, bin, time.Since(begin).Round(time.Millisecond), strings.Join(c.Addrs(), " "))
+	return c
+}
+
+const installHint = `To run these tests, either install Docker and make sure "docker info" works for this user
+(https://docs.docker.com/engine/install/; no registry access is needed when redis-server is installed,
+the image is built locally from it), or install Redis 7 so that redis-server is in PATH
+("apt-get install redis-server" on Debian/Ubuntu, "brew install redis" on macOS).`
+
+// startNodes creates n nodes in parallel with newSrv and waits until all
+// answer PING. Nodes are recorded in c.nodes even on failure, so cleanup
+// removes them.
+func (c *Cluster) startNodes(n int, newSrv func(i, port int) (server, error)) error {
+	c.nodes = make([]*Node, n)
+	var g errgroup.Group
+	for i := range n {
+		g.Go(func() error {
+			var lastErr error
+			for range startTries {
+				port, err := pickPort()
+				if err != nil {
+					return err
+				}
+				srv, err := newSrv(i, port)
+				if err == nil {
+					err = srv.launch(false)
+				}
+				if err == nil {
+					node := &Node{index: i, addr: addrOf(port), password: c.password, srv: srv}
+					err = node.waitReady()
+					if err == nil {
+						c.nodes[i] = node
+						return nil
+					}
+				}
+				if srv != nil {
+					_ = srv.remove()
+				}
+				lastErr = fmt.Errorf("node %d on port %d: %w", i, port, err)
+			}
+			return lastErr
+		})
+	}
+	err := g.Wait()
+	if err != nil {
+		// Keep the started ones for cleanup, drop holes.
+		kept := c.nodes[:0]
+		for _, nd := range c.nodes {
+			if nd != nil {
+				kept = append(kept, nd)
+			}
+		}
+		c.nodes = kept
+	}
+	return err
+}
+
+// cleanup removes every node; registered with t.Cleanup by Start.
+func (c *Cluster) cleanup(t testing.TB) {
+	c.removeNodes(t)
+	if c.backend == BackendDocker {
+		dockerCleanupIdle()
+	}
+	if c.dir != "" {
+		if err := os.RemoveAll(c.dir); err != nil {
+			t.Errorf("redistest: removing %s: %v", c.dir, err)
+		}
+	}
+}
+
+func (c *Cluster) removeNodes(t testing.TB) {
+	var wg sync.WaitGroup
+	for _, nd := range c.nodes {
+		if nd == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nd.mu.Lock()
+			defer nd.mu.Unlock()
+			if err := nd.srv.remove(); err != nil {
+				t.Errorf("redistest: removing node %d (%s): %v", nd.index, nd.addr, err)
+			}
+			nd.state = stateStopped
+		}()
+	}
+	wg.Wait()
+	c.nodes = nil
+}
+
+// Backend returns the backend that runs the servers: "docker" or "process".
+func (c *Cluster) Backend() string { return c.backend }
+
+// Len returns the number of nodes.
+func (c *Cluster) Len() int { return len(c.nodes) }
+
+// Node returns node i (0 <= i < Len()); it panics if i is out of range.
+func (c *Cluster) Node(i int) *Node { return c.nodes[i] }
+
+// Addrs returns the "127.0.0.1:PORT" address of every node, in node order.
+func (c *Cluster) Addrs() []string {
+	out := make([]string, len(c.nodes))
+	for i, nd := range c.nodes {
+		out[i] = nd.addr
+	}
+	return out
+}
+
+// Clients returns one new go-redis client per node, connected directly to
+// it (no proxy), configured as by NewClient with the cluster password. The
+// clients are closed by a t.Cleanup. Clients does not contact the servers
+// and cannot fail; each call returns new clients.
+func (c *Cluster) Clients(t testing.TB) []*redis.Client {
+	out := make([]*redis.Client, len(c.nodes))
+	for i, nd := range c.nodes {
+		out[i] = NewClient(nd.addr, c.password)
+	}
+	t.Cleanup(func() {
+		for _, cl := range out {
+			_ = cl.Close()
+		}
+	})
+	return out
+}
+
+// NewClient returns a go-redis client for addr (a node or a Proxy address)
+// with password pw (may be empty), ContextTimeoutEnabled set and no
+// retries: MaxRetries -1, and DialerRetries 1 so that a command to a
+// stopped node fails at once with "connection refused" instead of after
+// go-redis's default five dial attempts. The caller closes it. It does not
+// contact the server and cannot fail.
+func NewClient(addr, pw string) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr:                  addr,
+		Password:              pw,
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+		DialerRetries:         1,
+	})
+}
+
+// Addr returns the node's "127.0.0.1:PORT" address; it does not change
+// across Kill, Stop and Restart.
+func (n *Node) Addr() string { return n.addr }
+
+// Kill kills the server with SIGKILL (docker kill -s KILL for the docker
+// backend) and returns once it has exited; a paused node is killed too.
+// Killing a stopped node does nothing. The error reports a failure to
+// signal the server or to see it exit.
+func (n *Node) Kill() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.state == stateStopped {
+		return nil
+	}
+	if err := n.srv.kill(); err != nil {
+		return fmt.Errorf("redistest: kill node %d: %w", n.index, err)
+	}
+	n.state = stateStopped
+	return nil
+}
+
+// Stop shuts the server down cleanly (SIGTERM, so Redis flushes its append
+// only file; SIGKILL after 10 s) and returns once it has exited. A paused
+// node is resumed first; stopping a stopped node does nothing.
+func (n *Node) Stop() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch n.state {
+	case stateStopped:
+		return nil
+	case statePaused:
+		if err := n.srv.resume(); err != nil {
+			return fmt.Errorf("redistest: stop node %d: resume: %w", n.index, err)
+		}
+		n.state = stateRunning
+	}
+	if err := n.srv.stop(); err != nil {
+		return fmt.Errorf("redistest: stop node %d: %w", n.index, err)
+	}
+	n.state = stateStopped
+	return nil
+}
+
+// Restart starts the server again on the same address and returns once it
+// answers PING. A node that is still running or paused is killed first.
+// With amnesia false the dataset is kept (everything acknowledged before a
+// Kill or Stop is still there); with amnesia true the server starts with an
+// empty dataset. On failure (for example the port was taken meanwhile, or
+// the server did not answer within 30 s) the node is left stopped and the
+// error includes the end of the server's log.
+func (n *Node) Restart(amnesia bool) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.state != stateStopped {
+		if err := n.srv.kill(); err != nil {
+			return fmt.Errorf("redistest: restart node %d: kill: %w", n.index, err)
+		}
+		n.state = stateStopped
+	}
+	if err := n.srv.launch(amnesia); err != nil {
+		return fmt.Errorf("redistest: restart node %d: %w", n.index, err)
+	}
+	if err := n.waitReady(); err != nil {
+		_ = n.srv.kill()
+		return fmt.Errorf("redistest: restart node %d: %w", n.index, err)
+	}
+	n.state = stateRunning
+	return nil
+}
+
+// Pause freezes the server (docker pause / SIGSTOP): its sockets stay open
+// and connections are accepted by the kernel, but nothing is answered until
+// Resume. Pausing a paused node does nothing; pausing a stopped node
+// returns ErrNotRunning.
+func (n *Node) Pause() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch n.state {
+	case statePaused:
+		return nil
+	case stateStopped:
+		return ErrNotRunning
+	}
+	if err := n.srv.pause(); err != nil {
+		return fmt.Errorf("redistest: pause node %d: %w", n.index, err)
+	}
+	n.state = statePaused
+	return nil
+}
+
+// Resume unfreezes a paused server (docker unpause / SIGCONT). Resuming a
+// running node does nothing; resuming a stopped node returns ErrNotRunning.
+func (n *Node) Resume() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch n.state {
+	case stateRunning:
+		return nil
+	case stateStopped:
+		return ErrNotRunning
+	}
+	if err := n.srv.resume(); err != nil {
+		return fmt.Errorf("redistest: resume node %d: %w", n.index, err)
+	}
+	n.state = stateRunning
+	return nil
+}
+
+// Proxy starts a new in-process TCP proxy from 127.0.0.1:<random port> to
+// this node and registers a t.Cleanup that closes it. Use one proxy per
+// (client, node) pair so faults can be injected between one client and one
+// node. Proxy fails the test with t.Fatalf if it cannot listen.
+func (n *Node) Proxy(t testing.TB) *Proxy {
+	t.Helper()
+	p, err := newProxy(n.addr)
+	if err != nil {
+		t.Fatalf("redistest: proxy to node %d: %v", n.index, err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// waitReady polls PING until it succeeds, the server exits or readyTimeout
+// passes.
+func (n *Node) waitReady() error {
+	deadline := time.Now().Add(readyTimeout)
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		lastErr = ping(ctx, n.addr, n.password)
+		cancel()
+		if lastErr == nil {
+			return nil
+		}
+		// Asking the backend whether the server died costs a Docker API
+		// call, so do it every few attempts only.
+		if attempt%5 == 4 {
+			if err := n.srv.exited(); err != nil {
+				return fmt.Errorf("server exited before answering PING: %v\n--- log tail ---\n%s", err, n.srv.logTail())
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no PING answer within %v (last error: %v)\n--- log tail ---\n%s", readyTimeout, lastErr, n.srv.logTail())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ping sends AUTH (if pw != "") and PING over a fresh connection and
+// expects +PONG. "-LOADING" and other errors count as not ready.
+func ping(ctx context.Context, addr, pw string) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	r := bufio.NewReader(conn)
+	roundTrip := func(want string, args ...string) error {
+		var b strings.Builder
+		fmt.Fprintf(&b, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
+		if _, err := conn.Write([]byte(b.String())); err != nil {
+			return err
+		}
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if line = strings.TrimRight(line, "\r\n"); line != want {
+			return fmt.Errorf("%s: got %q", args[0], line)
+		}
+		return nil
+	}
+	if pw != "" {
+		if err := roundTrip("+OK", "AUTH", pw); err != nil {
+			return err
+		}
+	}
+	return roundTrip("+PONG", "PING")
+}
+
+func addrOf(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+var clusterSeq struct {
+	sync.Mutex
+	n int
+}
+
+func newClusterID() string {
+	clusterSeq.Lock()
+	defer clusterSeq.Unlock()
+	clusterSeq.n++
+	return strconv.Itoa(clusterSeq.n)
+}
+
+// redisArgs are the arguments shared by both backends.
+func redisArgs(cfg config) []string {
+	args := []string{
+		"--save", "",
+		"--appendonly", "yes",
+		"--appendfsync", "always",
+		"--daemonize", "no",
+	}
+	if cfg.password != "" {
+		args = append(args, "--requirepass", cfg.password)
+	}
+	return append(args, cfg.args...)
+}

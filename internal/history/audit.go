@@ -1,0 +1,353 @@
+package history
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+)
+
+// ScriptKind identifies one of quorumlock's Lua scripts in a MONITOR stream.
+type ScriptKind uint8
+
+// The lock scripts, as the Audit tells them apart.
+const (
+	// ScriptOther is any script that is not one of quorumlock's.
+	ScriptOther ScriptKind = iota
+	// ScriptAcquire is the fenced acquire: SET NX PX, then INCR if it set.
+	ScriptAcquire
+	// ScriptRaise is the fencing write-back: GET, then raise the counter
+	// if the key holds the token.
+	ScriptRaise
+	// ScriptExtend is the token-checked PEXPIRE.
+	ScriptExtend
+	// ScriptRelease is the token-checked DEL.
+	ScriptRelease
+)
+
+// LibraryScripts maps the SHA1 (lower-case hex, as EVALSHA sends it) of each
+// of quorumlock's lock scripts to its kind.
+func LibraryScripts() map[string]ScriptKind {
+	return map[string]ScriptKind{
+		scripts.AcquireFenced.Hash(): ScriptAcquire,
+		scripts.RaiseFence.Hash():    ScriptRaise,
+		scripts.Extend.Hash():        ScriptExtend,
+		scripts.Release.Hash():       ScriptRelease,
+	}
+}
+
+// Entry is one command of a node's MONITOR stream.
+type Entry struct {
+	// Source is "lua" for a command run by a script, else the client's
+	// address as the server saw it.
+	Source string
+	// Args is the command: its name first, as the client sent it.
+	Args []string
+}
+
+// AuditConfig configures an Audit.
+type AuditConfig struct {
+	// Prefix starts every lock key (redlock.DefaultKeyPrefix unless the
+	// clients set another); keys that end in ":fence" are fencing
+	// counters, not lock keys.
+	Prefix string
+	// Scripts maps script SHA1s to their kinds; nil means LibraryScripts().
+	Scripts map[string]ScriptKind
+	// AllowExternal accepts writes to lock keys from outside the lock
+	// scripts (a test that expires keys by hand to emulate a clock jump);
+	// otherwise each is an S3 violation.
+	AllowExternal bool
+}
+
+// AuditStats counts what an Audit saw.
+type AuditStats struct {
+	Entries int // MONITOR entries observed
+	// Checked counts the changes made by a lock script (a delete by
+	// release, a PEXPIRE by extend, a counter raise) while the key's
+	// content on that node was known from the stream: each was verified to
+	// hit a key holding the script's own token.
+	Checked int
+	// Unchecked counts such changes while the key's content was unknown
+	// (after a gap in the stream, before the key was next set).
+	Unchecked int
+	// Gaps counts (re)attachments to a node's stream: what happened in
+	// between is unknown.
+	Gaps int
+	// External counts writes to lock keys from outside the lock scripts.
+	External int
+	// Unattributed counts commands run by a script with no script call
+	// seen before them.
+	Unattributed int
+}
+
+// Audit follows the MONITOR streams of every node (fed by Monitor, or by a
+// test by hand) and checks S3: a lock script changes a lock key only while
+// that key holds the script's token. It tracks, per node and key, the token
+// the key holds as far as the stream shows: a fenced acquire that set the
+// key (its INCR follows the SET), a delete, or "unknown" after a gap or a
+// write it cannot interpret. Expiry is silent in the stream, so a key known
+// to hold token T may in truth be absent; a correct script then changes
+// nothing, so a change by a script with another token is a violation either
+// way. All methods are safe for concurrent use.
+type Audit struct {
+	cfg AuditConfig
+
+	mu       sync.Mutex
+	nodes    map[int]*auditNode
+	findings []Violation
+	nfound   int
+	stats    AuditStats
+}
+
+type auditNode struct {
+	keys   map[string]keyState
+	script *openScript // the script whose commands are arriving, if any
+}
+
+// keyState is what the stream says a lock key holds on one node.
+type keyState struct {
+	known bool
+	token string // "" when absent
+}
+
+// openScript is a script call whose own commands follow it in the stream
+// (Redis feeds the EVAL/EVALSHA line before the commands it runs).
+type openScript struct {
+	kind    ScriptKind
+	key     string // KEYS[1] when it is a lock key, else ""
+	token   string // ARGV[1]
+	lines   int    // commands seen from it
+	checked bool   // the raise has been checked
+}
+
+// maxFindings bounds the violations an Audit keeps (all are counted).
+const maxFindings = 100
+
+// NewAudit returns an Audit with nothing observed yet.
+func NewAudit(cfg AuditConfig) *Audit {
+	if cfg.Scripts == nil {
+		cfg.Scripts = LibraryScripts()
+	}
+	return &Audit{cfg: cfg, nodes: map[int]*auditNode{}}
+}
+
+// Stats returns the counts so far.
+func (a *Audit) Stats() AuditStats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stats
+}
+
+// Findings returns the S3 violations found so far (at most 100 are kept)
+// and how many there were in all.
+func (a *Audit) Findings() ([]Violation, int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]Violation(nil), a.findings...), a.nfound
+}
+
+func (a *Audit) node(n int) *auditNode {
+	nd := a.nodes[n]
+	if nd == nil {
+		nd = &auditNode{keys: map[string]keyState{}}
+		a.nodes[n] = nd
+	}
+	return nd
+}
+
+// Gap tells the Audit that entries of node n may have been missed (the
+// stream was attached for the first time, or again after a disconnection):
+// what every key of the node holds is unknown until it is next set.
+func (a *Audit) Gap(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	nd := a.node(n)
+	clear(nd.keys)
+	nd.script = nil
+	a.stats.Gaps++
+}
+
+func (a *Audit) isLockKey(k string) bool {
+	return strings.HasPrefix(k, a.cfg.Prefix) && !strings.HasSuffix(k, ":fence")
+}
+
+func (a *Audit) report(n int, key, format string, args ...any) {
+	a.nfound++
+	if len(a.findings) < maxFindings {
+		a.findings = append(a.findings, Violation{Property: S3, Key: key, Msg: fmt.Sprintf("node%d: ", n) + fmt.Sprintf(format, args...)})
+	}
+}
+
+// Observe feeds the next entry of node n's stream. Entries of one node must
+// come in stream order; nodes are independent.
+func (a *Audit) Observe(n int, e Entry) {
+	if len(e.Args) == 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stats.Entries++
+	nd := a.node(n)
+	cmd := strings.ToLower(e.Args[0])
+	if e.Source != "lua" {
+		nd.script = nil // a client command: any script before it has ended
+		switch cmd {
+		case "eval", "evalsha", "eval_ro", "evalsha_ro":
+			nd.script = a.openScript(cmd, e.Args)
+		default:
+			a.clientWrite(n, nd, cmd, e)
+		}
+		return
+	}
+	s := nd.script
+	if s == nil {
+		a.stats.Unattributed++
+		a.scriptWrite(n, nd, cmd, e, "a script that was not seen starting")
+		return
+	}
+	s.lines++
+	switch s.kind {
+	case ScriptAcquire:
+		// SET key token NX PX ttl; then INCR counter only if it set.
+		if cmd == "incr" && s.key != "" {
+			nd.keys[s.key] = keyState{known: true, token: s.token}
+		}
+	case ScriptRelease:
+		if cmd == "del" && s.key != "" && len(e.Args) > 1 && e.Args[1] == s.key {
+			a.check(n, nd, s, "release deleted")
+			nd.keys[s.key] = keyState{known: true}
+		}
+	case ScriptExtend:
+		if cmd == "pexpire" && s.key != "" && len(e.Args) > 1 && e.Args[1] == s.key {
+			a.check(n, nd, s, "extend set the TTL of")
+		}
+	case ScriptRaise:
+		// GET key; only if it holds the token: GET counter, maybe SET it.
+		if s.lines >= 2 && !s.checked && s.key != "" {
+			s.checked = true
+			a.check(n, nd, s, "the fencing write-back raised the counter of")
+		}
+	default:
+		a.scriptWrite(n, nd, cmd, e, "a script that is not one of quorumlock's")
+	}
+}
+
+// check verifies that the key of s holds s's token on node n.
+func (a *Audit) check(n int, nd *auditNode, s *openScript, what string) {
+	st := nd.keys[s.key]
+	if !st.known {
+		a.stats.Unchecked++
+		return
+	}
+	a.stats.Checked++
+	if st.token != s.token {
+		held := "was absent"
+		if st.token != "" {
+			held = fmt.Sprintf("held token %q", st.token)
+		}
+		a.report(n, s.key, "%s %q for token %q while the key %s", what, s.key, s.token, held)
+	}
+}
+
+func (a *Audit) openScript(cmd string, args []string) *openScript {
+	s := &openScript{kind: ScriptOther}
+	if len(args) < 3 {
+		return s
+	}
+	id := args[1]
+	if cmd == "eval" || cmd == "eval_ro" {
+		sum := sha1.Sum([]byte(id))
+		id = hex.EncodeToString(sum[:])
+	}
+	s.kind = a.cfg.Scripts[strings.ToLower(id)]
+	nkeys, err := strconv.Atoi(args[2])
+	if err != nil || nkeys < 1 || len(args) < 3+nkeys+1 {
+		return s
+	}
+	if k := args[3]; a.isLockKey(k) {
+		s.key = k
+	}
+	s.token = args[3+nkeys]
+	return s
+}
+
+// writeCommands are the commands that may change a string key's value or
+// TTL, with the positions of the keys they write (0: all arguments).
+var writeCommands = map[string]int{
+	"set": 1, "setnx": 1, "setex": 1, "psetex": 1, "getset": 1, "getdel": 1, "getex": 1,
+	"append": 1, "setrange": 1, "incr": 1, "incrby": 1, "decr": 1, "decrby": 1, "incrbyfloat": 1,
+	"del": 0, "unlink": 0, "expire": 1, "pexpire": 1, "expireat": 1, "pexpireat": 1, "persist": 1,
+	"rename": 0, "renamenx": 0, "move": 1, "copy": 2, "restore": 1,
+}
+
+// clientWrite handles a command sent by a client outside any script.
+func (a *Audit) clientWrite(n int, nd *auditNode, cmd string, e Entry) {
+	if cmd == "flushall" || cmd == "flushdb" || cmd == "swapdb" {
+		clear(nd.keys)
+		a.stats.External++
+		if !a.cfg.AllowExternal {
+			a.report(n, "", "%s from %s removed every lock key", strings.ToUpper(cmd), e.Source)
+		}
+		return
+	}
+	pos, ok := writeCommands[cmd]
+	if !ok {
+		return
+	}
+	for _, k := range writtenKeys(e.Args, pos) {
+		if !a.isLockKey(k) {
+			continue
+		}
+		if cmd == "set" && hasArg(e.Args[2:], "nx") {
+			// An unfenced acquire: whether it set the key does not show.
+			nd.keys[k] = keyState{}
+			continue
+		}
+		nd.keys[k] = keyState{}
+		a.stats.External++
+		if !a.cfg.AllowExternal {
+			a.report(n, k, "%s %q from %s: a lock key changed outside quorumlock's token-checked scripts", strings.ToUpper(cmd), k, e.Source)
+		}
+	}
+}
+
+// scriptWrite handles a command from a script that is not a lock script.
+func (a *Audit) scriptWrite(n int, nd *auditNode, cmd string, e Entry, who string) {
+	pos, ok := writeCommands[cmd]
+	if !ok {
+		return
+	}
+	for _, k := range writtenKeys(e.Args, pos) {
+		if !a.isLockKey(k) {
+			continue
+		}
+		nd.keys[k] = keyState{}
+		a.stats.External++
+		if !a.cfg.AllowExternal {
+			a.report(n, k, "%s %q by %s", strings.ToUpper(cmd), k, who)
+		}
+	}
+}
+
+func writtenKeys(args []string, pos int) []string {
+	if pos == 0 {
+		return args[1:]
+	}
+	if pos < len(args) {
+		return args[pos : pos+1]
+	}
+	return nil
+}
+
+func hasArg(args []string, want string) bool {
+	for _, a := range args {
+		if strings.EqualFold(a, want) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,188 @@
+package history
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+)
+
+// The MONITOR lines quorumlock's scripts produce, as Redis 7 prints them:
+// the EVALSHA first, then the commands the script ran.
+
+func evalsha(s interface{ Hash() string }, keys []string, args ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `1700000000.000001 [0 127.0.0.1:50000] "evalsha" "%s" "%d"`, s.Hash(), len(keys))
+	for _, a := range append(keys, args...) {
+		fmt.Fprintf(&b, ` "%s"`, a)
+	}
+	return b.String()
+}
+
+func lua(args ...string) string {
+	return `1700000000.000002 [0 lua] "` + strings.Join(args, `" "`) + `"`
+}
+
+func acquireLines(key, tok string) []string {
+	return []string{
+		evalsha(scripts.AcquireFenced, []string{key, key + ":fence"}, tok, "1000"),
+		lua("SET", key, tok, "NX", "PX", "1000"),
+		lua("INCR", key+":fence"),
+	}
+}
+
+func takenLines(key, tok string) []string {
+	return []string{
+		evalsha(scripts.AcquireFenced, []string{key, key + ":fence"}, tok, "1000"),
+		lua("SET", key, tok, "NX", "PX", "1000"),
+	}
+}
+
+func releaseLines(key, tok string, deletes bool) []string {
+	l := []string{evalsha(scripts.Release, []string{key}, tok), lua("GET", key)}
+	if deletes {
+		l = append(l, lua("DEL", key), lua("PUBLISH", key, "released"))
+	}
+	return l
+}
+
+func extendLines(key, tok string, extends bool) []string {
+	l := []string{evalsha(scripts.Extend, []string{key}, tok, "1000"), lua("GET", key)}
+	if extends {
+		l = append(l, lua("PEXPIRE", key, "1000"))
+	}
+	return l
+}
+
+func raiseLines(key, tok string, raises bool) []string {
+	l := []string{evalsha(scripts.RaiseFence, []string{key, key + ":fence"}, tok, "7"), lua("GET", key)}
+	if raises {
+		l = append(l, lua("GET", key+":fence"), lua("SET", key+":fence", "7"))
+	}
+	return l
+}
+
+func feed(a *Audit, node int, lines ...string) {
+	for _, l := range lines {
+		e, err := ParseMonitorLine(l)
+		if err != nil {
+			panic(err)
+		}
+		a.Observe(node, e)
+	}
+}
+
+func TestParseMonitorLine(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want Entry
+	}{
+		{`+1795245089.975338 [0 127.0.0.1:42628] "evalsha" "abc" "1" "k" "tok"` + "\r\n",
+			Entry{Source: "127.0.0.1:42628", Args: []string{"evalsha", "abc", "1", "k", "tok"}}},
+		{`1795245089.975411 [0 lua] "SET" "k" "tok" "NX" "PX" "1000"`,
+			Entry{Source: "lua", Args: []string{"SET", "k", "tok", "NX", "PX", "1000"}}},
+		{`1795245089.983334 [0 127.0.0.1:42640] "set" "a\"b" "x y\\n\n\xff"`,
+			Entry{Source: "127.0.0.1:42640", Args: []string{"set", `a"b`, "x y\\n\n\xff"}}},
+		{`1.0 [0 [::1]:6379] "ping"`, Entry{Source: "[::1]:6379", Args: []string{"ping"}}},
+		{`1.0 [3 unix:/tmp/redis.sock] "get" ""`, Entry{Source: "unix:/tmp/redis.sock", Args: []string{"get", ""}}},
+	} {
+		got, err := ParseMonitorLine(tc.line)
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("ParseMonitorLine(%q) = %#v, %v; want %#v", tc.line, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"+OK", `1.0 "get"`, `1.0 [0 lua] "unterminated`, `1.0 [0 lua] "bad \q"`} {
+		if e, err := ParseMonitorLine(bad); err == nil {
+			t.Errorf("ParseMonitorLine(%q) = %#v, want an error", bad, e)
+		}
+	}
+}
+
+const lk = "quorumlock:{k}"
+
+func TestAuditAcceptsOwnToken(t *testing.T) {
+	a := NewAudit(AuditConfig{Prefix: "quorumlock:"})
+	feed(a, 0, acquireLines(lk, "ta")...)
+	feed(a, 0, extendLines(lk, "ta", true)...)
+	feed(a, 0, raiseLines(lk, "ta", true)...)
+	feed(a, 0, takenLines(lk, "tb")...)          // b is refused: nothing changes
+	feed(a, 0, releaseLines(lk, "tb", false)...) // b's roll-back finds a's token: no delete
+	feed(a, 0, releaseLines(lk, "ta", true)...)
+	feed(a, 0, acquireLines(lk, "tb")...) // now b gets it
+	feed(a, 0, releaseLines(lk, "tb", true)...)
+	feed(a, 0, `1.0 [0 127.0.0.1:1] "get" "quorumlock:{k}"`, `1.0 [0 127.0.0.1:1] "pttl" "quorumlock:{k}"`) // reads
+	if f, n := a.Findings(); n != 0 {
+		t.Fatalf("violations in a correct stream: %v", f)
+	}
+	if st := a.Stats(); st.Checked != 4 || st.Unchecked != 0 {
+		t.Errorf("stats %+v, want 4 checked (extend, raise, two deletes)", st)
+	}
+}
+
+func TestAuditFindsForeignChanges(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		lines []string
+	}{
+		{"release deletes another token", releaseLines(lk, "tb", true)},
+		{"extend sets another token's TTL", extendLines(lk, "tb", true)},
+		{"raise under another token", raiseLines(lk, "tb", true)},
+		{"plain DEL from a client", []string{`1.0 [0 127.0.0.1:9] "del" "quorumlock:{k}"`}},
+		{"PEXPIRE from a client", []string{`1.0 [0 127.0.0.1:9] "pexpire" "quorumlock:{k}" "1"`}},
+		{"foreign script", []string{`1.0 [0 127.0.0.1:9] "eval" "redis.call('DEL', KEYS[1])" "1" "quorumlock:{k}"`, lua("DEL", lk)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := NewAudit(AuditConfig{Prefix: "quorumlock:"})
+			feed(a, 2, acquireLines(lk, "ta")...)
+			feed(a, 2, tc.lines...)
+			f, n := a.Findings()
+			if n != 1 {
+				t.Fatalf("%d violations, want 1: %v", n, f)
+			}
+			t.Log(f[0])
+			if !strings.Contains(f[0].Msg, "node2") || f[0].Key != lk {
+				t.Errorf("finding does not name the node and key: %v", f[0])
+			}
+		})
+	}
+}
+
+func TestAuditAfterExpiryOrGap(t *testing.T) {
+	// After a gap in the stream, the key's content is unknown: the delete
+	// is not judged either way.
+	a := NewAudit(AuditConfig{Prefix: "quorumlock:"})
+	feed(a, 0, acquireLines(lk, "ta")...)
+	a.Gap(0)
+	feed(a, 0, releaseLines(lk, "tb", true)...)
+	if _, n := a.Findings(); n != 0 || a.Stats().Unchecked != 1 {
+		t.Errorf("after a gap: %d violations, stats %+v; want none and one unchecked", n, a.Stats())
+	}
+	// A key deleted by its holder is known absent: a delete by someone
+	// else is a violation (a correct script deletes only its own token).
+	a = NewAudit(AuditConfig{Prefix: "quorumlock:"})
+	feed(a, 0, acquireLines(lk, "ta")...)
+	feed(a, 0, releaseLines(lk, "ta", true)...)
+	feed(a, 0, releaseLines(lk, "ta", true)...)
+	if f, n := a.Findings(); n != 1 || !strings.Contains(f[0].Msg, "absent") {
+		t.Errorf("a second delete of an absent key: %v", f)
+	}
+	// Nodes are independent; fence counters and other keys are not audited.
+	a = NewAudit(AuditConfig{Prefix: "quorumlock:"})
+	feed(a, 0, acquireLines(lk, "ta")...)
+	feed(a, 1, acquireLines(lk, "tb")...)
+	feed(a, 1, releaseLines(lk, "tb", true)...)
+	feed(a, 0, `1.0 [0 127.0.0.1:9] "del" "quorumlock:{k}:fence" "other"`)
+	if f, n := a.Findings(); n != 0 {
+		t.Errorf("violations: %v", f)
+	}
+	// Injected writes are allowed when the test says so.
+	a = NewAudit(AuditConfig{Prefix: "quorumlock:", AllowExternal: true})
+	feed(a, 0, acquireLines(lk, "ta")...)
+	feed(a, 0, `1.0 [0 127.0.0.1:9] "pexpire" "quorumlock:{k}" "1"`)
+	feed(a, 0, releaseLines(lk, "tb", true)...) // content unknown after the injection
+	if f, n := a.Findings(); n != 0 || a.Stats().External != 1 {
+		t.Errorf("allowed injection: %v, stats %+v", f, a.Stats())
+	}
+}

@@ -1,0 +1,506 @@
+package history
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/quorumlock/quorumlock/drift"
+)
+
+// Property names one checked property.
+type Property string
+
+// The properties Check verifies (see the package documentation).
+const (
+	S1  Property = "S1"
+	S2  Property = "S2"
+	S3  Property = "S3"
+	S4  Property = "S4"
+	S5  Property = "S5"
+	L1  Property = "L1"
+	L2  Property = "L2"
+	LIN Property = "LIN"
+)
+
+// Properties lists every property in report order.
+var Properties = []Property{S1, S2, S3, S4, S5, L1, L2, LIN}
+
+// Violation is one breach of a property.
+type Violation struct {
+	Property Property
+	Key      string // the lock's key or the Redis key concerned, if any
+	Msg      string
+}
+
+func (v Violation) String() string { return fmt.Sprintf("%s %s: %s", v.Property, v.Key, v.Msg) }
+
+// Config says how the recorded run was set up.
+type Config struct {
+	// Nodes is the number of Redis nodes of every client.
+	Nodes int
+	// Quorum is the number of nodes a client needs; 0 means Nodes/2+1.
+	Quorum int
+	// DriftFactor is the clients' drift factor; 0 means drift.DefaultFactor.
+	DriftFactor float64
+	// NodeTimeout is the clients' per-node timeout: a request still in
+	// flight when its round ended can land up to this long after the
+	// round started (L1).
+	NodeTimeout time.Duration
+	// Fencing says every client used redlock.WithFencing(true): S2 then
+	// requires a quorum for the write-back, and S4 is checked.
+	Fencing bool
+	// Replies says the nodes' yes-replies were recorded (History.AddReply)
+	// for every client: S2 then counts them.
+	Replies bool
+	// Audit, if not nil, holds the S3 audit of every node's MONITOR stream.
+	Audit *Audit
+	// LinTimeout bounds the linearizability check of each independent
+	// segment of one key's history; 0 means 30 s. A segment that times out
+	// is reported in the notes, not as a violation.
+	LinTimeout time.Duration
+}
+
+// Report is the outcome of Check.
+type Report struct {
+	Ops, Acquired, FailedAcquires, Extends, Releases, Abandoned, Sections int
+	// Checked counts, per property, the cases it examined (pairs of
+	// successive holders, successful operations, audited changes...).
+	Checked map[Property]int
+	// Skipped says why a property was not checked, when it was not.
+	Skipped map[Property]string
+	// Violations holds up to 50 violations per property; Count tells how
+	// many there were.
+	Violations []Violation
+	// Notes are observations that are not violations (assumptions broken
+	// by the run, checks that could not decide).
+	Notes  []string
+	counts map[Property]int
+}
+
+// maxPerProperty bounds the violations a Report keeps per property.
+const maxPerProperty = 50
+
+// Count returns the number of violations of p.
+func (r *Report) Count(p Property) int { return r.counts[p] }
+
+// Total returns the number of violations of all properties.
+func (r *Report) Total() int {
+	n := 0
+	for _, c := range r.counts {
+		n += c
+	}
+	return n
+}
+
+func (r *Report) add(p Property, key, format string, args ...any) {
+	r.counts[p]++
+	if r.counts[p] <= maxPerProperty {
+		r.Violations = append(r.Violations, Violation{Property: p, Key: key, Msg: fmt.Sprintf(format, args...)})
+	}
+}
+
+func (r *Report) note(format string, args ...any) {
+	if len(r.Notes) < 200 {
+		r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
+	}
+}
+
+// String is a human-readable summary: one line per property, then the
+// violations kept and the notes.
+func (r *Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d operations: %d acquisitions (%d failed attempts), %d extends, %d releases, %d holders died, %d critical sections\n",
+		r.Ops, r.Acquired, r.FailedAcquires, r.Extends, r.Releases, r.Abandoned, r.Sections)
+	for _, p := range Properties {
+		if why, ok := r.Skipped[p]; ok {
+			fmt.Fprintf(&b, "  %-3s not checked: %s\n", p, why)
+			continue
+		}
+		fmt.Fprintf(&b, "  %-3s %7d cases checked, %d violations\n", p, r.Checked[p], r.counts[p])
+	}
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "  VIOLATION %s\n", v)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "  note: %s\n", n)
+	}
+	return b.String()
+}
+
+// holding is one successful acquisition and what became of it.
+type holding struct {
+	key, client, token string
+	fence              uint64
+	ttl                time.Duration
+	start, ret         time.Duration // the acquire call's start and return
+	round              time.Duration // start of the winning round
+	deadline           time.Duration // the latest deadline the holder was given
+	end                time.Duration // end of its window
+	released           bool
+}
+
+func (x *holding) String() string {
+	return fmt.Sprintf("%s (token %s, fence %d, window [%v, %v])", x.client, x.token, x.fence, x.ret, x.end)
+}
+
+// Check checks the History against every property it has the data for and
+// returns the Report; it does not change h and may be called while
+// recording goes on (it checks a snapshot).
+//
+// The window of a successful acquisition (S1, S4, LIN) runs from the moment
+// the acquire call returned to the end of its claim: the latest deadline it
+// was given (by the acquire or a successful extend; a failed extend never
+// moves it later), or the start of its release if that came first. A holder
+// that died keeps its window to its deadline: a paused process that wakes
+// up may act until then. The window starts at the return, not at the call's
+// start: a correct client may start its winning round before the previous
+// holder's window ends (its SET lands after the delete or the expiry, or a
+// Lock call was retrying all along), so a window from the start would report
+// correct runs; before its call returns, a client cannot act under the lock.
+// The end, on the other hand, is as late as the holder could believe it
+// holds the lock, so that every overlap a holder could act in is found.
+// The linearizability check (LIN) is tighter on the start: there the
+// acquisition may take effect anywhere between the start of its winning
+// round (derived from its first deadline: round = deadline − (TTL −
+// allowance)) and its return, as the SETs are sent after the round starts.
+func Check(h *History, cfg Config) *Report {
+	if cfg.Quorum == 0 {
+		cfg.Quorum = cfg.Nodes/2 + 1
+	}
+	if cfg.DriftFactor == 0 {
+		cfg.DriftFactor = drift.DefaultFactor
+	}
+	if cfg.LinTimeout == 0 {
+		cfg.LinTimeout = 30 * time.Second
+	}
+	s := h.snapshot()
+	r := &Report{Checked: map[Property]int{}, Skipped: map[Property]string{}, counts: map[Property]int{}}
+	r.Ops = len(s.ops)
+	r.Sections = len(s.sections)
+	holds, byKey := holdings(s.ops, cfg, r)
+	checkS1(byKey, r)
+	checkS2(s, cfg, r)
+	checkS3(cfg, r)
+	checkS4(byKey, s.sections, holds, cfg, r)
+	checkS5(s, holds, r)
+	checkL1(s, cfg, r)
+	checkL2(s, r)
+	checkLinearizable(byKey, s.sections, holds, cfg, r)
+	return r
+}
+
+func allowance(ttl time.Duration, cfg Config) time.Duration {
+	return drift.Allowance(ttl, cfg.DriftFactor)
+}
+
+// holdings gathers the successful acquisitions, by token and by key (each
+// key's sorted by return).
+func holdings(ops []Op, cfg Config, r *Report) (map[string]*holding, map[string][]*holding) {
+	holds := map[string]*holding{}
+	for _, op := range ops {
+		switch {
+		case op.Kind == Acquire && op.Outcome == OK:
+			r.Acquired++
+			holds[op.Token] = &holding{
+				key: op.Key, client: op.Client, token: op.Token, fence: op.Fence, ttl: op.TTL,
+				start: op.Start, ret: op.End, deadline: op.Deadline,
+				round: max(op.Start, op.Deadline-(op.TTL-allowance(op.TTL, cfg))),
+			}
+		case op.Kind == Acquire:
+			r.FailedAcquires++
+		case op.Kind == Extend:
+			r.Extends++
+		case op.Kind == Release:
+			r.Releases++
+		case op.Kind == Abandon:
+			r.Abandoned++
+		}
+	}
+	relStart := map[string]time.Duration{}
+	for _, op := range ops {
+		x := holds[op.Token]
+		if x == nil || op.Token == "" {
+			continue
+		}
+		switch op.Kind {
+		case Extend:
+			x.deadline = max(x.deadline, op.Deadline)
+		case Release:
+			if st, ok := relStart[op.Token]; !ok || op.Start < st {
+				relStart[op.Token] = op.Start
+			}
+		}
+	}
+	byKey := map[string][]*holding{}
+	for tok, x := range holds {
+		x.end = x.deadline
+		if st, ok := relStart[tok]; ok && st < x.end {
+			x.end, x.released = st, true
+		}
+		byKey[x.key] = append(byKey[x.key], x)
+	}
+	for _, xs := range byKey {
+		slices.SortFunc(xs, func(a, b *holding) int { return cmp.Or(cmp.Compare(a.ret, b.ret), strings.Compare(a.token, b.token)) })
+	}
+	return holds, byKey
+}
+
+// checkS1: sweeping each key's holdings in order of return, a holding that
+// returned before the latest window end seen so far overlaps that window.
+func checkS1(byKey map[string][]*holding, r *Report) {
+	for key, xs := range byKey {
+		var last *holding // the holding seen so far whose window ends last
+		for _, x := range xs {
+			if last != nil {
+				r.Checked[S1]++
+				if x.ret < last.end {
+					r.add(S1, key, "%s acquired at %v, %v before the window of %s ended", x, x.ret, last.end-x.ret, last)
+				}
+			}
+			if last == nil || x.end > last.end {
+				last = x
+			}
+		}
+	}
+}
+
+// checkS2: every successful acquire and extend returned with validity left,
+// its deadline is no later than the start of its round (its first request)
+// + TTL − allowance, and (with replies recorded) a quorum of nodes said yes
+// before it returned: to the SET, and with fencing to the write-back.
+func checkS2(s snapshot, cfg Config, r *Report) {
+	for _, op := range s.ops {
+		if op.Outcome != OK || (op.Kind != Acquire && op.Kind != Extend) {
+			continue
+		}
+		r.Checked[S2]++
+		if op.Deadline <= op.End {
+			r.add(S2, op.Key, "%s %s by %s (token %s) returned success with no validity left: deadline %v, returned at %v", op.Kind, op.Key, op.Client, op.Token, op.Deadline, op.End)
+		}
+		earned := op.Deadline - (op.TTL - allowance(op.TTL, cfg)) // the round's start, as the deadline implies
+		if earned < op.Start {
+			r.add(S2, op.Key, "%s by %s (token %s): deadline %v is more than TTL − allowance after the call started (%v)", op.Kind, op.Client, op.Token, op.Deadline, op.Start)
+		}
+		if !cfg.Replies {
+			continue
+		}
+		kinds := []ReplyKind{ReplyAcquire}
+		if op.Kind == Extend {
+			kinds = []ReplyKind{ReplyExtend}
+		} else if cfg.Fencing {
+			kinds = append(kinds, ReplyRaise)
+		}
+		for _, k := range kinds {
+			nodes := map[int]bool{}
+			first := time.Duration(-1)
+			for _, rep := range s.replies[op.Token] {
+				if rep.Kind != k || rep.End > op.End || rep.Start < op.Start {
+					continue
+				}
+				nodes[rep.Node] = true
+				if first < 0 || rep.Start < first {
+					first = rep.Start
+				}
+			}
+			if len(nodes) < cfg.Quorum {
+				r.add(S2, op.Key, "%s by %s (token %s) succeeded with %d yes (%s) before it returned, quorum %d", op.Kind, op.Client, op.Token, len(nodes), replyName(k), cfg.Quorum)
+			}
+			if k != ReplyRaise && first >= 0 && first < earned {
+				r.add(S2, op.Key, "%s by %s (token %s): its first request left at %v, but its deadline %v counts the TTL from %v", op.Kind, op.Client, op.Token, first, op.Deadline, earned)
+			}
+		}
+	}
+	if !cfg.Replies {
+		r.note("S2: node replies were not recorded: quorums not counted, validity checked")
+	}
+}
+
+func replyName(k ReplyKind) string {
+	switch k {
+	case ReplyAcquire:
+		return "SET NX"
+	case ReplyRaise:
+		return "fence write-back"
+	}
+	return "PEXPIRE"
+}
+
+func checkS3(cfg Config, r *Report) {
+	if cfg.Audit == nil {
+		r.Skipped[S3] = "no MONITOR audit"
+		return
+	}
+	st := cfg.Audit.Stats()
+	found, n := cfg.Audit.Findings()
+	r.Checked[S3] = st.Checked
+	r.counts[S3] = n
+	r.Violations = append(r.Violations, found...)
+	if st.Unchecked > 0 || st.Unattributed > 0 {
+		r.note("S3: %d script changes audited against the key's known token, %d not decidable (after %d stream gaps), %d script commands without their call", st.Checked, st.Unchecked, st.Gaps, st.Unattributed)
+	}
+}
+
+// checkS4: along each key's holdings in order of return, fences strictly
+// increase. (G2 promises B.Fence > A.Fence when B's call started after A
+// returned, and, while S1 holds, in the order of the windows, which is the
+// order of return.) Refused fenced writes are noted.
+func checkS4(byKey map[string][]*holding, sections []Section, holds map[string]*holding, cfg Config, r *Report) {
+	if !cfg.Fencing {
+		r.Skipped[S4] = "fencing off"
+		return
+	}
+	for key, xs := range byKey {
+		for i, x := range xs {
+			if x.fence == 0 {
+				r.add(S4, key, "%s got fencing token 0", x)
+			}
+			if i == 0 {
+				continue
+			}
+			r.Checked[S4]++
+			if prev := xs[i-1]; x.fence <= prev.fence {
+				r.add(S4, key, "%s got fence %d, not more than the previous holder %s", x, x.fence, prev)
+			}
+		}
+	}
+	inside, other := 0, 0
+	for _, sec := range sections {
+		if sec.Fenced != Refused {
+			continue
+		}
+		if x := holds[sec.Token]; x != nil && sec.End <= x.end {
+			inside++
+		} else {
+			other++
+		}
+	}
+	if inside+other > 0 {
+		r.note("fenced resource refused %d writes of holders inside their windows (a later fence had written: see S1/S4) and %d of holders past them", inside, other)
+	}
+}
+
+// checkS5: each recorded counter equals the number of sections that wrote
+// it, give or take those whose write is unsure.
+func checkS5(s snapshot, holds map[string]*holding, r *Report) {
+	if len(s.counters) == 0 {
+		r.Skipped[S5] = "no guarded counter recorded"
+		return
+	}
+	wrote, unsure := map[string]int64{}, map[string]int64{}
+	overran := 0
+	for _, sec := range s.sections {
+		switch {
+		case sec.Wrote:
+			wrote[sec.Key]++
+		case sec.Unsure:
+			unsure[sec.Key]++
+		}
+		if x := holds[sec.Token]; x != nil && sec.End > x.end && (sec.Wrote || sec.Unsure) {
+			overran++
+		}
+	}
+	keys := make([]string, 0, len(s.counters))
+	for k := range s.counters {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v := s.counters[k]
+		r.Checked[S5] += int(wrote[k])
+		if v < wrote[k] || v > wrote[k]+unsure[k] {
+			msg := fmt.Sprintf("the guarded counter is %d, but %d critical sections incremented it", v, wrote[k])
+			if unsure[k] > 0 {
+				msg += fmt.Sprintf(" (and %d may have)", unsure[k])
+			}
+			if v < wrote[k] {
+				msg += fmt.Sprintf(": %d increments lost, two holders were inside at once", wrote[k]-v)
+			}
+			r.add(S5, k, "%s", msg)
+		}
+	}
+	if overran > 0 {
+		r.note("%d critical sections ended after their holder's window (the test process stalled): assumption 2 of docs/safety.md did not hold for them", overran)
+	}
+}
+
+// checkL1: a dead holder's lock is free again (held by at most n − q nodes)
+// by max(death, last touch + node timeout) + TTL + 2 × allowance, as the
+// probes show; and no lock key found by the final scan lacks a TTL or has
+// one longer than the longest TTL any operation asked for.
+func checkL1(s snapshot, cfg Config, r *Report) {
+	for _, p := range s.probes {
+		a := allowance(p.TTL, cfg)
+		bound := max(p.Died, p.LastTouch+cfg.NodeTimeout) + p.TTL + 2*a
+		var late []string
+		for _, n := range p.Nodes {
+			if !n.Reached || !n.Holds {
+				continue
+			}
+			if n.PTTL < 0 {
+				late = append(late, fmt.Sprintf("node%d (no TTL)", n.Node))
+				continue
+			}
+			if expiry := n.At + time.Duration(n.PTTL-1)*time.Millisecond; expiry > bound {
+				late = append(late, fmt.Sprintf("node%d (expires %v after the bound)", n.Node, expiry-bound))
+			}
+		}
+		r.Checked[L1]++
+		switch {
+		case len(late) > cfg.Nodes-cfg.Quorum:
+			r.add(L1, p.Key, "holder of token %s died at %v; the lock is not free by %v (TTL + drift after its last touch): %s", p.Token, p.Died, bound, strings.Join(late, ", "))
+		case len(late) > 0:
+			r.note("L1 %s: token %s of a dead holder outlives the bound on %s only (the lock is free)", p.Key, p.Token, strings.Join(late, ", "))
+		}
+	}
+	if !s.scanned {
+		if len(s.probes) == 0 {
+			r.Skipped[L1] = "no holder died and no final scan"
+		}
+		return
+	}
+	var maxTTL time.Duration
+	for _, op := range s.ops {
+		maxTTL = max(maxTTL, op.TTL)
+	}
+	for _, l := range s.leftovers {
+		r.Checked[L1]++
+		switch {
+		case l.PTTL < 0:
+			r.add(L1, l.Key, "node%d: lock key holds %q with no TTL: it would block the lock forever", l.Node, l.Token)
+		case time.Duration(l.PTTL)*time.Millisecond > maxTTL+allowance(maxTTL, cfg):
+			r.add(L1, l.Key, "node%d: lock key holds %q with PTTL %dms, more than the longest TTL asked (%v)", l.Node, l.Token, l.PTTL, maxTTL)
+		}
+	}
+}
+
+// checkL2: no key found by the final scan holds the token of a round that
+// did not win.
+func checkL2(s snapshot, r *Report) {
+	if !s.scanned {
+		r.Skipped[L2] = "no final scan of the nodes"
+		return
+	}
+	won := map[string]bool{}
+	for _, op := range s.ops {
+		if op.Kind == Acquire && op.Outcome == OK {
+			won[op.Token] = true
+		}
+	}
+	failed := map[string]string{} // token -> client
+	for _, op := range s.ops {
+		for _, tok := range op.Tried {
+			if !won[tok] {
+				failed[tok] = op.Client
+			}
+		}
+	}
+	r.Checked[L2] = len(failed)
+	for _, l := range s.leftovers {
+		if who, ok := failed[l.Token]; ok {
+			r.add(L2, l.Key, "node%d still holds the token %q of a failed acquisition by %s (PTTL %dms)", l.Node, l.Token, who, l.PTTL)
+		}
+	}
+}

@@ -1,0 +1,35 @@
+// Package history records what the clients of a chaos test did to a set of
+// quorumlock locks, on one monotonic test clock, and checks the record
+// against the library's safety and liveness properties:
+//
+//   - S1: no two successful acquisitions of one key have overlapping
+//     validity windows;
+//   - S2: an acquisition or extend succeeds only with a quorum of nodes
+//     that said yes before it returned, and with validity left;
+//   - S3: release, extend and the fencing write-back never change a key
+//     that holds another token (audited on every node, from the servers'
+//     own MONITOR stream);
+//   - S4: fencing tokens of successive holders strictly increase;
+//   - S5: a counter guarded by the lock equals the number of critical
+//     sections that incremented it;
+//   - L1: a lock whose holder died is free again within TTL + drift, and no
+//     lock key outlives the longest TTL;
+//   - L2: no key of a failed acquisition is left on a node;
+//   - LIN: the history of acquisitions, releases and guarded increments is
+//     linearizable against a mutex-plus-counter model
+//     (github.com/anishathalye/porcupine).
+//
+// A History is filled while the test runs (every method is safe for
+// concurrent use) and checked once at the end with Check, which returns a
+// Report naming every violation. An Audit follows the MONITOR stream of
+// every node (see Monitor) and reports S3 violations. The checker is only
+// as good as what it is given: each property says in its doc what it
+// needs, and the Report says what was checked and how often.
+//
+// The windows and bounds the checker uses are chosen so that a correct
+// library in a run that respects the documented assumptions (docs/safety.md)
+// is never reported, and so that every report names a real breach of a
+// property; where the record cannot tell, the checker does not guess, and
+// counts the case as unchecked. See Check for the reasoning of each
+// property.
+package history

@@ -1,0 +1,324 @@
+package history
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Kind is what a lock operation did.
+type Kind uint8
+
+// The kinds of lock operations.
+const (
+	// Acquire is one call of Client.TryLock or Client.Lock (all its rounds).
+	Acquire Kind = iota + 1
+	// Extend is one call of Lock.Extend.
+	Extend
+	// Release is one call of Lock.Release.
+	Release
+	// Abandon marks the death of a holder: from End on, it neither uses
+	// nor releases the lock; Start and End are the moment it died.
+	Abandon
+)
+
+var kindNames = [...]string{"?", "acquire", "extend", "release", "abandon"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("Kind(%d)", k)
+}
+
+// Outcome is how a lock operation ended.
+type Outcome uint8
+
+// The outcomes of lock operations.
+const (
+	// OK: the call returned success.
+	OK Outcome = iota + 1
+	// Failed: the call reported a definite failure (ErrNotAcquired,
+	// ErrNotHeld).
+	Failed
+	// Lost: an extend reported ErrLockLost.
+	Lost
+	// Indefinite: the call failed in a way that says nothing about the
+	// nodes (context ended, client closed, unexpected error).
+	Indefinite
+)
+
+var outcomeNames = [...]string{"?", "ok", "failed", "lost", "indefinite"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", o)
+}
+
+// Op is one lock operation of one client. Times are on the History's clock
+// (see History.Now): Start is read just before the call, End just after it
+// returned.
+type Op struct {
+	Client  string
+	Key     string // the lock's key as the caller named it
+	Kind    Kind
+	Start   time.Duration
+	End     time.Duration
+	Outcome Outcome
+	// Token is the lock's token: for an acquire, the winning round's (empty
+	// when none won).
+	Token string
+	// Fence is the lock's fencing token (0 without fencing).
+	Fence uint64
+	// TTL is the TTL the acquire or extend asked for.
+	TTL time.Duration
+	// Deadline is the lock's Deadline after the operation, on the History's
+	// clock (History.Since(lock.Deadline())); 0 when the operation left no
+	// lock (a failed acquire).
+	Deadline time.Duration
+	// Tried holds the tokens of an acquire's rounds that did not win: none
+	// of them may be left on a node (L2).
+	Tried []string
+	// Quorum and Agreed come from the *redlock.QuorumError of a failed
+	// operation (0 when there was none).
+	Quorum, Agreed int
+	// Err is the call's error, if any.
+	Err string
+}
+
+// FenceResult is what a fenced resource did with a critical section's write.
+type FenceResult uint8
+
+// The results of a fenced write.
+const (
+	// NotWritten: the section wrote nothing to the fenced resource.
+	NotWritten FenceResult = iota
+	// Accepted: the resource accepted the write (fence.Write returned nil).
+	Accepted
+	// Refused: the resource refused the write as stale (fence.ErrStale).
+	Refused
+)
+
+// Section is one critical section run under a lock: it read a counter
+// guarded by the lock and, if Wrote, wrote Read+1 back in a separate step,
+// so that two holders inside it at once lose an increment (S5).
+type Section struct {
+	Client string
+	Key    string
+	Token  string // the holder's lock token
+	Fence  uint64 // the holder's fencing token
+	Start  time.Duration
+	End    time.Duration
+	Read   int64 // the counter value read
+	// Wrote says the counter write (Read+1) was confirmed; a section that
+	// stopped before writing (its deadline was near) has Wrote false and
+	// Err empty.
+	Wrote bool
+	// Unsure says the counter write failed in a way that may have reached
+	// the server: the counter may or may not include this section.
+	Unsure bool
+	// Fenced is the fate of the section's write to the fenced resource.
+	Fenced FenceResult
+	Err    string
+}
+
+// ReplyKind is the kind of a node's reply recorded for S2.
+type ReplyKind uint8
+
+// The kinds of node replies.
+const (
+	// ReplyAcquire is a yes to SET NX (with or without the fencing counter).
+	ReplyAcquire ReplyKind = iota + 1
+	// ReplyRaise is a yes to the fencing write-back.
+	ReplyRaise
+	// ReplyExtend is a yes to a token-checked PEXPIRE.
+	ReplyExtend
+)
+
+// Reply is one node's yes to one client's call, as the client saw it: Start
+// just before the call to the node, End just after its answer.
+type Reply struct {
+	Client string
+	Node   int
+	Kind   ReplyKind
+	Key    string
+	Token  string
+	Start  time.Duration
+	End    time.Duration
+}
+
+// ProbeNode is what one node said, when a holder died, about the dead lock's
+// key.
+type ProbeNode struct {
+	Node int
+	// Reached: the node answered GET and PTTL.
+	Reached bool
+	// Holds: the key held the dead holder's token.
+	Holds bool
+	// PTTL is the key's remaining time to live in ms (-1: none); meaningful
+	// when Holds.
+	PTTL int64
+	// At is read just before the node was asked.
+	At time.Duration
+}
+
+// Probe looks at every node right after a holder died (L1).
+type Probe struct {
+	Key   string
+	Token string
+	TTL   time.Duration // the lock's TTL
+	// Died is when the holder stopped (after its last operation returned).
+	Died time.Duration
+	// LastTouch is the start of the last operation that may have set the
+	// key's TTL on some node: the winning round of the acquire, or the
+	// last extend, whatever its outcome.
+	LastTouch time.Duration
+	Nodes     []ProbeNode
+}
+
+// Leftover is a lock key found on a node by the scan at the end of a run,
+// after every client was closed and every fault healed.
+type Leftover struct {
+	Node  int
+	Key   string // the Redis key
+	Token string // its value
+	PTTL  int64  // ms; -1 when the key has no TTL
+}
+
+// History is the record of one test run. Its zero value is not usable; make
+// one with New. All methods are safe for concurrent use.
+type History struct {
+	origin time.Time
+
+	mu        sync.Mutex
+	ops       []Op
+	sections  []Section
+	replies   map[string][]Reply // yes-replies by token
+	nreplies  int
+	probes    []Probe
+	leftovers []Leftover
+	counters  map[string]int64
+	scanned   bool
+	acquired  int
+}
+
+// New returns an empty History whose clock starts now.
+func New() *History {
+	return &History{origin: time.Now(), replies: map[string][]Reply{}, counters: map[string]int64{}}
+}
+
+// Now reads the History's clock: the monotonic time since New.
+func (h *History) Now() time.Duration { return time.Since(h.origin) }
+
+// Since converts t, which must carry a monotonic clock reading taken in this
+// process (as Lock.Deadline does), to the History's clock.
+func (h *History) Since(t time.Time) time.Duration { return t.Sub(h.origin) }
+
+// Add records a lock operation.
+func (h *History) Add(op Op) {
+	h.mu.Lock()
+	h.ops = append(h.ops, op)
+	if op.Kind == Acquire && op.Outcome == OK {
+		h.acquired++
+	}
+	h.mu.Unlock()
+}
+
+// AddSection records a critical section.
+func (h *History) AddSection(s Section) {
+	h.mu.Lock()
+	h.sections = append(h.sections, s)
+	h.mu.Unlock()
+}
+
+// AddReply records a node's yes to a client (S2). Only yes-replies matter:
+// a no or an error never counts towards a quorum.
+func (h *History) AddReply(r Reply) {
+	h.mu.Lock()
+	h.replies[r.Token] = append(h.replies[r.Token], r)
+	h.nreplies++
+	h.mu.Unlock()
+}
+
+// Forget drops the replies recorded for tokens, to save memory: call it with
+// the tokens of rounds that did not win, whose replies S2 never needs.
+// Replies that arrive later are kept; they cost memory, not correctness.
+func (h *History) Forget(tokens []string) {
+	h.mu.Lock()
+	for _, tok := range tokens {
+		h.nreplies -= len(h.replies[tok])
+		delete(h.replies, tok)
+	}
+	h.mu.Unlock()
+}
+
+// AddProbe records what the nodes said right after a holder died (L1).
+func (h *History) AddProbe(p Probe) {
+	h.mu.Lock()
+	h.probes = append(h.probes, p)
+	h.mu.Unlock()
+}
+
+// AddLeftovers records the result of the end-of-run scan of one or more
+// nodes (L1, L2): every lock key found, which may be none. Calling it at all
+// tells Check that a scan was made.
+func (h *History) AddLeftovers(ls ...Leftover) {
+	h.mu.Lock()
+	h.leftovers = append(h.leftovers, ls...)
+	h.scanned = true
+	h.mu.Unlock()
+}
+
+// SetCounter records the final value of the counter guarded by key's lock
+// (S5). Keys whose counter was never set are not checked.
+func (h *History) SetCounter(key string, v int64) {
+	h.mu.Lock()
+	h.counters[key] = v
+	h.mu.Unlock()
+}
+
+// Stats is a snapshot of a History's size, for progress lines.
+type Stats struct {
+	Ops, Acquired, Sections, Replies int
+}
+
+// Stats returns the History's size so far.
+func (h *History) Stats() Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return Stats{Ops: len(h.ops), Acquired: h.acquired, Sections: len(h.sections), Replies: h.nreplies}
+}
+
+// snapshot is a copy of the record, for Check.
+type snapshot struct {
+	ops       []Op
+	sections  []Section
+	replies   map[string][]Reply
+	probes    []Probe
+	leftovers []Leftover
+	scanned   bool
+	counters  map[string]int64
+}
+
+func (h *History) snapshot() snapshot {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := snapshot{
+		ops:       append([]Op(nil), h.ops...),
+		sections:  append([]Section(nil), h.sections...),
+		replies:   make(map[string][]Reply, len(h.replies)),
+		probes:    append([]Probe(nil), h.probes...),
+		leftovers: append([]Leftover(nil), h.leftovers...),
+		scanned:   h.scanned,
+		counters:  make(map[string]int64, len(h.counters)),
+	}
+	for k, v := range h.replies {
+		s.replies[k] = append([]Reply(nil), v...)
+	}
+	for k, v := range h.counters {
+		s.counters[k] = v
+	}
+	return s
+}

@@ -143,8 +143,11 @@ type holding struct {
 }
 
 func (x *holding) String() string {
-	return fmt.Sprintf("%s (token %s, fence %d, window [%v, %v])", x.client, x.token, x.fence, x.ret, x.end)
+	return fmt.Sprintf("%s (token %s, fence %d, window [%v, %v])", x.client, x.token, x.fence, us(x.ret), us(x.end))
 }
+
+// us rounds d to the microsecond, for messages.
+func us(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
 
 // Check checks the History against every property it has the data for and
 // returns the Report; it does not change h and may be called while
@@ -257,7 +260,7 @@ func checkS1(byKey map[string][]*holding, r *Report) {
 			if last != nil {
 				r.Checked[S1]++
 				if x.ret < last.end {
-					r.add(S1, key, "%s acquired at %v, %v before the window of %s ended", x, x.ret, last.end-x.ret, last)
+					r.add(S1, key, "%s acquired at %v, %v before the window of %s ended", x, us(x.ret), us(last.end-x.ret), last)
 				}
 			}
 			if last == nil || x.end > last.end {

@@ -57,7 +57,7 @@ func (b *builder) release(who, key, tok string, start, end int) {
 }
 
 func (b *builder) section(who, key, tok string, fence uint64, start, end int, read int64) {
-	b.h.AddSection(Section{Client: who, Key: key, Token: tok, Fence: fence, Start: ms(start), End: ms(end), Read: read, Wrote: true, Fenced: Accepted})
+	b.h.AddSection(Section{Client: who, Key: key, Token: tok, Fence: fence, Start: ms(start), End: ms(end), Counted: true, Read: read, Wrote: true, Fenced: Accepted})
 }
 
 // clean is a history that satisfies every property: three holders of "k"
@@ -247,7 +247,7 @@ func TestS5(t *testing.T) {
 	// A section whose write is unsure may or may not count.
 	for _, v := range []int64{4, 5} {
 		b = clean()
-		b.h.AddSection(Section{Client: "c", Key: "k", Token: "tc", Fence: 3, Start: ms(33), End: ms(33), Read: 4, Unsure: true})
+		b.h.AddSection(Section{Client: "c", Key: "k", Token: "tc", Fence: 3, Start: ms(33), End: ms(33), Counted: true, Read: 4, Unsure: true})
 		b.h.SetCounter("k", v)
 		want(t, check(t, b, cfg), nil)
 	}
@@ -258,13 +258,13 @@ func TestLinearizability(t *testing.T) {
 	// section saw a value from before a's last increment: not
 	// linearizable.
 	b := clean()
-	b.h.AddSection(Section{Client: "b", Key: "k", Token: "tb", Fence: 2, Start: ms(22), End: ms(23), Read: 1})
+	b.h.AddSection(Section{Client: "b", Key: "k", Token: "tb", Fence: 2, Start: ms(22), End: ms(23), Counted: true, Read: 1})
 	want(t, check(t, b, cfg), map[Property]int{LIN: 1})
 
 	// A section of a holder that ran past its window is not held to the
 	// lock, but its increment counts.
 	b = clean()
-	b.h.AddSection(Section{Client: "c", Key: "k", Token: "tc", Fence: 3, Start: ms(34), End: ms(40), Read: 4, Wrote: true})
+	b.h.AddSection(Section{Client: "c", Key: "k", Token: "tc", Fence: 3, Start: ms(34), End: ms(40), Counted: true, Read: 4, Wrote: true})
 	b.h.SetCounter("k", 5)
 	r := check(t, b, cfg)
 	want(t, r, nil)

@@ -102,8 +102,9 @@ const (
 )
 
 // Section is one critical section run under a lock: it read a counter
-// guarded by the lock and, if Wrote, wrote Read+1 back in a separate step,
-// so that two holders inside it at once lose an increment (S5).
+// guarded by the lock (Counted) and, if Wrote, wrote Read+1 back in a
+// separate step, so that two holders inside it at once lose an increment
+// (S5); it may also have written a fenced resource (Fenced).
 type Section struct {
 	Client string
 	Key    string
@@ -111,7 +112,10 @@ type Section struct {
 	Fence  uint64 // the holder's fencing token
 	Start  time.Duration
 	End    time.Duration
-	Read   int64 // the counter value read
+	// Counted says the section read the guarded counter: Read is its value.
+	// A section that only wrote the fenced resource leaves it false.
+	Counted bool
+	Read    int64
 	// Wrote says the counter write (Read+1) was confirmed; a section that
 	// stopped before writing (its deadline was near) has Wrote false and
 	// Err empty.

@@ -1,0 +1,855 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/drift"
+	"github.com/quorumlock/quorumlock/fence"
+	hist "github.com/quorumlock/quorumlock/internal/history"
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// EnvChaosDuration sets how long TestChaosMixed runs (a Go duration, such as
+// "10m"); the default keeps `make test` short.
+const EnvChaosDuration = "QUORUMLOCK_CHAOS_DURATION"
+
+const defaultChaosDuration = 15 * time.Second
+
+func chaosDuration(t *testing.T) time.Duration {
+	t.Helper()
+	s := strings.TrimSpace(os.Getenv(EnvChaosDuration))
+	if s == "" {
+		return defaultChaosDuration
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		t.Fatalf("%s=%q: want a positive Go duration such as 90s or 10m (%v)", EnvChaosDuration, s, err)
+	}
+	return d
+}
+
+// recPool records every yes a node gives a client to an acquire, a fencing
+// write-back or an extend (S2: success only with a quorum of them before the
+// call returned).
+type recPool struct {
+	pool.Pool
+	h      *hist.History
+	client string
+	node   int
+}
+
+func (p *recPool) record(k hist.ReplyKind, key, token string, start time.Duration) {
+	p.h.AddReply(hist.Reply{Client: p.client, Node: p.node, Kind: k, Key: key, Token: token, Start: start, End: p.h.Now()})
+}
+
+func (p *recPool) Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	start := p.h.Now()
+	ok, err := p.Pool.Acquire(ctx, key, token, ttl)
+	if ok && err == nil {
+		p.record(hist.ReplyAcquire, key, token, start)
+	}
+	return ok, err
+}
+
+func (p *recPool) AcquireFenced(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (uint64, error) {
+	start := p.h.Now()
+	n, err := p.Pool.AcquireFenced(ctx, key, fenceKey, token, ttl)
+	if n > 0 && err == nil {
+		p.record(hist.ReplyAcquire, key, token, start)
+	}
+	return n, err
+}
+
+func (p *recPool) RaiseFence(ctx context.Context, key, fenceKey, token string, f uint64) (bool, error) {
+	start := p.h.Now()
+	ok, err := p.Pool.RaiseFence(ctx, key, fenceKey, token, f)
+	if ok && err == nil {
+		p.record(hist.ReplyRaise, key, token, start)
+	}
+	return ok, err
+}
+
+func (p *recPool) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	start := p.h.Now()
+	ok, err := p.Pool.Extend(ctx, key, token, ttl)
+	if ok && err == nil {
+		p.record(hist.ReplyExtend, key, token, start)
+	}
+	return ok, err
+}
+
+// tokGen makes a Client's tokens and remembers them in order, so that the
+// tokens of one call's failed rounds are known (L2). Safe for concurrent
+// use; a Client driven by one goroutine at a time attributes tokens exactly.
+type tokGen struct {
+	prefix string
+	mu     sync.Mutex
+	made   []string
+}
+
+func (g *tokGen) gen() (string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	tok := fmt.Sprintf("%s-%d-%08x", g.prefix, len(g.made)+1, rand.Uint32())
+	g.made = append(g.made, tok)
+	return tok, nil
+}
+
+func (g *tokGen) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.made)
+}
+
+func (g *tokGen) since(n int) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.made[n:])
+}
+
+// chaosClient is one independent client: its own proxies to the 5 nodes (so
+// that faults can cut it off alone), recording pools and redlock.Client.
+// Each of its lock operations is recorded in h. It is driven by one
+// goroutine at a time.
+type chaosClient struct {
+	name    string
+	h       *hist.History
+	ttl     time.Duration
+	proxies []*redistest.Proxy
+	pools   []pool.Pool
+	cl      *redlock.Client
+	gen     *tokGen
+	once    sync.Once
+}
+
+// newChaosClient dials one pool per node through a new proxy, with
+// poolOpts, and makes a fenced Client with lockOpts; a t.Cleanup closes it
+// (before the proxies, registered earlier).
+func newChaosClient(t *testing.T, c *cluster, h *hist.History, name string, ttl time.Duration, poolOpts []pool.Option, lockOpts ...redlock.Option) *chaosClient {
+	t.Helper()
+	cc := &chaosClient{name: name, h: h, ttl: ttl, gen: &tokGen{prefix: name}}
+	for i := range c.Len() {
+		px := c.Node(i).Proxy(t)
+		cc.proxies = append(cc.proxies, px)
+		p, err := pool.Dial(&redis.Options{Addr: px.Addr(), Password: c.password},
+			append([]pool.Option{pool.WithName(fmt.Sprintf("node%d", i))}, poolOpts...)...)
+		if err != nil {
+			t.Fatalf("%s: pool.Dial node%d: %v", name, i, err)
+		}
+		cc.pools = append(cc.pools, &recPool{Pool: p, h: h, client: name, node: i})
+	}
+	opts := append([]redlock.Option{
+		redlock.WithTTL(ttl),
+		redlock.WithFencing(true),
+		redlock.WithTokenGenerator(cc.gen.gen),
+	}, lockOpts...)
+	cl, err := redlock.New(cc.pools, opts...)
+	if err != nil {
+		cc.closePools(t)
+		t.Fatalf("%s: redlock.New: %v", name, err)
+	}
+	cc.cl = cl
+	t.Cleanup(func() { cc.close(t) })
+	return cc
+}
+
+func (cc *chaosClient) closePools(t *testing.T) {
+	for _, p := range cc.pools {
+		if err := p.Close(); err != nil {
+			t.Errorf("%s: closing pool %s: %v", cc.name, p.Name(), err)
+		}
+	}
+}
+
+// close closes the Client (releasing what it still holds and joining its
+// clean-up) and the pools; only the first call does anything. Release
+// failures of Close are expected after faults and only logged.
+func (cc *chaosClient) close(t *testing.T) {
+	cc.once.Do(func() {
+		if err := cc.cl.Close(); err != nil && !errors.Is(err, redlock.ErrClosed) {
+			t.Logf("%s: Close: %v", cc.name, err)
+		}
+		cc.closePools(t)
+	})
+}
+
+// warm makes the Client verify every node's identity and open connections,
+// with a generous node timeout; it is not recorded.
+func (cc *chaosClient) warm(ctx context.Context) error {
+	l, err := cc.cl.Lock(ctx, "warm-"+cc.name, redlock.WithNodeTimeout(time.Second), redlock.WithMaxWait(10*time.Second))
+	if err != nil {
+		return fmt.Errorf("%s: warm-up: %w", cc.name, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		return fmt.Errorf("%s: warm-up release: %w", cc.name, err)
+	}
+	return nil
+}
+
+// partition blackholes (on) or restores (off) this client's links to nodes.
+func (cc *chaosClient) partition(on bool, nodes ...int) {
+	for _, i := range nodes {
+		cc.proxies[i].Blackhole(on)
+	}
+}
+
+func outcomeOf(err error, ctx context.Context) hist.Outcome {
+	switch {
+	case err == nil:
+		return hist.OK
+	case ctx.Err() != nil:
+		return hist.Indefinite
+	case errors.Is(err, redlock.ErrLockLost):
+		return hist.Lost
+	case errors.Is(err, redlock.ErrNotAcquired), errors.Is(err, redlock.ErrNotHeld):
+		return hist.Failed
+	}
+	return hist.Indefinite
+}
+
+// acquire calls TryLock (wait 0) or Lock with WithMaxWait(wait), records
+// the call and returns the lock (nil on failure) and the record.
+func (cc *chaosClient) acquire(ctx context.Context, key string, wait time.Duration) (*redlock.Lock, hist.Op, error) {
+	n0 := cc.gen.count()
+	op := hist.Op{Client: cc.name, Key: key, Kind: hist.Acquire, TTL: cc.ttl, Start: cc.h.Now()}
+	var l *redlock.Lock
+	var err error
+	if wait > 0 {
+		l, err = cc.cl.Lock(ctx, key, redlock.WithMaxWait(wait))
+	} else {
+		l, err = cc.cl.TryLock(ctx, key)
+	}
+	op.End = cc.h.Now()
+	op.Outcome = outcomeOf(err, ctx)
+	tried := cc.gen.since(n0)
+	if err == nil {
+		op.Token, op.Fence, op.Deadline = l.Token(), l.Fence(), cc.h.Since(l.Deadline())
+		tried = slices.DeleteFunc(tried, func(s string) bool { return s == op.Token })
+	} else {
+		op.Err = err.Error()
+		var qe *redlock.QuorumError
+		if errors.As(err, &qe) {
+			op.Quorum, op.Agreed = qe.Quorum, qe.Agreed()
+		}
+	}
+	op.Tried = tried
+	cc.h.Add(op)
+	cc.h.Forget(tried)
+	return l, op, err
+}
+
+// extend calls l.Extend with the lock's TTL and records it.
+func (cc *chaosClient) extend(ctx context.Context, l *redlock.Lock) (hist.Op, error) {
+	op := hist.Op{Client: cc.name, Key: l.Key(), Kind: hist.Extend, TTL: cc.ttl, Token: l.Token(), Fence: l.Fence(), Start: cc.h.Now()}
+	err := l.Extend(ctx, 0)
+	op.End = cc.h.Now()
+	op.Outcome = outcomeOf(err, ctx)
+	op.Deadline = cc.h.Since(l.Deadline())
+	if err != nil {
+		op.Err = err.Error()
+	}
+	cc.h.Add(op)
+	return op, err
+}
+
+// release calls l.Release and records it.
+func (cc *chaosClient) release(ctx context.Context, l *redlock.Lock) (hist.Op, error) {
+	op := hist.Op{Client: cc.name, Key: l.Key(), Kind: hist.Release, Token: l.Token(), Fence: l.Fence(), Start: cc.h.Now()}
+	err := l.Release(ctx)
+	op.End = cc.h.Now()
+	op.Outcome = outcomeOf(err, ctx)
+	if err != nil {
+		op.Err = err.Error()
+	}
+	cc.h.Add(op)
+	return op, err
+}
+
+// resource is the state the locks protect, on a Redis server of its own that
+// no fault touches: per key, a counter read and written in two steps (S5)
+// and a fenced register written with fence.Write.
+type resource struct {
+	cl *redis.Client
+	h  *hist.History
+}
+
+func counterKey(key string) string  { return "chaos:counter:" + key }
+func registerKey(key string) string { return "chaos:register:" + key }
+
+// section runs one critical section under l for cc: read the counter, work
+// briefly, and, if the deadline is not near, write it back incremented and
+// write the fenced register. It records the section and returns false if it
+// found too little validity left to start.
+func (res *resource) section(ctx context.Context, cc *chaosClient, l *redlock.Lock, rng *rand.Rand) bool {
+	const (
+		startMargin = 300 * time.Millisecond // validity needed to start
+		writeMargin = 100 * time.Millisecond // validity needed to write
+	)
+	deadline := l.Deadline()
+	if time.Until(deadline) < startMargin {
+		return false
+	}
+	key := l.Key()
+	s := hist.Section{Client: cc.name, Key: key, Token: l.Token(), Fence: l.Fence(), Start: res.h.Now()}
+	defer func() {
+		s.End = res.h.Now()
+		res.h.AddSection(s)
+	}()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	v, err := res.cl.Get(rctx, counterKey(key)).Int64()
+	if errors.Is(err, redis.Nil) {
+		v, err = 0, nil
+	}
+	if err != nil {
+		s.Err = "read: " + err.Error()
+		return true
+	}
+	s.Read, s.Counted = v, true
+	time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond) // the work
+	if time.Until(deadline) < writeMargin {
+		return true // too late to write: stop, as a careful holder does
+	}
+	if err := res.cl.Set(rctx, counterKey(key), v+1, 0).Err(); err != nil {
+		s.Err, s.Unsure = "write: "+err.Error(), true
+		return true
+	}
+	s.Wrote = true
+	switch err := fence.Write(rctx, res.cl, registerKey(key), l.Fence(), fmt.Sprint(v+1)); {
+	case err == nil:
+		s.Fenced = hist.Accepted
+	case errors.Is(err, fence.ErrStale):
+		s.Fenced = hist.Refused
+	default:
+		s.Err = "fenced write: " + err.Error()
+	}
+	return true
+}
+
+// probe reads the dead lock's key on every node, directly (L1).
+func probe(ctx context.Context, admins []*redis.Client, h *hist.History, l *redlock.Lock, ttl, died, lastTouch time.Duration) hist.Probe {
+	p := hist.Probe{Key: l.Key(), Token: l.Token(), TTL: ttl, Died: died, LastTouch: lastTouch, Nodes: make([]hist.ProbeNode, len(admins))}
+	var wg sync.WaitGroup
+	for i, cl := range admins {
+		wg.Go(func() {
+			pn := hist.ProbeNode{Node: i, At: h.Now()}
+			pctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+			defer cancel()
+			var get *redis.StringCmd
+			var pttl *redis.Cmd
+			_, err := cl.TxPipelined(pctx, func(p redis.Pipeliner) error {
+				get = p.Get(pctx, rkey(l.Key()))
+				pttl = p.Do(pctx, "PTTL", rkey(l.Key()))
+				return nil
+			})
+			if err == nil || errors.Is(err, redis.Nil) {
+				pn.Reached = true
+				pn.Holds = get.Val() == l.Token()
+				pn.PTTL, _ = pttl.Int64()
+			}
+			p.Nodes[i] = pn
+		})
+	}
+	wg.Wait()
+	return p
+}
+
+// faulter injects faults at random until stopped, and heals each after a
+// while: node kills (restarted with their data after more than the TTL),
+// pauses, per-client partitions (blackholes), connection resets and
+// latency. It never has more than maxNodeFaults nodes killed or paused at
+// once. Every fault runs on a goroutine that heals it when its time is up,
+// or at once when the faulter stops.
+type faulter struct {
+	t       *testing.T
+	c       *cluster
+	clients []*chaosClient
+	ttl     time.Duration
+	rng     *rand.Rand
+	stop    chan struct{}
+	wg      sync.WaitGroup
+
+	mu        sync.Mutex
+	nodeBusy  map[int]bool
+	linkBusy  map[[2]int]bool // (client, node) with a blackhole or latency
+	active    map[int]string
+	next      int
+	counts    map[string]int
+	maxFaults int
+}
+
+const maxNodeFaults = 2 // a quorum of 3 of 5 nodes stays up
+
+func newFaulter(t *testing.T, c *cluster, clients []*chaosClient, ttl time.Duration, seed uint64) *faulter {
+	return &faulter{
+		t: t, c: c, clients: clients, ttl: ttl, rng: rand.New(rand.NewPCG(seed, 7)), stop: make(chan struct{}),
+		nodeBusy: map[int]bool{}, linkBusy: map[[2]int]bool{}, active: map[int]string{}, counts: map[string]int{},
+	}
+}
+
+// run injects a fault every 1–3 s until stop is closed, then waits until
+// every fault is healed.
+func (f *faulter) run() {
+	defer f.wg.Wait()
+	for {
+		gap := time.Second + time.Duration(f.rng.IntN(2000))*time.Millisecond
+		select {
+		case <-f.stop:
+			return
+		case <-time.After(gap):
+		}
+		f.inject()
+	}
+}
+
+// hold keeps a fault for d (or until stop), then heals it.
+func (f *faulter) hold(desc string, d time.Duration, heal func()) {
+	f.mu.Lock()
+	id := f.next
+	f.next++
+	f.active[id] = desc
+	f.maxFaults = max(f.maxFaults, len(f.active))
+	f.mu.Unlock()
+	f.wg.Go(func() {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-f.stop:
+		}
+		heal()
+		f.mu.Lock()
+		delete(f.active, id)
+		f.mu.Unlock()
+	})
+}
+
+func (f *faulter) count(kind string) {
+	f.mu.Lock()
+	f.counts[kind]++
+	f.mu.Unlock()
+}
+
+// freeNode picks a node that is neither killed nor paused, if fewer than
+// maxNodeFaults are; it marks it busy.
+func (f *faulter) freeNode() (int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.nodeBusy) >= maxNodeFaults {
+		return 0, false
+	}
+	var free []int
+	for i := range f.c.Len() {
+		if !f.nodeBusy[i] {
+			free = append(free, i)
+		}
+	}
+	i := free[f.rng.IntN(len(free))]
+	f.nodeBusy[i] = true
+	return i, true
+}
+
+func (f *faulter) freeNodeDone(i int) {
+	f.mu.Lock()
+	delete(f.nodeBusy, i)
+	f.mu.Unlock()
+}
+
+// links picks up to n of client k's links that carry no other fault and
+// marks them busy.
+func (f *faulter) links(k, n int) []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []int
+	for _, i := range f.rng.Perm(f.c.Len()) {
+		if len(out) < n && !f.linkBusy[[2]int{k, i}] {
+			f.linkBusy[[2]int{k, i}] = true
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func (f *faulter) linksDone(k int, nodes []int) {
+	f.mu.Lock()
+	for _, i := range nodes {
+		delete(f.linkBusy, [2]int{k, i})
+	}
+	f.mu.Unlock()
+}
+
+func (f *faulter) inject() {
+	ms := func(lo, hi int) time.Duration { return time.Duration(lo+f.rng.IntN(hi-lo)) * time.Millisecond }
+	k := f.rng.IntN(len(f.clients))
+	cc := f.clients[k]
+	switch f.rng.IntN(5) {
+	case 0: // kill, restart with the data after more than the TTL
+		i, ok := f.freeNode()
+		if !ok {
+			return
+		}
+		if err := f.c.Node(i).Kill(); err != nil {
+			f.t.Errorf("chaos: kill node%d: %v", i, err)
+			f.freeNodeDone(i)
+			return
+		}
+		f.count("kill")
+		d := f.ttl + ms(500, 1500)
+		f.hold(fmt.Sprintf("node%d killed", i), d, func() {
+			if err := f.c.Node(i).Restart(false); err != nil {
+				f.t.Errorf("chaos: restart node%d: %v", i, err)
+			}
+			f.freeNodeDone(i)
+		})
+	case 1: // pause
+		i, ok := f.freeNode()
+		if !ok {
+			return
+		}
+		if err := f.c.Node(i).Pause(); err != nil {
+			f.t.Errorf("chaos: pause node%d: %v", i, err)
+			f.freeNodeDone(i)
+			return
+		}
+		f.count("pause")
+		f.hold(fmt.Sprintf("node%d paused", i), ms(200, 900), func() {
+			if err := f.c.Node(i).Resume(); err != nil {
+				f.t.Errorf("chaos: resume node%d: %v", i, err)
+			}
+			f.freeNodeDone(i)
+		})
+	case 2: // partition one client from 1–3 nodes
+		nodes := f.links(k, 1+f.rng.IntN(3))
+		if len(nodes) == 0 {
+			return
+		}
+		cc.partition(true, nodes...)
+		f.count("partition")
+		f.hold(fmt.Sprintf("%s cut from nodes %v", cc.name, nodes), ms(500, 2500), func() {
+			cc.partition(false, nodes...)
+			f.linksDone(k, nodes)
+		})
+	case 3: // reset one client's connections to 1–5 nodes
+		for _, i := range f.rng.Perm(f.c.Len())[:1+f.rng.IntN(f.c.Len())] {
+			cc.proxies[i].Reset()
+		}
+		f.count("reset")
+	case 4: // latency on 1–2 of one client's links
+		nodes := f.links(k, 1+f.rng.IntN(2))
+		if len(nodes) == 0 {
+			return
+		}
+		d := ms(5, 40)
+		for _, i := range nodes {
+			cc.proxies[i].SetLatency(d)
+		}
+		f.count("latency")
+		f.hold(fmt.Sprintf("%s +%v to nodes %v", cc.name, d, nodes), ms(1000, 3000), func() {
+			for _, i := range nodes {
+				cc.proxies[i].SetLatency(0)
+			}
+			f.linksDone(k, nodes)
+		})
+	}
+}
+
+// status describes the faults now active and the counts so far.
+func (f *faulter) status() (active []string, counts map[string]int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, d := range f.active {
+		active = append(active, d)
+	}
+	slices.Sort(active)
+	return active, maps.Clone(f.counts)
+}
+
+func faultSummary(counts map[string]int) string {
+	var parts []string
+	total := 0
+	for _, k := range []string{"kill", "pause", "partition", "reset", "latency"} {
+		parts = append(parts, fmt.Sprintf("%d %s", counts[k], k))
+		total += counts[k]
+	}
+	return fmt.Sprintf("%d faults: %s", total, strings.Join(parts, ", "))
+}
+
+// scanLeftovers records every lock key (not fencing counters) on every node
+// (L1, L2); all nodes must be up.
+func scanLeftovers(t *testing.T, admins []*redis.Client, h *hist.History) {
+	t.Helper()
+	for i, cl := range admins {
+		var found []hist.Leftover
+		for _, k := range lockKeys(t, cl) {
+			if strings.HasSuffix(k, ":fence") {
+				continue
+			}
+			found = append(found, hist.Leftover{Node: i, Key: k, Token: get(t, cl, k), PTTL: pttl(t, cl, k)})
+		}
+		h.AddLeftovers(found...)
+	}
+}
+
+// startAudit follows every node's MONITOR stream; the returned function
+// stops the monitors and reports their parse errors.
+func startAudit(t *testing.T, c *cluster, allowExternal bool) (*hist.Audit, func()) {
+	t.Helper()
+	a := hist.NewAudit(hist.AuditConfig{Prefix: redlock.DefaultKeyPrefix, AllowExternal: allowExternal})
+	var ms []*hist.Monitor
+	for i := range c.Len() {
+		ms = append(ms, hist.StartMonitor(i, c.Node(i).Addr(), c.password, a))
+	}
+	eventually(t, 10*time.Second, 5*time.Millisecond, "MONITOR attached on every node", func() bool {
+		for _, m := range ms {
+			if m.Attached() == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			for i, m := range ms {
+				m.Stop()
+				if n, err := m.Errors(); n > 0 {
+					t.Errorf("node%d MONITOR: %d lines not parsed (last: %v)", i, n, err)
+				}
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return a, stop
+}
+
+// TestChaosMixed runs 16 independent clients, each behind its own proxies,
+// contending for 3 keys with fencing, a guarded counter and a fenced
+// register, while nodes are killed (and restarted with their data after more
+// than the TTL), paused, cut off from single clients, reset and slowed.
+// Holders extend, release, and sometimes die. Every operation is recorded,
+// every node's MONITOR stream is audited, and at the end the history is
+// checked for S1–S5, L1, L2 and linearizability. QUORUMLOCK_CHAOS_DURATION
+// sets how long it runs (default 15 s; `make chaos` runs 10 minutes).
+func TestChaosMixed(t *testing.T) {
+	const (
+		ttl         = 2 * time.Second
+		nodeTimeout = 200 * time.Millisecond
+		nclients    = 16
+		guard       = 3 * time.Second // restart guard: above TTL + allowance
+	)
+	dur := chaosDuration(t)
+	keys := []string{"chaos-a", "chaos-b", "chaos-c"}
+	progressEvery := 3 * time.Second
+	if dur > 2*time.Minute {
+		progressEvery = 10 * time.Second
+	}
+
+	c := startCluster(t, ttl, "")
+	dropFenceCounters(t, c)
+	resCluster := redistest.Start(t, 1)
+	res := &resource{cl: resCluster.Clients(t)[0]}
+	admins := c.admins(t)
+	h := hist.New()
+	res.h = h
+	audit, stopAudit := startAudit(t, c, false)
+
+	// go-redis logs every failed dial to a killed node: count them instead.
+	quiet := &countingLogger{}
+	redis.SetLogger(quiet)
+	defer redis.SetLogger(stderrLogger{})
+	poolOpts := []pool.Option{pool.WithRestartGuard(guard), pool.WithLogger(slog.New(slog.DiscardHandler))}
+	lockOpts := []redlock.Option{redlock.WithNodeTimeout(nodeTimeout), redlock.WithRetryBackoff(5*time.Millisecond, 100*time.Millisecond)}
+	clients := make([]*chaosClient, nclients)
+	for k := range clients {
+		clients[k] = newChaosClient(t, c, h, fmt.Sprintf("c%02d", k), ttl, poolOpts, lockOpts...)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Warm up: every Client verifies the nodes' identities and opens its
+	// connections before faults, with time to spare (not recorded).
+	var wg sync.WaitGroup
+	for _, cc := range clients {
+		wg.Go(func() {
+			if err := cc.warm(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	allow := drift.Allowance(ttl, drift.DefaultFactor)
+	var lat latencies
+	for k, cc := range clients {
+		rng := rand.New(rand.NewPCG(uint64(k), 99))
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				key := keys[rng.IntN(len(keys))]
+				wait := time.Duration(0)
+				if rng.IntN(3) > 0 {
+					wait = time.Duration(200+rng.IntN(800)) * time.Millisecond
+				}
+				l, op, err := cc.acquire(ctx, key, wait)
+				lat.add(err == nil, op.End-op.Start)
+				if err != nil {
+					if wait == 0 { // TryLock fails fast: do not spin
+						time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
+					}
+					continue
+				}
+				lastTouch := h.Since(l.Deadline()) - (ttl - allow) // the winning round's start
+				for range 1 + rng.IntN(3) {
+					if !res.section(ctx, cc, l, rng) {
+						break
+					}
+					if rng.IntN(2) == 0 {
+						op, err := cc.extend(ctx, l)
+						lastTouch = op.Start
+						if err != nil {
+							break
+						}
+					}
+				}
+				if rng.IntN(40) == 0 { // the holder dies: no release
+					died := h.Now()
+					h.Add(hist.Op{Client: cc.name, Key: key, Kind: hist.Abandon, Token: l.Token(), Fence: l.Fence(), Start: died, End: died})
+					h.AddProbe(probe(ctx, admins, h, l, ttl, died, lastTouch))
+					continue
+				}
+				_, _ = cc.release(ctx, l)
+			}
+		})
+	}
+
+	f := newFaulter(t, c, clients, ttl, uint64(time.Now().UnixNano()))
+	faultsDone := make(chan struct{})
+	go func() { defer close(faultsDone); f.run() }()
+
+	begin := time.Now()
+	tick := time.NewTicker(progressEvery)
+	for time.Since(begin) < dur {
+		<-tick.C
+		st := h.Stats()
+		active, counts := f.status()
+		as := audit.Stats()
+		t.Logf("chaos %4.0fs: %d ops, %d acquisitions, %d sections, %d audited changes; %s; active: %s",
+			time.Since(begin).Seconds(), st.Ops, st.Acquired, st.Sections, as.Checked, faultSummary(counts), strings.Join(active, "; "))
+	}
+	tick.Stop()
+
+	cancel()
+	wg.Wait()
+	close(f.stop)
+	<-faultsDone
+	for _, cc := range clients {
+		cc.close(t)
+	}
+	scanLeftovers(t, admins, h)
+	for _, key := range keys {
+		v, err := res.cl.Get(context.Background(), counterKey(key)).Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatalf("reading counter %s: %v", key, err)
+		}
+		h.SetCounter(key, v)
+	}
+	stopAudit()
+
+	start := time.Now()
+	r := hist.Check(h, hist.Config{Nodes: nodes, NodeTimeout: nodeTimeout, Fencing: true, Replies: true, Audit: audit})
+	_, counts := f.status()
+	t.Logf("checked in %v:\n%s", time.Since(start).Round(time.Millisecond), r)
+	for _, v := range r.Violations {
+		t.Errorf("%s", v)
+	}
+	t.Logf("chaos summary (max %d faults at once; go-redis logged %d failed dials)", f.maxFaults, quiet.n.Load())
+	t.Logf("acquire calls that won: %s", durations(lat.get(true)))
+	t.Logf("acquire calls that failed: %s", durations(lat.get(false)))
+	t.Logf("| scenario | faults | properties checked | operations | violations |")
+	t.Logf("| %s | %s | %s | %s | %s |", fmt.Sprintf("mixed: %d clients, %d keys, %v", nclients, len(keys), dur), faultSummary(counts),
+		checkedList(r), fmt.Sprintf("%d (%d acquisitions, %d failed attempts, %d extends, %d releases, %d deaths, %d sections)", r.Ops, r.Acquired, r.FailedAcquires, r.Extends, r.Releases, r.Abandoned, r.Sections),
+		violationList(r))
+	if r.Acquired < 10*nclients/4 {
+		t.Errorf("only %d acquisitions in %v: the scenario did not exercise the lock", r.Acquired, dur)
+	}
+}
+
+// latencies collects call durations from many goroutines.
+type latencies struct {
+	mu       sync.Mutex
+	won, not []time.Duration
+}
+
+func (l *latencies) add(won bool, d time.Duration) {
+	l.mu.Lock()
+	if won {
+		l.won = append(l.won, d)
+	} else {
+		l.not = append(l.not, d)
+	}
+	l.mu.Unlock()
+}
+
+func (l *latencies) get(won bool) []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if won {
+		return slices.Clone(l.won)
+	}
+	return slices.Clone(l.not)
+}
+
+// countingLogger counts go-redis' log lines instead of printing them.
+type countingLogger struct{ n atomic.Int64 }
+
+func (l *countingLogger) Printf(context.Context, string, ...any) { l.n.Add(1) }
+
+// stderrLogger prints like go-redis' default logger.
+type stderrLogger struct{}
+
+func (stderrLogger) Printf(_ context.Context, format string, v ...any) {
+	_ = log.New(os.Stderr, "redis: ", log.LstdFlags|log.Lshortfile).Output(2, fmt.Sprintf(format, v...))
+}
+
+// checkedList names the properties checked, with their case counts.
+func checkedList(r *hist.Report) string {
+	var parts []string
+	for _, p := range hist.Properties {
+		if _, skipped := r.Skipped[p]; !skipped {
+			parts = append(parts, fmt.Sprintf("%s (%d)", p, r.Checked[p]))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// violationList gives the number of violations, per property when any.
+func violationList(r *hist.Report) string {
+	if r.Total() == 0 {
+		return "0"
+	}
+	var parts []string
+	for _, p := range hist.Properties {
+		if n := r.Count(p); n > 0 {
+			parts = append(parts, fmt.Sprintf("%s: %d", p, n))
+		}
+	}
+	return strings.Join(parts, ", ")
+}

@@ -4,7 +4,7 @@
 GO ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test lint fuzz demo bench
+.PHONY: test lint fuzz demo bench chaos
 
 # demo runs 5 embedded Redis servers in one process, contending workers, and
 # kills and revives nodes; it needs nothing but Go.
@@ -28,3 +28,11 @@ fuzz:
 # with and without fencing, over in-memory pools).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./redlock/
+
+# chaos runs the mixed chaos scenario (TestChaosMixed: 16 clients, node kills,
+# pauses, partitions, resets, latency) for CHAOS_DURATION (default 10m),
+# printing progress every few seconds, then checks the whole history for
+# S1-S5, L1, L2 and linearizability (docs/chaos.md).
+CHAOS_DURATION ?= 10m
+chaos:
+	QUORUMLOCK_CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -race -count=1 -v -timeout 0 -run '^TestChaosMixed$$' ./integration/

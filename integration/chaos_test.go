@@ -299,8 +299,8 @@ func registerKey(key string) string { return "chaos:register:" + key }
 // found too little validity left to start.
 func (res *resource) section(ctx context.Context, cc *chaosClient, l *redlock.Lock, rng *rand.Rand) bool {
 	const (
-		startMargin = 300 * time.Millisecond // validity needed to start
-		writeMargin = 100 * time.Millisecond // validity needed to write
+		startMargin = 500 * time.Millisecond // validity needed to start
+		writeMargin = 250 * time.Millisecond // validity needed to write: a stall shorter than this cannot push the write past the deadline
 	)
 	deadline := l.Deadline()
 	if time.Until(deadline) < startMargin {

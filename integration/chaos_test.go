@@ -658,7 +658,7 @@ func TestChaosMixed(t *testing.T) {
 	keys := []string{"chaos-a", "chaos-b", "chaos-c"}
 	progressEvery := 3 * time.Second
 	if dur > 2*time.Minute {
-		progressEvery = 10 * time.Second
+		progressEvery = 5 * time.Second
 	}
 
 	c := startCluster(t, ttl, "")
@@ -787,6 +787,9 @@ func TestChaosMixed(t *testing.T) {
 	t.Logf("| %s | %s | %s | %s | %s |", fmt.Sprintf("mixed: %d clients, %d keys, %v", nclients, len(keys), dur), faultSummary(counts),
 		checkedList(r), fmt.Sprintf("%d (%d acquisitions, %d failed attempts, %d extends, %d releases, %d deaths, %d sections)", r.Ops, r.Acquired, r.FailedAcquires, r.Extends, r.Releases, r.Abandoned, r.Sections),
 		violationList(r))
+	if r.Checked[hist.S3] == 0 {
+		t.Errorf("the MONITOR audit checked no change: S3 was not verified")
+	}
 	if r.Acquired < 10*nclients/4 {
 		t.Errorf("only %d acquisitions in %v: the scenario did not exercise the lock", r.Acquired, dur)
 	}

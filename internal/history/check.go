@@ -35,6 +35,7 @@ type Violation struct {
 	Msg      string
 }
 
+// String describes the violation on one line.
 func (v Violation) String() string { return fmt.Sprintf("%s %s: %s", v.Property, v.Key, v.Msg) }
 
 // Config says how the recorded run was set up.
@@ -63,7 +64,8 @@ type Config struct {
 	LinTimeout time.Duration
 }
 
-// Report is the outcome of Check.
+// Report is the outcome of Check. It is built by one Check call and only
+// read afterwards: reading it from many goroutines is safe.
 type Report struct {
 	Ops, Acquired, FailedAcquires, Extends, Releases, Abandoned, Sections int
 	// Checked counts, per property, the cases it examined (pairs of

@@ -24,6 +24,7 @@ const (
 
 var kindNames = [...]string{"?", "acquire", "extend", "release", "abandon"}
 
+// String returns the kind's name, as "acquire".
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
 		return kindNames[k]
@@ -50,6 +51,7 @@ const (
 
 var outcomeNames = [...]string{"?", "ok", "failed", "lost", "indefinite"}
 
+// String returns the outcome's name, as "ok".
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
 		return outcomeNames[o]

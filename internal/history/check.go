@@ -343,9 +343,8 @@ func checkS3(cfg Config, r *Report) {
 	r.Checked[S3] = st.Checked
 	r.counts[S3] = n
 	r.Violations = append(r.Violations, found...)
-	if st.Unchecked > 0 || st.Unattributed > 0 {
-		r.note("S3: %d script changes audited against the key's known token, %d not decidable (after %d stream gaps), %d script commands without their call", st.Checked, st.Unchecked, st.Gaps, st.Unattributed)
-	}
+	r.note("S3: %d MONITOR entries; %d script changes audited against the key's known token, %d not decidable (after %d stream gaps), %d writes from outside the scripts, %d script commands without their call",
+		st.Entries, st.Checked, st.Unchecked, st.Gaps, st.External, st.Unattributed)
 }
 
 // checkS4: along each key's holdings in order of return, fences strictly

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/drift"
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 )
 
@@ -101,6 +102,7 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 	if err := c.ids.check(ctx, c, cfg); err != nil {
 		return nil, err
 	}
+	rkey := c.redisKey(cfg, key)
 	token, err := cfg.token()
 	if err == nil && token == "" {
 		err = errors.New("it returned an empty token")
@@ -108,25 +110,17 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 	if err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: token generator: %w", key, err)
 	}
-	rkey := c.redisKey(cfg, key)
 	n, q := len(c.pools), cfg.quorumOf(len(c.pools))
 	res := c.newResults()
 
 	var fkey string // the fencing counter, only when fencing
+	op := node.Op{Kind: node.Acquire, Key: rkey, Token: token, TTL: cfg.ttl}
 	if cfg.fencing {
 		fkey = rkey + ":fence"
+		op.Kind, op.FenceKey = node.AcquireFenced, fkey
 	}
 	start := cfg.now()
-	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), func(ctx context.Context, i int) (uint64, error) {
-		if cfg.fencing {
-			return c.pools[i].AcquireFenced(ctx, rkey, fkey, token, cfg.ttl)
-		}
-		ok, err := c.pools[i].Acquire(ctx, rkey, token, cfg.ttl)
-		if ok {
-			return 1, err
-		}
-		return 0, err
-	})
+	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), c.senders, node.New(op), c.call)
 	var fence uint64 // the highest counter among the nodes that agreed
 	yes, no := 0, n-r.Pending()
 	said := make([]bool, n) // nodes that answered yes
@@ -142,14 +136,14 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 				// The SET may still land: clean up in the background, with
 				// time for a slow node (see cleanupTimeout). Harmless if
 				// the round is won: this node is not counted for the lock.
-				c.wg.Go(func() { c.releaseNode(cfg, rep.Node, rkey, token) })
+				c.releaseNode(cfg, rep.Node, rkey, token)
 			}
 			no++
-		case rep.Val > 0:
+		case rep.Int > 0:
 			res[rep.Node] = NodeResult{Node: c.pools[rep.Node].Name(), Outcome: OutcomeOK, Latency: rep.Latency}
 			said[rep.Node] = true
 			if cfg.fencing {
-				fence = max(fence, rep.Val)
+				fence = max(fence, uint64(rep.Int))
 			}
 			yes++
 		default:
@@ -181,8 +175,8 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 	if won {
 		l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), key: key, rkey: rkey, token: token, fence: fence, acquired: start, deadline: drift.Deadline(start, cfg.ttl, cfg.driftFactor)}
 		if c.track(l) {
-			r.Finish(func(rep quorum.Reply[uint64]) {
-				if rep.Val > 0 || mayHaveWritten(rep.Err) {
+			r.Finish(func(rep quorum.Reply) {
+				if rep.Int > 0 || mayHaveWritten(rep.Err) {
 					l.late(rep.Node)
 				}
 			})
@@ -191,8 +185,12 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 				done := l.Done()
 				c.wg.Go(func() { l.autoExtend(done) })
 			}
-			cfg.logger.Debug("redlock: acquired", "key", key, "took", elapsed, "deadline", l.deadline)
-			c.observe(cfg, func(o Observer) { o.Acquired(l.event(elapsed, nil)) })
+			if cfg.debug(ctx) {
+				cfg.logger.Debug("redlock: acquired", "key", key, "took", elapsed, "deadline", l.deadline)
+			}
+			if cfg.observer != nil {
+				cfg.observer.Acquired(l.event(elapsed, nil))
+			}
 			return l, nil
 		}
 		// Close began during the round and will not release this lock:
@@ -201,8 +199,8 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 
 	// Failed: take our token back from every node that may hold it: now
 	// from those that said yes; those still in flight when they answer.
-	r.Finish(func(rep quorum.Reply[uint64]) {
-		if rep.Val > 0 || mayHaveWritten(rep.Err) {
+	r.Finish(func(rep quorum.Reply) {
+		if rep.Int > 0 || mayHaveWritten(rep.Err) {
 			c.releaseNode(cfg, rep.Node, rkey, token)
 		}
 	})
@@ -230,10 +228,9 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 func (c *Client) raiseFence(ctx context.Context, cfg *config, rkey, fkey, token string, fence uint64, q int) ([]NodeResult, bool) {
 	res := c.newResults()
 	start := time.Now()
-	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, len(c.pools), c.ids.ask(res), func(ctx context.Context, i int) (bool, error) {
-		return c.pools[i].RaiseFence(ctx, rkey, fkey, token, fence)
-	})
-	yes, _ := c.count(r, res, q)
+	op := node.New(node.Op{Kind: node.RaiseFence, Key: rkey, FenceKey: fkey, Token: token, Fence: fence})
+	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, len(c.pools), c.ids.ask(res), c.senders, op, c.call)
+	yes, _ := c.count(r, res, q, nil)
 	markUnanswered(res, r.Err(), time.Since(start))
 	r.Finish(nil)
 	return res, yes >= q
@@ -242,9 +239,9 @@ func (c *Client) raiseFence(ctx context.Context, cfg *config, rkey, fkey, token 
 // mayHaveWritten reports whether a call that failed with err may still have
 // changed the node: true unless the node itself answered with an error reply
 // (READONLY, OOM, NOPERM, WRONGTYPE...), which Redis sends only for commands
-// it did not run.
+// it did not run, or the command was never written (node.ErrNotSent).
 func mayHaveWritten(err error) bool {
-	if err == nil {
+	if err == nil || errors.Is(err, node.ErrNotSent) {
 		return false
 	}
 	var rerr redis.Error
@@ -255,10 +252,9 @@ func mayHaveWritten(err error) bool {
 // parallel, on a context detached from ctx and bounded by the node timeout,
 // and returns when all answered or the timeout passed.
 func (c *Client) releaseAll(ctx context.Context, cfg *config, rkey, token string, which func(int) bool) {
-	r := quorum.Start(context.WithoutCancel(ctx), &c.wg, cfg.nodeTimeout, len(c.pools), which, func(ctx context.Context, i int) (bool, error) {
-		return c.pools[i].Release(ctx, rkey, token)
-	})
-	logFailure := func(rep quorum.Reply[bool]) {
+	op := node.New(node.Op{Kind: node.Release, Key: rkey, Token: token})
+	r := quorum.Start(context.WithoutCancel(ctx), &c.wg, cfg.nodeTimeout, len(c.pools), which, c.senders, op, c.call)
+	logFailure := func(rep quorum.Reply) {
 		if rep.Err != nil {
 			cfg.logger.Warn("redlock: roll-back failed; the key expires with its TTL", "pool", c.pools[rep.Node].Name(), "key", rkey, "err", rep.Err)
 		}
@@ -275,13 +271,37 @@ func (c *Client) releaseAll(ctx context.Context, cfg *config, rkey, token string
 
 // releaseNode releases rkey/token on node i when it may hold them and no
 // caller is waiting: after a reply that arrived after its round was decided,
-// or a failure that may have run the command. It runs on a goroutine the
-// Client owns, bounded by cleanupTimeout.
+// or a failure that may have run the command. It does not wait: the release
+// is queued on the node's Pool (or runs on a goroutine for Pools that do not
+// queue), bounded by cleanupTimeout, and counted in c.wg so that Close waits
+// for it. The caller must hold a count on c.wg (an enter(), or a round's).
 func (c *Client) releaseNode(cfg *config, i int, rkey, token string) {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout(cfg))
-	defer cancel()
-	if _, err := c.pools[i].Release(ctx, rkey, token); err != nil {
-		cfg.logger.Warn("redlock: releasing a late reply failed; the key expires with its TTL", "pool", c.pools[i].Name(), "key", rkey, "err", err)
+	op := node.New(node.Op{Kind: node.Release, Key: rkey, Token: token, Background: true})
+	deadline := time.Now().Add(cleanupTimeout(cfg))
+	bg := &background{c: c, cfg: cfg, rkey: rkey}
+	c.wg.Add(1)
+	if s := c.senders[i]; s != nil {
+		s.Send(op, deadline, bg, i)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		defer cancel()
+		bg.Deliver(i, c.call(ctx, i, op))
+	}()
+}
+
+// background receives the result of a release nobody waits for.
+type background struct {
+	c    *Client
+	cfg  *config
+	rkey string
+}
+
+func (b *background) Deliver(i int, r node.Result) {
+	defer b.c.wg.Done()
+	if r.Err != nil {
+		b.cfg.logger.Warn("redlock: releasing a late reply failed; the key expires with its TTL", "pool", b.c.pools[i].Name(), "key", b.rkey, "err", r.Err)
 	}
 }
 

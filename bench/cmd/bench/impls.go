@@ -91,8 +91,8 @@ func (s *oursSession) tryLock(ctx context.Context, key string) (bool, error) {
 	l, err := s.c.TryLock(ctx, key)
 	if err != nil {
 		var qe *redlock.QuorumError
-		if errors.As(err, &qe) {
-			return false, nil
+		if errors.As(err, &qe) && qe.Op == "acquire" && qe.Phase == "" {
+			return false, nil // taken, or too few nodes answered in time
 		}
 		return false, err
 	}

@@ -26,6 +26,8 @@ import (
 	"time"
 )
 
+var verbose = flag.Bool("v", false, "print the first errors of each kind")
+
 func main() {
 	dur := flag.Duration("d", 10*time.Second, "measured duration of each run")
 	warm := flag.Duration("warm", time.Second, "warm-up before each run's measured window")

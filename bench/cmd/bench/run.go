@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -108,7 +109,7 @@ type worker struct {
 	acq, cycle, hand       *sampler
 }
 
-var runSeq atomic.Int64
+var runSeq, debugErrs atomic.Int64
 
 // runOne runs one implementation in one scenario: warm-up, then the
 // measured window, then close; it reports what the window measured.
@@ -161,6 +162,9 @@ func runOne(ctx context.Context, sc scenario, mk func([]string) (impl, error), a
 						if err != nil && wctx.Err() == nil {
 							wk.errs++
 						}
+						if err != nil && *verbose && debugErrs.Add(1) <= 3 {
+							fmt.Fprintln(os.Stderr, "lock:", err)
+						}
 					}
 					if err != nil && wctx.Err() == nil && sc.mode != blockOne {
 						time.Sleep(time.Millisecond) // an error, not contention: do not spin
@@ -196,6 +200,9 @@ func runOne(ctx context.Context, sc scenario, mk func([]string) (impl, error), a
 				if p == phaseMeasure && phase.Load() == phaseMeasure {
 					if uerr != nil {
 						wk.errs++
+						if *verbose && debugErrs.Add(1) <= 3 {
+							fmt.Fprintln(os.Stderr, "unlock:", uerr)
+						}
 					}
 					wk.cycles++
 					wk.acq.add(int64(acquired.Sub(start)))

@@ -24,7 +24,10 @@ import (
 // ctx); nodes still in flight are cleaned up when they answer, after TryLock
 // has returned (Close waits for that). Nodes that answered "taken" or with
 // an error reply cost no second round trip. On the first use of a Client,
-// the nodes' identities are checked first (see New).
+// the nodes' identities are checked first (see New). Rounds of one Client for
+// one key run one at a time (a TryLock first waits for the round in flight,
+// which is bounded like its own): concurrent rounds would split the nodes'
+// votes so that neither wins.
 //
 // Errors: a *QuorumError (matching ErrNotAcquired) when the lock is taken or
 // too few nodes answered; an error matching both ErrNotAcquired and
@@ -103,6 +106,10 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 		return nil, err
 	}
 	rkey := c.redisKey(cfg, key)
+	if err := c.gates.enter(ctx, rkey); err != nil {
+		return nil, fmt.Errorf("redlock: acquire %q: not attempted: waiting for this Client's round on the key: %w (%w)", key, err, ErrNotAcquired)
+	}
+	defer c.gates.exit(rkey)
 	token, err := cfg.token()
 	if err == nil && token == "" {
 		err = errors.New("it returned an empty token")

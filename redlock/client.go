@@ -30,7 +30,8 @@ type Client struct {
 	held   map[*Lock]struct{} // locks neither released nor lost, for Close
 	wg     sync.WaitGroup     // every goroutine the Client started
 
-	ids identities
+	ids   identities
+	gates gates // one acquisition round per key at a time
 }
 
 // New returns a Client over pools, one per independent Redis master. It

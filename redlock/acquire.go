@@ -127,7 +127,22 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 		op.Kind, op.FenceKey = node.AcquireFenced, fkey
 	}
 	start := cfg.now()
-	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), c.senders, node.New(op), c.call)
+	call := c.call
+	var landed []chan struct{} // fencing: closed when node i's acquire call returned
+	if cfg.fencing {
+		// The write-back to a node must not overtake our SET there. A
+		// Pool that queues (node.Sender) keeps a node's commands in order;
+		// for the others, the write-back call waits for the acquire call.
+		landed = make([]chan struct{}, n)
+		for i := range landed {
+			landed[i] = make(chan struct{})
+		}
+		call = func(ctx context.Context, i int, op *node.Op) node.Result {
+			defer close(landed[i])
+			return c.call(ctx, i, op)
+		}
+	}
+	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), c.senders, node.New(op), call)
 	var fence uint64 // the highest counter among the nodes that agreed
 	yes, no := 0, n-r.Pending()
 	said := make([]bool, n) // nodes that answered yes
@@ -169,7 +184,7 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 		// Write the maximum back to a quorum while we hold it, before
 		// reporting success: the next holder's counters then exceed it.
 		var rres []NodeResult
-		rres, won = c.raiseFence(ctx, cfg, rkey, fkey, token, fence, q)
+		rres, won = c.raiseFence(ctx, cfg, rkey, fkey, token, fence, q, landed)
 		end = cfg.now()
 		elapsed = end.Sub(start)
 		if validity = drift.Validity(cfg.ttl, elapsed, cfg.driftFactor); won && validity <= 0 {
@@ -230,13 +245,21 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 
 // raiseFence runs the fencing write-back round: on every node, raise the
 // counter to fence while the lock still holds token there (the nodes whose
-// SET was still in flight at the decision count too, if it has landed). It
+// SET was still in flight at the decision count too, once it has landed: a
+// node's write-back waits for its acquire call, closing landed[i]). It
 // reports each node's outcome and whether a quorum q confirmed.
-func (c *Client) raiseFence(ctx context.Context, cfg *config, rkey, fkey, token string, fence uint64, q int) ([]NodeResult, bool) {
+func (c *Client) raiseFence(ctx context.Context, cfg *config, rkey, fkey, token string, fence uint64, q int, landed []chan struct{}) ([]NodeResult, bool) {
 	res := c.newResults()
 	start := time.Now()
 	op := node.New(node.Op{Kind: node.RaiseFence, Key: rkey, FenceKey: fkey, Token: token, Fence: fence})
-	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, len(c.pools), c.ids.ask(res), c.senders, op, c.call)
+	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, len(c.pools), c.ids.ask(res), c.senders, op, func(ctx context.Context, i int, op *node.Op) node.Result {
+		select {
+		case <-landed[i]:
+		case <-ctx.Done():
+			return node.Result{Err: ctx.Err()}
+		}
+		return c.call(ctx, i, op)
+	})
 	yes, _ := c.count(r, res, q, nil)
 	markUnanswered(res, r.Err(), time.Since(start))
 	r.Finish(nil)

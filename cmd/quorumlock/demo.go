@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,18 +26,28 @@ type demoStats struct {
 	releaseErr atomic.Int64
 }
 
+const demoSynopsis = `usage: quorumlock demo [flags]
+
+Start 5 Redis servers inside this process, run workers that contend for one
+lock while nodes are killed and revived, and print what happened. Needs
+nothing but Go.
+`
+
 // demo runs the self-contained demonstration and returns the exit status.
-func demo(ctx context.Context, out io.Writer, args []string) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+func demo(ctx context.Context, e *env, args []string) int {
+	out := e.stdout
+	fs := newFlagSet("demo", demoSynopsis, "")
 	duration := fs.Duration("duration", 10*time.Second, "how long the demo runs")
 	workers := fs.Int("workers", 8, "contending workers")
 	nodeTimeout := fs.Duration("node-timeout", redlock.DefaultNodeTimeout, "per-node timeout of every lock operation")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(e, fs, args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usageError(e, "demo", fmt.Errorf("unexpected arguments %q: demo takes flags only", fs.Args()))
 	}
 	if *duration < time.Second || *workers < 1 {
-		fmt.Fprintln(out, "quorumlock demo: -duration must be at least 1s and -workers at least 1")
-		return 2
+		return usageError(e, "demo", errors.New("-duration must be at least 1s and -workers at least 1"))
 	}
 
 	// go-redis logs every failed dial; killed nodes are the point of the demo.
@@ -216,8 +224,3 @@ func reachable(qe *redlock.QuorumError) int {
 	}
 	return n
 }
-
-// quiet drops go-redis' internal log lines.
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}

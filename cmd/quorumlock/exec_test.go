@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,7 +91,12 @@ func TestExec(t *testing.T) {
 		if code := st.wait(t); code != 0 {
 			t.Errorf("status: exit %d\n%s", code, st.stderr.String())
 		}
-		for _, want := range append([]string{"held: token " + token[:8] + " on 5 of 5 nodes"}, c.Addrs()...) {
+		// A quorum, at least: the round is decided at 3, and the other
+		// nodes' replies may still be on their way.
+		if !regexp.MustCompile(`held: token ` + token[:8] + ` on [345] of 5 nodes`).MatchString(st.stdout.String()) {
+			t.Errorf("status does not show the lock held by %s:\n%s", token[:8], st.stdout.String())
+		}
+		for _, want := range c.Addrs() {
 			if !strings.Contains(st.stdout.String(), want) {
 				t.Errorf("status lacks %q:\n%s", want, st.stdout.String())
 			}

@@ -22,6 +22,7 @@ import (
 	"github.com/quorumlock/quorumlock/drift"
 	"github.com/quorumlock/quorumlock/fence"
 	hist "github.com/quorumlock/quorumlock/internal/history"
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -48,7 +49,8 @@ func chaosDuration(t *testing.T) time.Duration {
 
 // recPool records every yes a node gives a client to an acquire, a fencing
 // write-back or an extend (S2: success only with a quorum of them before the
-// call returned).
+// call returned), on both paths the library uses: the queued one (Send) and
+// the synchronous methods.
 type recPool struct {
 	pool.Pool
 	h      *hist.History
@@ -95,6 +97,37 @@ func (p *recPool) Extend(ctx context.Context, key, token string, ttl time.Durati
 	}
 	return ok, err
 }
+
+// Send passes op to the wrapped Pool's queue (pool.Dial's Pools implement
+// node.Sender: the path the library takes for them, pipelined) and records
+// the node's yes when it is delivered.
+func (p *recPool) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag int) {
+	p.Pool.(node.Sender).Send(op, deadline, &recReceiver{p: p, op: op, start: p.h.Now(), rcv: rcv}, tag)
+}
+
+// recReceiver records a yes to one Send, then delivers the result.
+type recReceiver struct {
+	p     *recPool
+	op    *node.Op
+	start time.Duration
+	rcv   node.Receiver
+}
+
+func (r *recReceiver) Deliver(tag int, res node.Result) {
+	if res.Err == nil {
+		switch k := r.op.Kind; {
+		case k == node.AcquireFenced && res.Int > 0, k == node.Acquire && res.Int == 1:
+			r.p.record(hist.ReplyAcquire, r.op.Key, r.op.Token, r.start)
+		case k == node.RaiseFence && res.Int == 1:
+			r.p.record(hist.ReplyRaise, r.op.Key, r.op.Token, r.start)
+		case k == node.Extend && res.Int == 1:
+			r.p.record(hist.ReplyExtend, r.op.Key, r.op.Token, r.start)
+		}
+	}
+	r.rcv.Deliver(tag, res)
+}
+
+var _ node.Sender = (*recPool)(nil)
 
 // tokGen makes a Client's tokens and remembers them in order, so that the
 // tokens of one call's failed rounds are known (L2). Safe for concurrent
@@ -157,6 +190,9 @@ func newChaosClient(t *testing.T, c *cluster, h *hist.History, name string, ttl 
 			append([]pool.Option{pool.WithName(fmt.Sprintf("node%d", i))}, poolOpts...)...)
 		if err != nil {
 			t.Fatalf("%s: pool.Dial node%d: %v", name, i, err)
+		}
+		if _, ok := p.(node.Sender); !ok {
+			t.Fatalf("%s: pool.Dial returned a %T, which does not queue commands (node.Sender): recPool records only that path", name, p)
 		}
 		cc.pools = append(cc.pools, &recPool{Pool: p, h: h, client: name, node: i})
 	}

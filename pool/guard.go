@@ -189,10 +189,15 @@ func (g *guard) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if g.restart == 0 && g.eviction == EvictionIgnore {
 		return nil
 	}
-	info, err := cn.Info(ctx).Result()
+	// Only the two sections read here: the default INFO is several
+	// kilobytes. Servers before Redis 7 take one section at most and
+	// answer an error reply; they get the default INFO.
+	info, err := cn.Info(ctx, "server", "memory").Result()
+	if err != nil && isReply(err) {
+		info, err = cn.Info(ctx).Result()
+	}
 	if err != nil {
-		var rerr redis.Error
-		if errors.As(err, &rerr) && !errors.Is(err, redis.Nil) && !transient(err) {
+		if isReply(err) {
 			g.cannotGuard(err.Error())
 			return nil // the server answered, but will not say
 		}
@@ -263,6 +268,13 @@ func (g *guard) cannotGuard(why string) {
 	if first {
 		g.log.Debug("quorumlock: cannot check the Redis server's uptime or eviction policy; the restart guard does not protect this node", "pool", g.name, "reason", why)
 	}
+}
+
+// isReply reports an error reply of a server that answered but will not
+// answer INFO (not one of the transient replies of a server getting ready).
+func isReply(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && !errors.Is(err, redis.Nil) && !transient(err)
 }
 
 // refusal is the error of a refused connection. go-redis v9.23 unwraps an

@@ -23,7 +23,11 @@ import (
 //
 // The Pools of this package are the only implementations most programs
 // need. A Pool may be wrapped (for instrumentation or fault injection); a
-// wrapper must keep the semantics stated on each method.
+// wrapper must keep the semantics stated on each method. The coordinator
+// queues and pipelines the commands it sends to the Pools of this package
+// (one writer goroutine per node, concurrent rounds coalesced into one
+// write); any other Pool, a wrapper included, is called through these
+// methods on a goroutine per call: correct, but slower under load.
 type Pool interface {
 	// Name identifies the node in errors and logs: its address unless set
 	// with WithName. Names of the pools of one redlock.Client are unique.

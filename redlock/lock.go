@@ -273,7 +273,15 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	start := time.Now()
 	op := node.New(node.Op{Kind: node.Release, Key: l.rkey, Token: l.token})
 	r := quorum.Start(context.WithoutCancel(ctx), &c.wg, cfg.nodeTimeout, n, nil, c.senders, op, c.call)
+	if c.queued {
+		// Each node runs its queued commands in order: a waiter's SET
+		// sent now lands behind our delete, so it may try at once.
+		c.notes.released(l.rkey, l.token)
+	}
 	yes, _ := c.count(r, res, q, nil)
+	if yes >= q && !c.queued {
+		c.notes.released(l.rkey, l.token) // a waiter of this Client tries now
+	}
 	roundErr := r.Err() // before Finish ends the round
 	// A delete that failed in a way that may not have reached the node is
 	// sent again in the background, with time for a slow node.

@@ -9,6 +9,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -106,4 +107,25 @@ func New(op Op) *Op {
 		o.Args = []any{argGet, op.Key}
 	}
 	return o
+}
+
+// Subscriber is implemented by Pools that can deliver the release
+// notifications the release script publishes (on the channel named after
+// the lock key, the released token as the message). It is optional: a
+// Client whose Pools lack it polls.
+type Subscriber interface {
+	// Subscribe opens a subscription, subscribed to no channel yet, whose
+	// messages go to notify(channel, message) on a goroutine of the
+	// subscription; notify must not block. It does no I/O.
+	Subscribe(notify func(channel, message string)) Subscription
+}
+
+// Subscription is one node's subscription, shared by all the waiters of a
+// Client. Its methods are safe for concurrent use. Messages sent while the
+// connection is down are lost; it reconnects and resubscribes by itself.
+type Subscription interface {
+	Add(ctx context.Context, channels ...string) error
+	Remove(ctx context.Context, channels ...string) error
+	// Close ends the subscription and joins its goroutine.
+	Close() error
 }

@@ -164,7 +164,8 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 			return c.call(ctx, i, op)
 		}
 	}
-	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), c.senders, node.New(op), call)
+	aop := node.New(op)
+	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), c.senders, aop, call)
 	var fence uint64 // the highest counter among the nodes that agreed
 	yes, no := 0, n-r.Pending()
 	said := make([]bool, n) // nodes that answered yes
@@ -217,7 +218,7 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 		}
 	}
 	if won {
-		l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), key: key, rkey: rkey, token: token, fence: fence, acquired: start, deadline: drift.Deadline(start, cfg.ttl, cfg.driftFactor)}
+		l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), key: key, rkey: rkey, token: token, fence: fence, keyArg: aop.KeyArg, tokenArg: aop.TokenArg, acquired: start, deadline: drift.Deadline(start, cfg.ttl, cfg.driftFactor)}
 		if c.track(l) {
 			r.Finish(func(rep quorum.Reply) {
 				if rep.Int > 0 || mayHaveWritten(rep.Err) {

@@ -75,6 +75,7 @@ type client interface {
 	Info(ctx context.Context, section ...string) *redis.StringCmd
 	Process(ctx context.Context, cmd redis.Cmder) error
 	Pipeline() redis.Pipeliner
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 	Close() error
 }
 

@@ -81,7 +81,7 @@ func TestReleasePublishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	msg, err := sub.ReceiveMessage(ctx)
-	if err != nil || msg.Channel != "k" || msg.Payload != "released" {
+	if err != nil || msg.Channel != "k" || msg.Payload != "t" {
 		t.Fatalf("message %+v, %v", msg, err)
 	}
 }

@@ -57,6 +57,13 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 	begin := time.Now()
 	var timer *time.Timer
 	var last error // the previous attempt's error
+	var w *waiter  // registered for release notifications after a failed attempt
+	var rkey string
+	defer func() {
+		if w != nil {
+			c.notes.remove(rkey, w)
+		}
+	}()
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil && last != nil {
 			return nil, fmt.Errorf("redlock: acquire %q: stopped after %d attempts: %w; last attempt: %w", key, attempt, err, last)
@@ -80,15 +87,30 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 			}
 			delay = min(delay, left) // one last attempt when the budget ends
 		}
+		if w == nil {
+			rkey = c.redisKey(cfg, key)
+			w = c.notes.add(rkey)
+		}
 		if timer == nil {
 			timer = time.NewTimer(delay)
 			defer timer.Stop()
 		} else {
 			timer.Reset(delay)
 		}
+		c.notes.sleep(w, true)
 		select {
 		case <-timer.C:
+			c.notes.sleep(w, false)
+		case d := <-w.wake: // the key was released
+			if d > 0 {
+				timer.Reset(d)
+				select {
+				case <-timer.C:
+				case <-ctx.Done():
+				}
+			}
 		case <-ctx.Done():
+			c.notes.sleep(w, false)
 		}
 	}
 }
@@ -142,7 +164,8 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 			return c.call(ctx, i, op)
 		}
 	}
-	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), c.senders, node.New(op), call)
+	aop := node.New(op)
+	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), c.senders, aop, call)
 	var fence uint64 // the highest counter among the nodes that agreed
 	yes, no := 0, n-r.Pending()
 	said := make([]bool, n) // nodes that answered yes
@@ -195,7 +218,7 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 		}
 	}
 	if won {
-		l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), key: key, rkey: rkey, token: token, fence: fence, acquired: start, deadline: drift.Deadline(start, cfg.ttl, cfg.driftFactor)}
+		l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), key: key, rkey: rkey, token: token, fence: fence, keyArg: aop.KeyArg, tokenArg: aop.TokenArg, acquired: start, deadline: drift.Deadline(start, cfg.ttl, cfg.driftFactor)}
 		if c.track(l) {
 			r.Finish(func(rep quorum.Reply) {
 				if rep.Int > 0 || mayHaveWritten(rep.Err) {

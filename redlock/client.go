@@ -22,6 +22,7 @@ import (
 type Client struct {
 	pools   []pool.Pool
 	senders []node.Sender // pools[i] as a node.Sender, or nil: called on goroutines
+	queued  bool          // every pool is a node.Sender
 	call    quorum.Call   // runs an op through a Pool's methods
 	cfg     *config
 
@@ -31,7 +32,8 @@ type Client struct {
 	wg     sync.WaitGroup     // every goroutine the Client started
 
 	ids   identities
-	gates gates // one acquisition round per key at a time
+	gates gates    // one acquisition round per key at a time
+	notes notifier // wakes waiting Lock calls on releases
 }
 
 // New returns a Client over pools, one per independent Redis master. It
@@ -70,10 +72,13 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 		held:  make(map[*Lock]struct{}),
 	}
 	c.senders = make([]node.Sender, len(pools))
+	c.queued = true
 	for i, p := range pools {
 		c.senders[i], _ = p.(node.Sender)
+		c.queued = c.queued && c.senders[i] != nil
 	}
 	c.call = c.callPool
+	c.notes.c = c
 	c.ids.init(len(pools))
 	return c, nil
 }
@@ -167,6 +172,7 @@ func (c *Client) Close() error {
 	_ = g.Wait()
 	c.wg.Done()
 	c.wg.Wait()
+	c.notes.close()
 	return errors.Join(errs...)
 }
 

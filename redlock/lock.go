@@ -35,6 +35,15 @@ type Lock struct {
 	acquired time.Time // start of the acquiring round
 	lease    *lease    // created on first use of Done, Err or Context, or by auto-extension
 
+	// keyArg and tokenArg are rkey and token boxed as command arguments
+	// by the acquiring round, reused by the release; rel is the release's
+	// Op (a Lock is released once).
+	keyArg, tokenArg any
+	rel              node.Op
+	// relQueued: the release was queued on every node (all Pools are
+	// node.Senders), behind the acquiring round's commands; guarded by mu.
+	relQueued bool
+
 	// extDone is closed when the auto-extender has exited; nil without one.
 	// Set before the Lock is returned and never changed: read without mu.
 	extDone chan struct{}
@@ -271,9 +280,21 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	n, q := len(c.pools), cfg.quorumOf(len(c.pools))
 	res := c.newResults()
 	start := time.Now()
-	op := node.New(node.Op{Kind: node.Release, Key: l.rkey, Token: l.token})
-	r := quorum.Start(context.WithoutCancel(ctx), &c.wg, cfg.nodeTimeout, n, nil, c.senders, op, c.call)
+	l.rel = node.Op{Kind: node.Release, Key: l.rkey, Token: l.token, KeyArg: l.keyArg, TokenArg: l.tokenArg}
+	l.rel.Build()
+	r := quorum.Start(context.WithoutCancel(ctx), &c.wg, cfg.nodeTimeout, n, nil, c.senders, &l.rel, c.call)
+	if c.queued {
+		l.mu.Lock()
+		l.relQueued = true
+		l.mu.Unlock()
+		// Each node runs its queued commands in order: a waiter's SET
+		// sent now lands behind our delete, so it may try at once.
+		c.notes.released(l.rkey, l.token)
+	}
 	yes, _ := c.count(r, res, q, nil)
+	if yes >= q && !c.queued {
+		c.notes.released(l.rkey, l.token) // a waiter of this Client tries now
+	}
 	roundErr := r.Err() // before Finish ends the round
 	// A delete that failed in a way that may not have reached the node is
 	// sent again in the background, with time for a slow node.
@@ -305,12 +326,15 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 // late handles a reply to the acquiring round that arrived after the round
 // was won: the node may hold our token. If the lock is still held, Release
 // will reach that node like every other; if it was already released or
-// lost, the node is released now.
+// lost, the node is released now, unless the release was queued on the
+// node after the acquiring command (all Pools are node.Senders): the node
+// runs it after the SET.
 func (l *Lock) late(i int) {
 	l.mu.Lock()
 	held := !l.released && !l.lost
+	queued := l.relQueued
 	l.mu.Unlock()
-	if !held {
+	if !held && !queued {
 		l.c.releaseNode(l.cfg, i, l.rkey, l.token)
 	}
 }

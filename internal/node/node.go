@@ -9,6 +9,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -42,9 +43,15 @@ type Op struct {
 	// commands, so that it never holds them up.
 	Background bool
 
+	// KeyArg and TokenArg are Key and Token as command arguments. Build
+	// boxes them when they are nil; an Op for the same key and token may
+	// take them from an earlier one, to save the allocations.
+	KeyArg, TokenArg any
+
 	// Args is the Redis command (EVALSHA for the scripts), built once by
-	// New and shared by the nodes' commands.
+	// Build and shared by the nodes' commands.
 	Args []any
+	argv [7]any // Args' storage
 }
 
 // Result is one node's answer to an Op.
@@ -90,20 +97,55 @@ var (
 // New returns op with its Args built.
 func New(op Op) *Op {
 	o := &op
-	ms := func() any { return op.TTL.Milliseconds() }
-	switch op.Kind {
-	case Acquire:
-		o.Args = []any{argSet, op.Key, op.Token, argPX, ms(), argNX}
-	case AcquireFenced:
-		o.Args = []any{argEvalSha, shaAcquireFenced, 2, op.Key, op.FenceKey, op.Token, ms()}
-	case RaiseFence:
-		o.Args = []any{argEvalSha, shaRaiseFence, 2, op.Key, op.FenceKey, op.Token, op.Fence}
-	case Extend:
-		o.Args = []any{argEvalSha, shaExtend, 1, op.Key, op.Token, ms()}
-	case Release:
-		o.Args = []any{argEvalSha, shaRelease, 1, op.Key, op.Token}
-	case Get:
-		o.Args = []any{argGet, op.Key}
-	}
+	o.Build()
 	return o
+}
+
+// Build fills in o.Args (and KeyArg and TokenArg when nil), in o's own
+// storage: an Op embedded in a longer-lived struct costs no allocation of
+// its own.
+func (o *Op) Build() {
+	if o.KeyArg == nil {
+		o.KeyArg = o.Key
+	}
+	if o.TokenArg == nil && o.Kind != Get {
+		o.TokenArg = o.Token
+	}
+	a := o.argv[:0]
+	switch o.Kind {
+	case Acquire:
+		a = append(a, argSet, o.KeyArg, o.TokenArg, argPX, o.TTL.Milliseconds(), argNX)
+	case AcquireFenced:
+		a = append(a, argEvalSha, shaAcquireFenced, 2, o.KeyArg, o.FenceKey, o.TokenArg, o.TTL.Milliseconds())
+	case RaiseFence:
+		a = append(a, argEvalSha, shaRaiseFence, 2, o.KeyArg, o.FenceKey, o.TokenArg, o.Fence)
+	case Extend:
+		a = append(a, argEvalSha, shaExtend, 1, o.KeyArg, o.TokenArg, o.TTL.Milliseconds())
+	case Release:
+		a = append(a, argEvalSha, shaRelease, 1, o.KeyArg, o.TokenArg)
+	case Get:
+		a = append(a, argGet, o.KeyArg)
+	}
+	o.Args = a
+}
+
+// Subscriber is implemented by Pools that can deliver the release
+// notifications the release script publishes (on the channel named after
+// the lock key, the released token as the message). It is optional: a
+// Client whose Pools lack it polls.
+type Subscriber interface {
+	// Subscribe opens a subscription, subscribed to no channel yet, whose
+	// messages go to notify(channel, message) on a goroutine of the
+	// subscription; notify must not block. It does no I/O.
+	Subscribe(notify func(channel, message string)) Subscription
+}
+
+// Subscription is one node's subscription, shared by all the waiters of a
+// Client. Its methods are safe for concurrent use. Messages sent while the
+// connection is down are lost; it reconnects and resubscribes by itself.
+type Subscription interface {
+	Add(ctx context.Context, channels ...string) error
+	Remove(ctx context.Context, channels ...string) error
+	// Close ends the subscription and joins its goroutine.
+	Close() error
 }

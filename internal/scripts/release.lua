@@ -1,11 +1,12 @@
 -- Release a lock: delete KEYS[1] only while it holds our token, then tell
--- waiters on the channel named after the key that it is free.
+-- waiters on the channel named after the key that it is free (the message
+-- is the released token, so that a waiter can count the nodes of one release).
 -- KEYS[1] lock key; ARGV[1] token.
 -- Returns 1 when the key held our token and was deleted, 0 otherwise
 -- (absent, expired, or held by another token: left untouched).
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[1], 'released')
+  redis.call('PUBLISH', KEYS[1], ARGV[1])
   return 1
 end
 return 0

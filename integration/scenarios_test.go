@@ -1,0 +1,126 @@
+package integration
+
+// The targeted scenarios of the chaos suite: each test puts the lock under
+// one kind of fault, on 5 real Redis servers, and checks the safety
+// properties of the design brief directly (S1 no overlapping holders, S3
+// release and extend never touch another token, S5 no lost update, L1/L2
+// nothing left behind). Helpers shared by the scenarios live here; the
+// scenarios are spread over scenarios_*_test.go.
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+)
+
+// proxyEach starts one fault proxy per node, for one client (closed at the
+// end of the test, after the clients registered later), and returns them
+// with the redis options that reach node i through proxies[i].
+func (c *cluster) proxyEach(t *testing.T) ([]*redistest.Proxy, func(i int) *redis.Options) {
+	t.Helper()
+	ps := make([]*redistest.Proxy, c.Len())
+	for i := range ps {
+		ps[i] = c.Node(i).Proxy(t)
+	}
+	return ps, func(i int) *redis.Options {
+		return &redis.Options{Addr: ps[i].Addr(), Password: c.password}
+	}
+}
+
+// drain returns once everything sent through the proxies idx before the
+// call has reached its node and been run there: it sends PING through each
+// of them and waits for the answer. A proxy delays all data by the same
+// latency, from the moment it read it, so the PING arrives after what was
+// read before it, and Redis has run those commands by the time it answers.
+// (Commands that a client abandoned at its timeout still arrive: the proxy
+// delivers what it read before the connection closed.)
+func (c *cluster) drain(t *testing.T, ps []*redistest.Proxy, idx []int, bound time.Duration) {
+	t.Helper()
+	var g errgroup.Group
+	for _, i := range idx {
+		g.Go(func() error {
+			cl := redistest.NewClient(ps[i].Addr(), c.password)
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), bound)
+			defer cancel()
+			if err := cl.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("PING through the proxy of node%d: %w", i, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// keyState is what every node stores under one Redis key at one moment.
+type keyState struct {
+	key    string
+	vals   []string    // "" where absent
+	pttls  []int64     // milliseconds; -2 where absent
+	sentAt []time.Time // before the PTTL request was sent
+}
+
+// snapshot reads key (value, then PTTL) on every node.
+func snapshot(t *testing.T, admins []*redis.Client, key string) keyState {
+	t.Helper()
+	s := keyState{key: key}
+	for _, cl := range admins {
+		s.vals = append(s.vals, get(t, cl, key))
+		s.sentAt = append(s.sentAt, time.Now())
+		s.pttls = append(s.pttls, pttl(t, cl, key))
+	}
+	return s
+}
+
+// checkIntact fails the test unless every node that held a value in before
+// still holds that value, with the TTL it had then, less the time passed:
+// not raised (a foreign extend), not cut (a foreign PEXPIRE), not deleted
+// (a foreign release), unless it may have expired meanwhile. Nodes that held
+// nothing may hold anything now. It returns the nodes that held a value.
+func checkIntact(t *testing.T, admins []*redis.Client, before keyState, after string) []int {
+	t.Helper()
+	var held []int
+	for i, cl := range admins {
+		if before.vals[i] == "" {
+			continue
+		}
+		held = append(held, i)
+		v := get(t, cl, before.key)
+		ms := pttl(t, cl, before.key)
+		recv := time.Now()
+		// The key expired or lost PTTL at most as fast as time passed
+		// (+2 ms: Redis reports whole milliseconds, rounded each time).
+		passed := recv.Sub(before.sentAt[i]).Milliseconds() + 2
+		switch {
+		case v == "" && passed >= before.pttls[i]:
+			// expired meanwhile: allowed
+		case v != before.vals[i]:
+			t.Errorf("%s: node%d: %s = %q, was %q: a foreign operation changed it", after, i, before.key, v, before.vals[i])
+		case ms > before.pttls[i]:
+			t.Errorf("%s: node%d: %s has PTTL %dms, was %dms: a foreign extend raised it", after, i, before.key, ms, before.pttls[i])
+		case ms < before.pttls[i]-passed:
+			t.Errorf("%s: node%d: %s has PTTL %dms, was %dms %dms ago: a foreign operation cut it", after, i, before.key, ms, before.pttls[i], passed)
+		}
+	}
+	return held
+}
+
+// tokensOn returns the nodes whose copy of key holds token.
+func tokensOn(t *testing.T, admins []*redis.Client, key, token string) []int {
+	t.Helper()
+	var on []int
+	for i, cl := range admins {
+		if get(t, cl, key) == token {
+			on = append(on, i)
+		}
+	}
+	return on
+}

@@ -75,7 +75,7 @@ func TestAsymmetricPartition(t *testing.T) {
 	// blocked makes x try the held key: TryLock 5 times, then Lock with a
 	// short wait; every attempt must fail with node 2 (shared) taken, and the
 	// holder's copies must be as they were.
-	blocked := func(x *lockClient) {
+	blocked := func(x *lockClient, holder *redlock.Lock) {
 		t.Helper()
 		before := snapshot(t, admins, rk)
 		for range 5 {
@@ -84,14 +84,14 @@ func TestAsymmetricPartition(t *testing.T) {
 		}
 		_, err := x.Lock(ctx, key, redlock.WithMaxWait(300*time.Millisecond))
 		checkFailedRound(t, err, []int{2}, redlock.OutcomeTaken)
-		if held := checkIntact(t, admins, before, x.name+"'s failed attempts"); len(held) != 3 {
+		if held := checkIntact(t, admins, before, holder.Token(), x.name+"'s failed attempts"); len(held) != 3 {
 			t.Errorf("before %s's attempts, %d nodes held the key, want 3: %v", x.name, len(held), before.vals)
 		}
 	}
 
 	// one holds; two is refused and touches nothing; one extends.
 	l1 := holds(one)
-	blocked(two)
+	blocked(two, l1)
 	if err := l1.Extend(ctx, 0); err != nil {
 		t.Fatalf("one: Extend while two is refused: %v", err)
 	}
@@ -102,7 +102,7 @@ func TestAsymmetricPartition(t *testing.T) {
 
 	// The other way round.
 	l2 := holds(two)
-	blocked(one)
+	blocked(one, l2)
 	if err := l2.Release(ctx); err != nil {
 		t.Fatalf("two: Release: %v", err)
 	}
@@ -130,7 +130,7 @@ func TestAsymmetricPartition(t *testing.T) {
 	} else if qe := asQuorumError(t, err); qe.Agreed() != 0 || qe.Nodes[2].Outcome != redlock.OutcomeNotHeld {
 		t.Errorf("two: Release of the expired lock: %d nodes confirmed, node2 %v; want none, node2 not held: %v", qe.Agreed(), qe.Nodes[2].Outcome, err)
 	}
-	checkIntact(t, admins, before, "the stale holder's Extend and Release")
+	checkIntact(t, admins, before, l1.Token(), "the stale holder's Extend and Release")
 	if ok, err := l1.Held(ctx); !ok || err != nil {
 		t.Fatalf("one: Held after the stale holder's attempts = %v, %v", ok, err)
 	}

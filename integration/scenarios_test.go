@@ -33,20 +33,38 @@ func (c *cluster) proxyEach(t *testing.T) ([]*redistest.Proxy, func(i int) *redi
 	}
 }
 
-// drain returns once everything sent through the proxies idx before the
-// call has reached its node and been run there: it sends PING through each
-// of them and waits for the answer. A proxy delays all data by the same
-// latency, from the moment it read it, so the PING arrives after what was
-// read before it, and Redis has run those commands by the time it answers.
-// (Commands that a client abandoned at its timeout still arrive: the proxy
-// delivers what it read before the connection closed.)
-func (c *cluster) drain(t *testing.T, ps []*redistest.Proxy, idx []int, bound time.Duration) {
+// drainers returns one client per proxy, connected through it and ready
+// (its connection set up and used once), for drain. Ready matters: a new
+// connection's handshake would cross a delayed proxy several times.
+func (c *cluster) drainers(t *testing.T, ps []*redistest.Proxy) []*redis.Client {
+	t.Helper()
+	out := make([]*redis.Client, len(ps))
+	for i, p := range ps {
+		out[i] = redistest.NewClient(p.Addr(), c.password)
+		t.Cleanup(func() { _ = out[i].Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := out[i].Ping(ctx).Err()
+		cancel()
+		if err != nil {
+			t.Fatalf("PING through the proxy of node%d: %v", i, err)
+		}
+	}
+	return out
+}
+
+// drain returns once everything sent through the proxies of the drainers
+// before the call has reached its node and been run there: it sends PING
+// through each (on the drainer's ready connection) and waits for the
+// answer. A proxy delays all data by the same latency, from the moment it
+// read it, so the PING arrives after what was read before it, and Redis has
+// run those commands by the time it answers. (Commands that a client
+// abandoned at its timeout still arrive: the proxy delivers what it read
+// before the connection closed.)
+func drain(t *testing.T, drainers []*redis.Client, bound time.Duration) {
 	t.Helper()
 	var g errgroup.Group
-	for _, i := range idx {
+	for i, cl := range drainers {
 		g.Go(func() error {
-			cl := redistest.NewClient(ps[i].Addr(), c.password)
-			defer cl.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), bound)
 			defer cancel()
 			if err := cl.Ping(ctx).Err(); err != nil {
@@ -80,16 +98,16 @@ func snapshot(t *testing.T, admins []*redis.Client, key string) keyState {
 	return s
 }
 
-// checkIntact fails the test unless every node that held a value in before
-// still holds that value, with the TTL it had then, less the time passed:
-// not raised (a foreign extend), not cut (a foreign PEXPIRE), not deleted
-// (a foreign release), unless it may have expired meanwhile. Nodes that held
-// nothing may hold anything now. It returns the nodes that held a value.
-func checkIntact(t *testing.T, admins []*redis.Client, before keyState, after string) []int {
+// checkIntact fails the test unless every node whose copy of the key held
+// token in before still holds it, with the TTL it had then less the time
+// passed: not raised (a foreign extend), not cut (a foreign PEXPIRE), not
+// deleted (a foreign release), unless it may have expired meanwhile. It
+// returns the nodes that held token. Other nodes may hold anything now.
+func checkIntact(t *testing.T, admins []*redis.Client, before keyState, token, after string) []int {
 	t.Helper()
 	var held []int
 	for i, cl := range admins {
-		if before.vals[i] == "" {
+		if before.vals[i] != token {
 			continue
 		}
 		held = append(held, i)
@@ -102,8 +120,8 @@ func checkIntact(t *testing.T, admins []*redis.Client, before keyState, after st
 		switch {
 		case v == "" && passed >= before.pttls[i]:
 			// expired meanwhile: allowed
-		case v != before.vals[i]:
-			t.Errorf("%s: node%d: %s = %q, was %q: a foreign operation changed it", after, i, before.key, v, before.vals[i])
+		case v != token:
+			t.Errorf("%s: node%d: %s = %q, was %q: a foreign operation changed it", after, i, before.key, v, token)
 		case ms > before.pttls[i]:
 			t.Errorf("%s: node%d: %s has PTTL %dms, was %dms: a foreign extend raised it", after, i, before.key, ms, before.pttls[i])
 		case ms < before.pttls[i]-passed:

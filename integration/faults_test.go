@@ -85,6 +85,7 @@ func TestKillMajority(t *testing.T) {
 		attempts    = 20
 	)
 	c := startCluster(t, ttl, "")
+	c.keepsData() // the dead nodes come back with their data below
 	ctx := ctxT(t, 60*time.Second)
 	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}
 	lc := c.newLockClient(t, "verified", c.direct, opts...)

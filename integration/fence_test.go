@@ -175,6 +175,7 @@ func TestFencingUnderKillsAndRestarts(t *testing.T) {
 		key         = "fenced"
 	)
 	c := startCluster(t, ttl, "")
+	c.keepsData() // killed nodes come back with their data
 	dropFenceCounters(t, c)
 	ctx := ctxT(t, bound+30*time.Second)
 	opts := []redlock.Option{

@@ -27,7 +27,16 @@ const nodes = 5
 type cluster struct {
 	*redistest.Cluster
 	password string
+	// poolOpts are added to every pool.Dial of newLockClient.
+	poolOpts []pool.Option
 }
+
+// keepsData turns the pools' restart guard off for a test whose restarted
+// servers keep their data: redistest runs them with appendfsync always, the
+// one configuration under which a restarted server may count at once
+// (docs/safety.md). The guard itself is tested in package pool and by the
+// chaos control runs.
+func (c *cluster) keepsData() { c.poolOpts = append(c.poolOpts, pool.WithRestartGuard(0)) }
 
 // startCluster starts 5 real Redis servers and registers, to run after the
 // test and every clean-up registered later (t.Cleanup is LIFO), the check
@@ -231,7 +240,7 @@ func (c *cluster) newLockClient(t *testing.T, name string, redisOpts func(i int)
 	t.Helper()
 	lc := &lockClient{name: name, c: c, tokens: newTokenLog(name)}
 	for i := range c.Len() {
-		p, err := pool.Dial(redisOpts(i), pool.WithName(fmt.Sprintf("node%d", i)))
+		p, err := pool.Dial(redisOpts(i), append([]pool.Option{pool.WithName(fmt.Sprintf("node%d", i))}, c.poolOpts...)...)
 		if err != nil {
 			t.Fatalf("pool.Dial node%d: %v", i, err)
 		}

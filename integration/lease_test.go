@@ -104,6 +104,7 @@ func TestLeaseLostWhenMajorityKilled(t *testing.T) {
 		nodeTimeout = 100 * time.Millisecond
 	)
 	c := startCluster(t, ttl, "")
+	c.keepsData() // the killed nodes come back with their data
 	ctx := ctxT(t, 60*time.Second)
 	failed := failures{ch: make(chan struct{}, 1)}
 	holder := c.newLockClient(t, "holder", c.direct, redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout), redlock.WithObserver(failed))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -72,7 +73,17 @@ type client interface {
 // Option configures a Pool in New, Dial and DialURL.
 type Option func(*config) error
 
-type config struct{ name string }
+type config struct {
+	name         string
+	restartGuard time.Duration
+	strict       bool
+	eviction     EvictionCheck
+	logger       *slog.Logger
+}
+
+func defaults() config {
+	return config{restartGuard: DefaultRestartGuard, eviction: EvictionWarn, logger: slog.Default()}
+}
 
 // WithName sets the name the Pool has in errors and logs. The default is the
 // server's address ("host:port"; for a cluster or ring client, its addresses
@@ -101,13 +112,18 @@ var _ Pool = (*redisPool)(nil)
 // outlive the lock's per-node timeout. The coordinator still decides on time,
 // but the call ties up a connection until go-redis gives up.
 //
+// New installs no connection hook on a client it did not create, so the
+// restart guard and the eviction check of Dial do not apply: to have them,
+// set the client's redis.Options.OnConnect to the hook OnConnect returns.
+//
 // New returns an error for a nil client, an invalid option, or a client of a
 // type whose address it cannot read when no WithName is given.
 func New(c redis.UniversalClient, opts ...Option) (Pool, error) {
 	if c == nil {
 		return nil, errors.New("pool: New: the client is nil; pass a *redis.Client (or another redis.UniversalClient) for one Redis master")
 	}
-	cfg := config{name: addrOf(c)}
+	cfg := defaults()
+	cfg.name = addrOf(c)
 	if err := apply(&cfg, opts); err != nil {
 		return nil, err
 	}
@@ -124,6 +140,12 @@ func New(c redis.UniversalClient, opts ...Option) (Pool, error) {
 // Password, TLSConfig or the pool sizes, is kept. Dial does not connect: a
 // server that is down shows up as a failed vote on first use. Close the Pool
 // to close its client.
+//
+// Every new connection is checked before use by the restart guard
+// (WithRestartGuard, default DefaultRestartGuard) and the eviction check
+// (WithEvictionCheck, default EvictionWarn), chained after any OnConnect hook
+// opt has; a refused connection makes the node fail the lock operation that
+// needed it, with an error that says why and what to do.
 func Dial(opt *redis.Options, opts ...Option) (Pool, error) {
 	if opt == nil {
 		return nil, errors.New("pool: Dial: the options are nil; pass &redis.Options{Addr: \"host:port\"}")
@@ -135,10 +157,12 @@ func Dial(opt *redis.Options, opts ...Option) (Pool, error) {
 	o.ContextTimeoutEnabled = true
 	o.MaxRetries = -1
 	o.DialerRetries = 1
-	cfg := config{name: o.Addr}
+	cfg := defaults()
+	cfg.name = o.Addr
 	if err := apply(&cfg, opts); err != nil {
 		return nil, err
 	}
+	newGuard(&cfg).install(&o)
 	return &redisPool{name: cfg.name, c: redis.NewClient(&o), owned: true}, nil
 }
 
@@ -226,12 +250,7 @@ func (p *redisPool) RunID(ctx context.Context) (string, error) {
 		}
 		return "", err
 	}
-	for line := range strings.Lines(info) {
-		if id, ok := strings.CutPrefix(line, "run_id:"); ok {
-			return strings.TrimSpace(id), nil
-		}
-	}
-	return "", nil
+	return infoFields(info)["run_id"], nil
 }
 
 // transient reports error replies of a server that will answer INFO once it

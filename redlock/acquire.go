@@ -288,10 +288,12 @@ func (c *Client) releaseNode(cfg *config, i int, rkey, token string) {
 // cleanupTimeout bounds a release nobody waits for: longer than the node
 // timeout, because the node it goes to was slow or failing, so that a node
 // that is merely slow still gets it (after go-redis dropped the connection
-// of a timed-out call, it must even dial anew); never longer than the TTL,
-// after which the key is gone anyway. Close waits for these releases.
+// of a timed-out call, it must dial anew: connect, HELLO, the restart
+// guard's INFO, EVALSHA and perhaps EVAL, up to five round trips); never
+// longer than the TTL, after which the key is gone anyway. Close waits for
+// these releases.
 func cleanupTimeout(cfg *config) time.Duration {
-	return min(cfg.ttl, max(10*cfg.nodeTimeout, time.Second))
+	return min(cfg.ttl, max(10*cfg.nodeTimeout, 2*time.Second))
 }
 
 // newResults returns one NodeResult per pool, named and pending.

@@ -84,7 +84,7 @@ func (c *Client) enter() error {
 
 // Close releases every lock of this Client that is still held, waits for the
 // Client's background work (late replies, roll-backs, each bounded by
-// min(TTL, max(10 × node timeout, 1 s)) when a node is slow) to end, and makes every
+// min(TTL, max(10 × node timeout, 2 s)) when a node is slow) to end, and makes every
 // later operation return ErrClosed. It does not close the pools. It returns
 // the errors of the releases that could not be confirmed because nodes
 // failed (not those of locks that had expired), or ErrClosed when called

@@ -10,17 +10,27 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// TestRepliesDelayedPastTTL slows three of five nodes down behind a client's
+// TestSlowLinks runs the scenarios of slow and cancelled calls on one
+// cluster (each starts its own clients and proxies, on keys of its own):
+// replies delayed past the TTL, extends racing the lock's expiry, and
+// cancellation before and during calls.
+func TestSlowLinks(t *testing.T) {
+	c := startCluster(t, 3*time.Second, "")
+	dropFenceCounters(t, c)
+	t.Run("replies-delayed-past-TTL", func(t *testing.T) { repliesDelayedPastTTL(t, c) })
+	t.Run("extend-racing-expiry", func(t *testing.T) { extendRacingExpiry(t, c) })
+	t.Run("cancellation", func(t *testing.T) { cancellation(t, c) })
+}
+
+// repliesDelayedPastTTL slows three of five nodes down behind a client's
 // proxies. With more delay than the TTL, the acquisition fails (the slow
 // nodes time out), and once the delayed SETs have landed, the roll-backs
 // sent after them have removed them: no key is left (L2). With fencing and a
 // node timeout that waits for the slow nodes, a quorum agrees, but the two
 // round trips (SET, then the fence write-back) use up the TTL: the
 // acquisition fails for want of validity (S2), and leaves nothing either.
-func TestRepliesDelayedPastTTL(t *testing.T) {
+func repliesDelayedPastTTL(t *testing.T, c *cluster) {
 	const maxTTL = 2 * time.Second
-	c := startCluster(t, maxTTL, "")
-	dropFenceCounters(t, c)
 	admins := c.admins(t)
 	ctx := ctxT(t, 30*time.Second)
 	ps, via := c.proxyEach(t)
@@ -100,7 +110,7 @@ func TestRepliesDelayedPastTTL(t *testing.T) {
 	lc.closeAndCheck(t)
 }
 
-// TestExtendRacingExpiry extends a lock right around its deadline while
+// extendRacingExpiry extends a lock right around its deadline while
 // another client keeps trying to take it. Before each Extend, the PEXPIRE
 // to 0-3 nodes is slowed (proxy latency) so that it lands after the key
 // expired there: a quorum may confirm (the extend succeeds), or too many
@@ -108,14 +118,13 @@ func TestRepliesDelayedPastTTL(t *testing.T) {
 // the deadline is refused at once. Whatever happened, the other client never
 // acquires the key within the validity the holder was given (S1, on the
 // test's clock), including after a successful extend.
-func TestExtendRacingExpiry(t *testing.T) {
+func extendRacingExpiry(t *testing.T, c *cluster) {
 	const (
 		ttl         = 200 * time.Millisecond
 		nodeTimeout = 100 * time.Millisecond
 		latency     = 15 * time.Millisecond // each way, to the slowed nodes
 		key         = "extend-race"
 	)
-	c := startCluster(t, ttl, "")
 	ctx := ctxT(t, 60*time.Second)
 	ps, via := c.proxyEach(t)
 	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}
@@ -214,20 +223,19 @@ func TestExtendRacingExpiry(t *testing.T) {
 	}
 }
 
-// TestCancellation cancels the caller's context before and during each call
+// cancellation cancels the caller's context before and during each call
 // (with 100 ms each way to every node, so that calls are in flight when it
 // happens): TryLock, Lock, Extend, Held and Locked return errors matching
 // context.Canceled (and ErrNotAcquired for acquisitions); a cancelled Extend
 // does not lose the lock; Release detaches from the cancellation and
 // completes; and after Close, once everything sent has landed, nothing of
 // the client is left on any node.
-func TestCancellation(t *testing.T) {
+func cancellation(t *testing.T, c *cluster) {
 	const (
 		ttl         = 3 * time.Second
 		latency     = 100 * time.Millisecond // each way, once the calls are "during"
 		nodeTimeout = time.Second            // patient: only the cancellation ends a call
 	)
-	c := startCluster(t, ttl, "")
 	admins := c.admins(t)
 	ctx := ctxT(t, 30*time.Second)
 	ps, via := c.proxyEach(t)

@@ -14,6 +14,17 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
+// TestNodeFaults runs the scenarios that freeze or kill nodes on one cluster
+// (each starts its own clients, on keys of its own, and resumes what it
+// paused): commands that run late after a resume, a paused majority, and a
+// minority killed under a held lock, last, since its nodes stay dead.
+func TestNodeFaults(t *testing.T) {
+	c := startCluster(t, 5*time.Second, "")
+	t.Run("late-commands-after-resume", func(t *testing.T) { lateCommandsAfterResume(t, c) })
+	t.Run("paused-majority", func(t *testing.T) { pausedMajority(t, c) })
+	t.Run("minority-killed-while-held", func(t *testing.T) { minorityKilledWhileHeld(t, c) })
+}
+
 // prime makes x open several connections to every node (concurrent Locked
 // calls on keys nobody uses). It matters for pauses and freezes: a new
 // go-redis connection sends HELLO first and waits for the answer, so while a
@@ -63,19 +74,18 @@ func heldByToken(t *testing.T, admins []*redis.Client, key, token string) {
 	})
 }
 
-// TestMinorityKilledWhileHeld kills one, then a second node (SIGKILL) under a
+// minorityKilledWhileHeld kills one, then a second node (SIGKILL) under a
 // held lock: after each kill the holder still has it (Held true, Extend
 // succeeds, its lease is not ended) and another client cannot take it
 // (TryLock and Lock fail, Locked says true); the holder then keeps it,
 // renewed, for longer than its TTL while the other client waits in Lock,
 // which gets the lock only after the holder's Release.
-func TestMinorityKilledWhileHeld(t *testing.T) {
+func minorityKilledWhileHeld(t *testing.T, c *cluster) {
 	const (
 		ttl         = time.Second
 		nodeTimeout = 100 * time.Millisecond
 		key         = "held-while-killed"
 	)
-	c := startCluster(t, ttl, "")
 	admins := c.admins(t)
 	ctx := ctxT(t, 30*time.Second)
 	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}
@@ -174,7 +184,7 @@ func TestMinorityKilledWhileHeld(t *testing.T) {
 	}
 }
 
-// TestPausedMajority freezes three of five nodes (SIGSTOP or docker pause):
+// pausedMajority freezes three of five nodes (SIGSTOP or docker pause):
 // TryLock and Lock fail, within the bounds the API states (the context's
 // deadline, the wait budget), with the frozen nodes timing out; a lock held
 // from before cannot be extended but is not declared lost; nothing can be
@@ -183,7 +193,7 @@ func TestMinorityKilledWhileHeld(t *testing.T) {
 // with nothing left to undo them: the test checks that those keys carry
 // their TTL, that they are gone within it, that a client waiting from the
 // resume gets the lock, and that the held lock works again.
-func TestPausedMajority(t *testing.T) {
+func pausedMajority(t *testing.T, c *cluster) {
 	const (
 		// Short, so that the background roll-back, bounded by
 		// min(TTL, max(10 × node timeout, 1 s)), gives up quickly.
@@ -193,7 +203,6 @@ func TestPausedMajority(t *testing.T) {
 		key         = "paused-majority"
 		heldKey     = "held-across-pause"
 	)
-	c := startCluster(t, holdTTL, "")
 	admins := c.admins(t)
 	paused := []int{0, 2, 4}
 	t.Cleanup(func() { // before the cluster's checks
@@ -296,7 +305,10 @@ func TestPausedMajority(t *testing.T) {
 			continue
 		}
 		for _, i := range on {
-			if ms := pttl(t, admins[i], rkey(key)); ms < 0 || ms > ttl.Milliseconds() {
+			switch w, ms := getTTL(t, admins[i], rkey(key)); {
+			case w != v:
+				// released or expired since valuesOn looked
+			case ms < 0 || ms > ttl.Milliseconds():
 				t.Errorf("node%d: a failed round's key has PTTL %dms after the resume, want within the TTL %v", i, ms, ttl)
 			}
 		}
@@ -350,18 +362,17 @@ func tokensIn(t *testing.T, admins []*redis.Client, key string, tokens map[strin
 	return on
 }
 
-// TestLateCommandsAfterResume checks commands that reach a node long after
+// lateCommandsAfterResume checks commands that reach a node long after
 // they were sent (queued in a frozen node's socket, or held up on a frozen
 // link): when they finally run, they must not create a lock that nobody
 // holds for longer than its TTL, and must not disturb the lock of a later
 // holder.
-func TestLateCommandsAfterResume(t *testing.T) {
+func lateCommandsAfterResume(t *testing.T, c *cluster) {
 	const (
 		ttl         = 600 * time.Millisecond // also bounds the background roll-backs
 		laterTTL    = 3 * time.Second
 		nodeTimeout = 200 * time.Millisecond
 	)
-	c := startCluster(t, laterTTL, "")
 	admins := c.admins(t)
 	ctx := ctxT(t, 30*time.Second)
 	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}
@@ -425,7 +436,7 @@ func TestLateCommandsAfterResume(t *testing.T) {
 		check := func(when string) (holderOn, laterOn []int) {
 			t.Helper()
 			for _, i := range frz {
-				switch v, ms := get(t, admins[i], rk), pttl(t, admins[i], rk); {
+				switch v, ms := getTTL(t, admins[i], rk); {
 				case v == "":
 				case v == lh.Token() && ms >= 0 && ms <= ttl.Milliseconds():
 					holderOn = append(holderOn, i)

@@ -9,6 +9,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -129,6 +130,30 @@ func checkIntact(t *testing.T, admins []*redis.Client, before keyState, token, a
 		}
 	}
 	return held
+}
+
+// getTTL returns the value of key on cl ("" when absent) and its PTTL in
+// milliseconds (-2 absent, -1 no TTL), read atomically (MULTI), so that no
+// command of another client can run between the two.
+func getTTL(t *testing.T, cl *redis.Client, key string) (string, int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var v *redis.StringCmd
+	var ms *redis.DurationCmd
+	_, err := cl.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		v = p.Get(ctx, key)
+		ms = p.PTTL(ctx, key)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatalf("GET+PTTL %s on %s: %v", key, cl.Options().Addr, err)
+	}
+	d := ms.Val()
+	if d < 0 { // go-redis passes -1 and -2 through as nanoseconds
+		return v.Val(), int64(d)
+	}
+	return v.Val(), d.Milliseconds()
 }
 
 // tokensOn returns the nodes whose copy of key holds token.

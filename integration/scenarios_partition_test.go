@@ -29,7 +29,7 @@ func TestAsymmetricPartition(t *testing.T) {
 		shortTTL    = 400 * time.Millisecond
 		nodeTimeout = 100 * time.Millisecond
 		key         = "partition"
-		contended   = 40 // critical sections in the contention phase
+		contended   = 30 // critical sections in the contention phase
 		// Goroutines per client in the contention phase. Under this
 		// partition no round can fail before the two nodes its client
 		// cannot reach time out, so every failed round keeps its
@@ -72,13 +72,13 @@ func TestAsymmetricPartition(t *testing.T) {
 		}
 		return l
 	}
-	// blocked makes x try the held key: TryLock 5 times, then Lock with a
+	// blocked makes x try the held key: TryLock 3 times, then Lock with a
 	// short wait; every attempt must fail with node 2 (shared) taken, and the
 	// holder's copies must be as they were.
 	blocked := func(x *lockClient, holder *redlock.Lock) {
 		t.Helper()
 		before := snapshot(t, admins, rk)
-		for range 5 {
+		for range 3 {
 			_, err := x.TryLock(ctx, key)
 			checkFailedRound(t, err, []int{2}, redlock.OutcomeTaken)
 		}

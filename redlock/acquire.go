@@ -20,8 +20,9 @@ import (
 // answer by more than the per-node timeout. On failure it removes its token,
 // before returning, from every node that answered and may hold it (a second
 // round, bounded by the per-node timeout too, on a context detached from
-// ctx); nodes still in flight are cleaned up when they answer, after TryLock
-// has returned (Close waits for that). Nodes that answered "taken" or with
+// ctx); nodes still in flight are cleaned up when they answer, and deletes
+// that timed out are sent again, after TryLock has returned (Close waits
+// for both). Nodes that answered "taken" or with
 // an error reply cost no second round trip. On the first use of a Client,
 // the nodes' identities are checked first (see New).
 //
@@ -253,13 +254,20 @@ func mayHaveWritten(err error) bool {
 
 // releaseAll releases rkey/token on every node for which which(i) holds, in
 // parallel, on a context detached from ctx and bounded by the node timeout,
-// and returns when all answered or the timeout passed.
+// and returns when all answered or the timeout passed. A delete that failed
+// in a way that may not have reached the node (a timeout, a broken
+// connection) is sent again in the background, with time for a slow node,
+// as Release does.
 func (c *Client) releaseAll(ctx context.Context, cfg *config, rkey, token string, which func(int) bool) {
 	r := quorum.Start(context.WithoutCancel(ctx), &c.wg, cfg.nodeTimeout, len(c.pools), which, func(ctx context.Context, i int) (bool, error) {
 		return c.pools[i].Release(ctx, rkey, token)
 	})
 	logFailure := func(rep quorum.Reply[bool]) {
-		if rep.Err != nil {
+		switch {
+		case rep.Err == nil:
+		case mayHaveWritten(rep.Err):
+			c.wg.Go(func() { c.releaseNode(cfg, rep.Node, rkey, token) })
+		default:
 			cfg.logger.Warn("redlock: roll-back failed; the key expires with its TTL", "pool", c.pools[rep.Node].Name(), "key", rkey, "err", rep.Err)
 		}
 	}

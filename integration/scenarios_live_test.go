@@ -51,12 +51,13 @@ func stampede(t *testing.T, c *cluster) {
 		warm(t, ctx, lcs[i])
 	}
 	var (
-		hist    history
-		counter atomic.Int64
-		failed  atomic.Int64
-		wg      sync.WaitGroup
-		ready   sync.WaitGroup
-		gate    = make(chan struct{})
+		hist      history
+		counter   atomic.Int64
+		failed    atomic.Int64
+		relFailed atomic.Int64
+		wg        sync.WaitGroup
+		ready     sync.WaitGroup
+		gate      = make(chan struct{})
 	)
 	for w := range clients * perClient {
 		lc := lcs[w%clients]
@@ -78,7 +79,15 @@ func stampede(t *testing.T, c *cluster) {
 			counter.Store(v + 1)
 			rel := time.Now()
 			if err := l.Release(context.Background()); err != nil {
-				t.Errorf("%s: Release: %v", who, err)
+				// Legitimate only when a node failed (a timeout on a
+				// loaded machine) where the lock needed it: a lock won
+				// on exactly 3 nodes cannot confirm its release on 3
+				// without that one; its copy there is deleted in the
+				// background or expires with the TTL.
+				relFailed.Add(1)
+				if !releaseFailedByNode(err) {
+					t.Errorf("%s: Release: %v", who, err)
+				}
 			}
 			hist.add(holding{key: key, who: who, token: l.Token(), start: start, acquired: acq, deadline: l.Deadline(), released: rel})
 		})
@@ -99,7 +108,8 @@ func stampede(t *testing.T, c *cluster) {
 	for _, lc := range lcs {
 		rounds += lc.tokens.attempts() - 2 // less the warm-up's
 	}
-	t.Logf("%d goroutines each got the lock once in %v, in %d acquisition rounds", clients*perClient, took.Round(time.Millisecond), rounds)
+	t.Logf("%d goroutines each got the lock once in %v, in %d acquisition rounds; %d releases short of a quorum (a node timed out)",
+		clients*perClient, took.Round(time.Millisecond), rounds, relFailed.Load())
 }
 
 // releaseMisuse covers the misuse of release and extend that the API tests

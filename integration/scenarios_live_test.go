@@ -39,7 +39,7 @@ func TestLiveNodes(t *testing.T) {
 func stampede(t *testing.T, c *cluster) {
 	const (
 		ttl         = 2 * time.Second
-		nodeTimeout = 200 * time.Millisecond
+		nodeTimeout = patient
 		clients     = 5
 		perClient   = 10
 		key         = "stampede"
@@ -121,7 +121,7 @@ func releaseMisuse(t *testing.T, c *cluster) {
 	const (
 		ttl         = 2 * time.Second
 		shortTTL    = 300 * time.Millisecond
-		nodeTimeout = 200 * time.Millisecond
+		nodeTimeout = patient
 	)
 	ctx := ctxT(t, 30*time.Second)
 	admins := c.admins(t)
@@ -174,7 +174,7 @@ func releaseMisuse(t *testing.T, c *cluster) {
 
 	t.Run("release-after-expiry", func(t *testing.T) {
 		const key = "misuse-expired"
-		l, err := a.TryLock(ctx, key, redlock.WithTTL(shortTTL))
+		l, err := a.TryLock(ctx, key, redlock.WithTTL(shortTTL), redlock.WithNodeTimeout(100*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -301,7 +301,7 @@ func scriptCacheLoss(t *testing.T, c *cluster) {
 		nodeTimeout = 200 * time.Millisecond
 		clients     = 2
 		perClient   = 2
-		want        = 40
+		want        = 30
 		key         = "script-flush"
 	)
 	ctx := ctxT(t, 60*time.Second)
@@ -481,7 +481,7 @@ func refused(t *testing.T, what string, err error, k int) {
 func errorReplies(t *testing.T, c *cluster) {
 	const (
 		ttl         = 2 * time.Second
-		nodeTimeout = 200 * time.Millisecond
+		nodeTimeout = patient
 	)
 	ctx := ctxT(t, 30*time.Second)
 	admins := c.admins(t)

@@ -60,10 +60,11 @@ func TestAsymmetricPartition(t *testing.T) {
 	rk := rkey(key)
 
 	// holds acquires key for x, which must succeed on exactly the nodes x
-	// sees.
+	// sees. Its lock's calls get the patient node timeout: they succeed at
+	// the quorum, without waiting for the cut-off nodes.
 	holds := func(x *lockClient, opts ...redlock.Option) *redlock.Lock {
 		t.Helper()
-		l, err := x.TryLock(ctx, key, opts...)
+		l, err := x.TryLock(ctx, key, append([]redlock.Option{redlock.WithNodeTimeout(patient)}, opts...)...)
 		if err != nil {
 			t.Fatalf("%s: TryLock with the key free on the nodes it sees: %v", x.name, err)
 		}
@@ -110,8 +111,10 @@ func TestAsymmetricPartition(t *testing.T) {
 	// A holder of two lets its short lock expire; one takes the key over
 	// (on node 2 once two's copy has expired there); the stale handle of
 	// two can then neither extend nor release anything of one's.
-	stale := holds(two, redlock.WithTTL(shortTTL))
-	l1, err := one.Lock(ctx, key)
+	stale := holds(two, redlock.WithTTL(shortTTL), redlock.WithNodeTimeout(nodeTimeout))
+	// Failed rounds wait for the cut-off nodes: a shorter node timeout
+	// than patient, still ample for the nodes one sees.
+	l1, err := one.Lock(ctx, key, redlock.WithNodeTimeout(250*time.Millisecond))
 	acq := time.Now()
 	if err != nil {
 		t.Fatalf("one: Lock after two's lock expired: %v", err)

@@ -20,6 +20,14 @@ import (
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
+// patient is the node timeout of the clients (or calls) whose success is a
+// scenario's premise rather than its subject: on the shared 2-core test
+// machine, with -race and other Docker tests running, a live local node
+// sometimes misses 100-200 ms. It costs nothing where a quorum answers
+// quickly: rounds decide at the quorum. (TTLs must exceed it plus the drift
+// allowance.)
+const patient = 500 * time.Millisecond
+
 // proxyEach starts one fault proxy per node, for one client (closed at the
 // end of the test, after the clients registered later), and returns them
 // with the redis options that reach node i through proxies[i].

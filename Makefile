@@ -4,7 +4,7 @@
 GO ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test lint fuzz demo bench
+.PHONY: test lint fuzz demo bench bench-go
 
 # demo runs 5 embedded Redis servers in one process, contending workers, and
 # kills and revives nodes; it needs nothing but Go.
@@ -18,13 +18,26 @@ lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	cd bench && $(GO) vet ./...
 
 # fuzz runs the drift fuzz test for FUZZTIME (default 30s).
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzValidity -fuzztime $(FUZZTIME) ./drift/
 
-# bench runs the Go benchmarks of the hot paths (client-side cost per cycle,
-# with and without fencing, over in-memory pools).
+# bench runs quorumlock, redsync v4 and a plain go-redis round side by side
+# against 5 redis-server processes it starts itself (bench/, a module of its
+# own so that users never pull redsync), interleaved, and prints medians and
+# ratios. BENCH_D is the measured time per run, BENCH_PASSES the number of
+# interleaved passes; BENCH_FLAGS adds flags (e.g. -scenarios w1,w16, or
+# -md ../docs/performance.md -png ../docs/performance.png to update the docs).
+BENCH_D ?= 10s
+BENCH_PASSES ?= 3
+BENCH_FLAGS ?=
 bench:
+	cd bench && $(GO) run ./cmd/bench -d $(BENCH_D) -passes $(BENCH_PASSES) $(BENCH_FLAGS)
+
+# bench-go runs the Go benchmarks of the hot paths (client-side cost per
+# cycle, with and without fencing, over in-memory pools) for quick checks.
+bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./redlock/

@@ -140,8 +140,12 @@ func TestKillMinorityUnderContention(t *testing.T) {
 		clients     = 4
 		workers     = 16
 		perPhase    = 150 // critical sections required in each phase
+		// heldTTL is the TTL of the lock held across the kills: a phase
+		// on a loaded machine can outlast ttl, and the lock must not
+		// expire between two of the test's extensions.
+		heldTTL = 30 * time.Second
 	)
-	c := startCluster(t, ttl, "")
+	c := startCluster(t, heldTTL, "")
 	opts := []redlock.Option{
 		redlock.WithTTL(ttl),
 		redlock.WithNodeTimeout(nodeTimeout),
@@ -235,7 +239,7 @@ func TestKillMinorityUnderContention(t *testing.T) {
 	t.Cleanup(stopWorkers)
 
 	// A lock held across both kills, on a key nobody contends for.
-	held, err := lcs[0].TryLock(ctx, "held-across-kills")
+	held, err := lcs[0].TryLock(ctx, "held-across-kills", redlock.WithTTL(heldTTL))
 	if err != nil {
 		t.Fatalf("TryLock: %v", err)
 	}

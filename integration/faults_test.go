@@ -84,7 +84,11 @@ func TestKillMajority(t *testing.T) {
 		nodeTimeout = 100 * time.Millisecond
 		attempts    = 20
 	)
-	c := startCluster(t, ttl, "")
+	// heldTTL is the TTL of the lock held while the nodes die: killing
+	// three containers on a loaded machine can outlast ttl, and the lock
+	// must still be valid when Close releases it.
+	const heldTTL = 30 * time.Second
+	c := startCluster(t, heldTTL, "")
 	c.keepsData() // the dead nodes come back with their data below
 	ctx := ctxT(t, 60*time.Second)
 	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}
@@ -93,7 +97,7 @@ func TestKillMajority(t *testing.T) {
 	bound := failBound(t, nodeTimeout)
 	// A Client that holds a lock when the nodes die.
 	holder := c.newLockClient(t, "holder", c.direct, opts...)
-	held, err := holder.TryLock(ctx, "held-when-killed")
+	held, err := holder.TryLock(ctx, "held-when-killed", redlock.WithTTL(heldTTL))
 	if err != nil {
 		t.Fatalf("TryLock: %v", err)
 	}

@@ -57,7 +57,9 @@ type Pool interface {
 	// MASTERDOWN, TRYAGAIN) is returned as an error: ask again later.
 	RunID(ctx context.Context) (string, error)
 	// Close releases what the Pool owns: the client it created in Dial or
-	// DialURL. A Pool from New never closes the caller's client.
+	// DialURL, and the goroutine that writes the commands queued by
+	// redlock rounds (it waits for a batch in flight, at most until that
+	// batch's deadline). A Pool from New never closes the caller's client.
 	Close() error
 }
 
@@ -67,6 +69,8 @@ type client interface {
 	SetNX(ctx context.Context, key string, value any, expiration time.Duration) *redis.BoolCmd
 	Get(ctx context.Context, key string) *redis.StringCmd
 	Info(ctx context.Context, section ...string) *redis.StringCmd
+	Process(ctx context.Context, cmd redis.Cmder) error
+	Pipeline() redis.Pipeliner
 	Close() error
 }
 
@@ -102,6 +106,8 @@ type redisPool struct {
 	name  string
 	c     client
 	owned bool
+	b     batcher // commands sent by a redlock.Client's rounds
+	bg    batcher // background commands (node.Op.Background)
 }
 
 var _ Pool = (*redisPool)(nil)
@@ -265,8 +271,11 @@ func transient(err error) bool {
 }
 
 func (p *redisPool) Close() error {
+	var err error
 	if p.owned {
-		return p.c.Close()
+		err = p.c.Close()
 	}
-	return nil
+	p.b.stop() // after the client: a batch in flight then fails at once
+	p.bg.stop()
+	return err
 }

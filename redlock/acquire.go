@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/drift"
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 )
 
@@ -22,9 +23,11 @@ import (
 // round, bounded by the per-node timeout too, on a context detached from
 // ctx); nodes still in flight are cleaned up when they answer, and deletes
 // that timed out are sent again, after TryLock has returned (Close waits
-// for both). Nodes that answered "taken" or with
-// an error reply cost no second round trip. On the first use of a Client,
-// the nodes' identities are checked first (see New).
+// for both). Nodes that answered "taken" or with an error reply cost no
+// second round trip. On the first use of a Client, the nodes' identities
+// are checked first (see New). Rounds of one Client for one key run one at a time (a TryLock first waits for the round in flight,
+// which is bounded like its own): concurrent rounds would split the nodes'
+// votes so that neither wins.
 //
 // Errors: a *QuorumError (matching ErrNotAcquired) when the lock is taken or
 // too few nodes answered; an error matching both ErrNotAcquired and
@@ -102,6 +105,11 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 	if err := c.ids.check(ctx, c, cfg); err != nil {
 		return nil, err
 	}
+	rkey := c.redisKey(cfg, key)
+	if err := c.gates.enter(ctx, rkey); err != nil {
+		return nil, fmt.Errorf("redlock: acquire %q: not attempted: waiting for this Client's round on the key: %w (%w)", key, err, ErrNotAcquired)
+	}
+	defer c.gates.exit(rkey)
 	token, err := cfg.token()
 	if err == nil && token == "" {
 		err = errors.New("it returned an empty token")
@@ -109,25 +117,32 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 	if err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: token generator: %w", key, err)
 	}
-	rkey := c.redisKey(cfg, key)
 	n, q := len(c.pools), cfg.quorumOf(len(c.pools))
 	res := c.newResults()
 
 	var fkey string // the fencing counter, only when fencing
+	op := node.Op{Kind: node.Acquire, Key: rkey, Token: token, TTL: cfg.ttl}
 	if cfg.fencing {
 		fkey = rkey + ":fence"
+		op.Kind, op.FenceKey = node.AcquireFenced, fkey
 	}
 	start := cfg.now()
-	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), func(ctx context.Context, i int) (uint64, error) {
-		if cfg.fencing {
-			return c.pools[i].AcquireFenced(ctx, rkey, fkey, token, cfg.ttl)
+	call := c.call
+	var landed []chan struct{} // fencing: closed when node i's acquire call returned
+	if cfg.fencing {
+		// The write-back to a node must not overtake our SET there. A
+		// Pool that queues (node.Sender) keeps a node's commands in order;
+		// for the others, the write-back call waits for the acquire call.
+		landed = make([]chan struct{}, n)
+		for i := range landed {
+			landed[i] = make(chan struct{})
 		}
-		ok, err := c.pools[i].Acquire(ctx, rkey, token, cfg.ttl)
-		if ok {
-			return 1, err
+		call = func(ctx context.Context, i int, op *node.Op) node.Result {
+			defer close(landed[i])
+			return c.call(ctx, i, op)
 		}
-		return 0, err
-	})
+	}
+	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), c.senders, node.New(op), call)
 	var fence uint64 // the highest counter among the nodes that agreed
 	yes, no := 0, n-r.Pending()
 	said := make([]bool, n) // nodes that answered yes
@@ -143,14 +158,14 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 				// The SET may still land: clean up in the background, with
 				// time for a slow node (see cleanupTimeout). Harmless if
 				// the round is won: this node is not counted for the lock.
-				c.wg.Go(func() { c.releaseNode(cfg, rep.Node, rkey, token) })
+				c.releaseNode(cfg, rep.Node, rkey, token)
 			}
 			no++
-		case rep.Val > 0:
+		case rep.Int > 0:
 			res[rep.Node] = NodeResult{Node: c.pools[rep.Node].Name(), Outcome: OutcomeOK, Latency: rep.Latency}
 			said[rep.Node] = true
 			if cfg.fencing {
-				fence = max(fence, rep.Val)
+				fence = max(fence, uint64(rep.Int))
 			}
 			yes++
 		default:
@@ -169,7 +184,7 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 		// Write the maximum back to a quorum while we hold it, before
 		// reporting success: the next holder's counters then exceed it.
 		var rres []NodeResult
-		rres, won = c.raiseFence(ctx, cfg, rkey, fkey, token, fence, q)
+		rres, won = c.raiseFence(ctx, cfg, rkey, fkey, token, fence, q, landed)
 		end = cfg.now()
 		elapsed = end.Sub(start)
 		if validity = drift.Validity(cfg.ttl, elapsed, cfg.driftFactor); won && validity <= 0 {
@@ -182,8 +197,8 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 	if won {
 		l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), key: key, rkey: rkey, token: token, fence: fence, acquired: start, deadline: drift.Deadline(start, cfg.ttl, cfg.driftFactor)}
 		if c.track(l) {
-			r.Finish(func(rep quorum.Reply[uint64]) {
-				if rep.Val > 0 || mayHaveWritten(rep.Err) {
+			r.Finish(func(rep quorum.Reply) {
+				if rep.Int > 0 || mayHaveWritten(rep.Err) {
 					l.late(rep.Node)
 				}
 			})
@@ -192,8 +207,12 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 				done := l.Done()
 				c.wg.Go(func() { l.autoExtend(done) })
 			}
-			cfg.logger.Debug("redlock: acquired", "key", key, "took", elapsed, "deadline", l.deadline)
-			c.observe(cfg, func(o Observer) { o.Acquired(l.event(elapsed, nil)) })
+			if cfg.debug(ctx) {
+				cfg.logger.Debug("redlock: acquired", "key", key, "took", elapsed, "deadline", l.deadline)
+			}
+			if cfg.observer != nil {
+				cfg.observer.Acquired(l.event(elapsed, nil))
+			}
 			return l, nil
 		}
 		// Close began during the round and will not release this lock:
@@ -202,8 +221,8 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 
 	// Failed: take our token back from every node that may hold it: now
 	// from those that said yes; those still in flight when they answer.
-	r.Finish(func(rep quorum.Reply[uint64]) {
-		if rep.Val > 0 || mayHaveWritten(rep.Err) {
+	r.Finish(func(rep quorum.Reply) {
+		if rep.Int > 0 || mayHaveWritten(rep.Err) {
 			c.releaseNode(cfg, rep.Node, rkey, token)
 		}
 	})
@@ -226,15 +245,22 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 
 // raiseFence runs the fencing write-back round: on every node, raise the
 // counter to fence while the lock still holds token there (the nodes whose
-// SET was still in flight at the decision count too, if it has landed). It
+// SET was still in flight at the decision count too, once it has landed: a
+// node's write-back waits for its acquire call, closing landed[i]). It
 // reports each node's outcome and whether a quorum q confirmed.
-func (c *Client) raiseFence(ctx context.Context, cfg *config, rkey, fkey, token string, fence uint64, q int) ([]NodeResult, bool) {
+func (c *Client) raiseFence(ctx context.Context, cfg *config, rkey, fkey, token string, fence uint64, q int, landed []chan struct{}) ([]NodeResult, bool) {
 	res := c.newResults()
 	start := time.Now()
-	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, len(c.pools), c.ids.ask(res), func(ctx context.Context, i int) (bool, error) {
-		return c.pools[i].RaiseFence(ctx, rkey, fkey, token, fence)
+	op := node.New(node.Op{Kind: node.RaiseFence, Key: rkey, FenceKey: fkey, Token: token, Fence: fence})
+	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, len(c.pools), c.ids.ask(res), c.senders, op, func(ctx context.Context, i int, op *node.Op) node.Result {
+		select {
+		case <-landed[i]:
+		case <-ctx.Done():
+			return node.Result{Err: ctx.Err()}
+		}
+		return c.call(ctx, i, op)
 	})
-	yes, _ := c.count(r, res, q)
+	yes, _ := c.count(r, res, q, nil)
 	markUnanswered(res, r.Err(), time.Since(start))
 	r.Finish(nil)
 	return res, yes >= q
@@ -243,9 +269,9 @@ func (c *Client) raiseFence(ctx context.Context, cfg *config, rkey, fkey, token 
 // mayHaveWritten reports whether a call that failed with err may still have
 // changed the node: true unless the node itself answered with an error reply
 // (READONLY, OOM, NOPERM, WRONGTYPE...), which Redis sends only for commands
-// it did not run.
+// it did not run, or the command was never written (node.ErrNotSent).
 func mayHaveWritten(err error) bool {
-	if err == nil {
+	if err == nil || errors.Is(err, node.ErrNotSent) {
 		return false
 	}
 	var rerr redis.Error
@@ -259,10 +285,9 @@ func mayHaveWritten(err error) bool {
 // connection) is sent again in the background, with time for a slow node,
 // as Release does.
 func (c *Client) releaseAll(ctx context.Context, cfg *config, rkey, token string, which func(int) bool) {
-	r := quorum.Start(context.WithoutCancel(ctx), &c.wg, cfg.nodeTimeout, len(c.pools), which, func(ctx context.Context, i int) (bool, error) {
-		return c.pools[i].Release(ctx, rkey, token)
-	})
-	logFailure := func(rep quorum.Reply[bool]) {
+	op := node.New(node.Op{Kind: node.Release, Key: rkey, Token: token})
+	r := quorum.Start(context.WithoutCancel(ctx), &c.wg, cfg.nodeTimeout, len(c.pools), which, c.senders, op, c.call)
+	logFailure := func(rep quorum.Reply) {
 		switch {
 		case rep.Err == nil:
 		case mayHaveWritten(rep.Err):
@@ -283,13 +308,37 @@ func (c *Client) releaseAll(ctx context.Context, cfg *config, rkey, token string
 
 // releaseNode releases rkey/token on node i when it may hold them and no
 // caller is waiting: after a reply that arrived after its round was decided,
-// or a failure that may have run the command. It runs on a goroutine the
-// Client owns, bounded by cleanupTimeout.
+// or a failure that may have run the command. It does not wait: the release
+// is queued on the node's Pool (or runs on a goroutine for Pools that do not
+// queue), bounded by cleanupTimeout, and counted in c.wg so that Close waits
+// for it. The caller must hold a count on c.wg (an enter(), or a round's).
 func (c *Client) releaseNode(cfg *config, i int, rkey, token string) {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout(cfg))
-	defer cancel()
-	if _, err := c.pools[i].Release(ctx, rkey, token); err != nil {
-		cfg.logger.Warn("redlock: releasing a late reply failed; the key expires with its TTL", "pool", c.pools[i].Name(), "key", rkey, "err", err)
+	op := node.New(node.Op{Kind: node.Release, Key: rkey, Token: token, Background: true})
+	deadline := time.Now().Add(cleanupTimeout(cfg))
+	bg := &background{c: c, cfg: cfg, rkey: rkey}
+	c.wg.Add(1)
+	if s := c.senders[i]; s != nil {
+		s.Send(op, deadline, bg, i)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		defer cancel()
+		bg.Deliver(i, c.call(ctx, i, op))
+	}()
+}
+
+// background receives the result of a release nobody waits for.
+type background struct {
+	c    *Client
+	cfg  *config
+	rkey string
+}
+
+func (b *background) Deliver(i int, r node.Result) {
+	defer b.c.wg.Done()
+	if r.Err != nil {
+		b.cfg.logger.Warn("redlock: releasing a late reply failed; the key expires with its TTL", "pool", b.c.pools[i].Name(), "key", b.rkey, "err", r.Err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 	"github.com/quorumlock/quorumlock/pool"
 )
@@ -19,15 +20,18 @@ import (
 // and set of masters is enough. It owns the goroutines that handle late
 // replies and roll-backs, and Close joins them. It never closes the pools.
 type Client struct {
-	pools []pool.Pool
-	cfg   *config
+	pools   []pool.Pool
+	senders []node.Sender // pools[i] as a node.Sender, or nil: called on goroutines
+	call    quorum.Call   // runs an op through a Pool's methods
+	cfg     *config
 
 	mu     sync.RWMutex
 	closed bool
 	held   map[*Lock]struct{} // locks neither released nor lost, for Close
 	wg     sync.WaitGroup     // every goroutine the Client started
 
-	ids identities
+	ids   identities
+	gates gates // one acquisition round per key at a time
 }
 
 // New returns a Client over pools, one per independent Redis master. It
@@ -65,8 +69,47 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 		cfg:   cfg,
 		held:  make(map[*Lock]struct{}),
 	}
+	c.senders = make([]node.Sender, len(pools))
+	for i, p := range pools {
+		c.senders[i], _ = p.(node.Sender)
+	}
+	c.call = c.callPool
 	c.ids.init(len(pools))
 	return c, nil
+}
+
+// callPool runs op on pool i through its synchronous methods: the path of
+// Pools that do not queue commands (node.Sender), such as wrappers.
+func (c *Client) callPool(ctx context.Context, i int, op *node.Op) node.Result {
+	p := c.pools[i]
+	var r node.Result
+	switch op.Kind {
+	case node.Acquire:
+		var ok bool
+		if ok, r.Err = p.Acquire(ctx, op.Key, op.Token, op.TTL); ok {
+			r.Int = 1
+		}
+	case node.AcquireFenced:
+		var f uint64
+		f, r.Err = p.AcquireFenced(ctx, op.Key, op.FenceKey, op.Token, op.TTL)
+		r.Int = int64(min(f, 1<<63-1))
+	case node.RaiseFence:
+		r.Int, r.Err = bit(p.RaiseFence(ctx, op.Key, op.FenceKey, op.Token, op.Fence))
+	case node.Extend:
+		r.Int, r.Err = bit(p.Extend(ctx, op.Key, op.Token, op.TTL))
+	case node.Release:
+		r.Int, r.Err = bit(p.Release(ctx, op.Key, op.Token))
+	case node.Get:
+		r.Str, r.Err = p.Get(ctx, op.Key)
+	}
+	return r
+}
+
+func bit(ok bool, err error) (int64, error) {
+	if ok {
+		return 1, err
+	}
+	return 0, err
 }
 
 // enter registers an operation so that Close waits for it and for every
@@ -160,9 +203,7 @@ func (c *Client) Locked(ctx context.Context, key string, opts ...Option) (bool, 
 	rkey := c.redisKey(cfg, key)
 	n, q := len(c.pools), cfg.quorumOf(len(c.pools))
 	res := c.newResults()
-	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), func(ctx context.Context, i int) (string, error) {
-		return c.pools[i].Get(ctx, rkey)
-	})
+	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), c.senders, node.New(node.Op{Kind: node.Get, Key: rkey}), c.call)
 	defer r.Finish(nil)
 	start := time.Now()
 	tally := make(map[string]int, 2)
@@ -182,9 +223,9 @@ func (c *Client) Locked(ctx context.Context, key string, opts ...Option) (bool, 
 		}
 		answered++
 		res[rep.Node] = NodeResult{Node: res[rep.Node].Node, Outcome: OutcomeOK, Latency: rep.Latency}
-		if rep.Val != "" {
-			tally[rep.Val]++
-			best = max(best, tally[rep.Val])
+		if rep.Str != "" {
+			tally[rep.Str]++
+			best = max(best, tally[rep.Str])
 		}
 	}
 	if best >= q {

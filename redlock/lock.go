@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/drift"
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 )
 
@@ -119,10 +120,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	c := l.c
 	n, q := len(c.pools), cfg.quorumOf(len(c.pools))
 	res := c.newResults()
-	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), func(ctx context.Context, i int) (bool, error) {
-		return c.pools[i].Extend(ctx, l.rkey, l.token, ttl)
-	})
-	yes, notHeld := c.count(r, res, q)
+	op := node.New(node.Op{Kind: node.Extend, Key: l.rkey, Token: l.token, TTL: ttl})
+	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), c.senders, op, c.call)
+	yes, notHeld := c.count(r, res, q, nil)
 	end := cfg.now()
 	elapsed := end.Sub(start)
 	markUnanswered(res, r.Err(), elapsed)
@@ -171,12 +171,13 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return err
 }
 
-// count runs the voting loop of an extend, release or held round: a reply of
-// true confirms our token, false means the node does not hold it. It reads
+// count runs the voting loop of an extend, release or held round: a reply
+// for which isYes holds (nil: Int == 1) confirms our token, another means
+// the node does not hold it. It reads
 // replies until the outcome is settled: a quorum confirmed, more than n − q
 // nodes said "not held" (the lock is gone for sure), or neither can happen
 // any more (too many nodes failed).
-func (c *Client) count(r *quorum.Round[bool], res []NodeResult, q int) (yes, notHeld int) {
+func (c *Client) count(r *quorum.Round, res []NodeResult, q int, isYes func(quorum.Reply) bool) (yes, notHeld int) {
 	n, pending := len(res), r.Pending()
 	for pending > 0 && yes < q && notHeld <= n-q && (yes+pending >= q || notHeld+pending > n-q) {
 		rep, ok := r.Next()
@@ -187,7 +188,7 @@ func (c *Client) count(r *quorum.Round[bool], res []NodeResult, q int) (yes, not
 		switch {
 		case rep.Err != nil:
 			res[rep.Node] = failed(rep.Node, c, rep.Err, rep.Latency)
-		case rep.Val:
+		case isYes == nil && rep.Int == 1 || isYes != nil && isYes(rep):
 			res[rep.Node] = NodeResult{Node: res[rep.Node].Node, Outcome: OutcomeOK, Latency: rep.Latency}
 			yes++
 		default:
@@ -275,16 +276,15 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	n, q := len(c.pools), cfg.quorumOf(len(c.pools))
 	res := c.newResults()
 	start := time.Now()
-	r := quorum.Start(context.WithoutCancel(ctx), &c.wg, cfg.nodeTimeout, n, nil, func(ctx context.Context, i int) (bool, error) {
-		return c.pools[i].Release(ctx, l.rkey, l.token)
-	})
-	yes, _ := c.count(r, res, q)
-	roundErr := r.Err() // before Finish ends the round's context
+	op := node.New(node.Op{Kind: node.Release, Key: l.rkey, Token: l.token})
+	r := quorum.Start(context.WithoutCancel(ctx), &c.wg, cfg.nodeTimeout, n, nil, c.senders, op, c.call)
+	yes, _ := c.count(r, res, q, nil)
+	roundErr := r.Err() // before Finish ends the round
 	// A delete that failed in a way that may not have reached the node is
 	// sent again in the background, with time for a slow node.
 	retry := func(i int, err error) {
 		if mayHaveWritten(err) {
-			c.wg.Go(func() { c.releaseNode(cfg, i, l.rkey, l.token) })
+			c.releaseNode(cfg, i, l.rkey, l.token)
 		}
 	}
 	for i := range res {
@@ -292,14 +292,18 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 			retry(i, res[i].Err)
 		}
 	}
-	r.Finish(func(rep quorum.Reply[bool]) { retry(rep.Node, rep.Err) })
+	r.Finish(func(rep quorum.Reply) { retry(rep.Node, rep.Err) })
 	var err error
 	if yes < q {
 		markUnanswered(res, roundErr, time.Since(start))
 		err = &QuorumError{Op: "release", Key: l.key, Quorum: q, Nodes: res, Elapsed: time.Since(start)}
 	}
-	cfg.logger.Debug("redlock: released", "key", l.key, "took", time.Since(start), "err", err)
-	c.observe(cfg, func(o Observer) { o.Released(l.event(time.Since(start), err)) })
+	if cfg.debug(ctx) {
+		cfg.logger.Debug("redlock: released", "key", l.key, "took", time.Since(start), "err", err)
+	}
+	if cfg.observer != nil {
+		cfg.observer.Released(l.event(time.Since(start), err))
+	}
 	return err
 }
 
@@ -339,12 +343,10 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 	n, q := len(c.pools), cfg.quorumOf(len(c.pools))
 	res := c.newResults()
 	start := time.Now()
-	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), func(ctx context.Context, i int) (bool, error) {
-		v, err := c.pools[i].Get(ctx, l.rkey)
-		return v == l.token, err
-	})
-	yes, notHeld := c.count(r, res, q)
-	roundErr := r.Err() // before Finish ends the round's context
+	op := node.New(node.Op{Kind: node.Get, Key: l.rkey})
+	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), c.senders, op, c.call)
+	yes, notHeld := c.count(r, res, q, func(rep quorum.Reply) bool { return rep.Str == l.token })
+	roundErr := r.Err() // before Finish ends the round
 	r.Finish(nil)
 	switch {
 	case yes >= q:

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -102,6 +103,12 @@ func (c *config) check(n int) error {
 		return fmt.Errorf("redlock: quorum %d does not fit %d pools: it must be more than half of them (two quorums must share a node, or two clients could hold one lock) and at most all of them: use %d..%d, or leave it unset for %d", c.quorum, n, n/2+1, n, n/2+1)
 	}
 	return nil
+}
+
+// debug reports whether the logger takes debug records, so that the hot
+// paths build a record's attributes only when it does.
+func (c *config) debug(ctx context.Context) bool {
+	return c.logger.Enabled(ctx, slog.LevelDebug)
 }
 
 // quorumOf is the number of nodes that must agree out of n.

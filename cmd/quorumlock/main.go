@@ -1,49 +1,224 @@
 // Command quorumlock works with quorumlock's Redlock locks from the shell.
 //
-//	quorumlock demo [-duration 10s] [-workers 8]
+//	quorumlock exec [flags] KEY -- COMMAND [ARGS...]
+//	quorumlock status [flags] KEY
+//	quorumlock demo [flags]
+//
+// exec acquires the lock KEY on a quorum of Redis masters (waiting up to
+// --wait), runs COMMAND with QUORUMLOCK_KEY, QUORUMLOCK_TOKEN and
+// QUORUMLOCK_FENCE in its environment, keeps the lock renewed while it runs
+// and releases it when it exits. If the lock is lost while the command runs,
+// the command's process group gets SIGTERM, and SIGKILL after --grace.
+// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to quorumlock
+// are passed on to the command's process group.
+//
+// status shows, for each node, whether it answers, the token that holds
+// KEY there (shortened), its remaining TTL and the key's fencing counter.
 //
 // demo starts 5 Redis servers inside its own process, runs workers that
-// contend for one lock while nodes are killed and revived, and prints what
-// happened. It needs nothing installed but Go.
+// contend for one lock and increment a fenced counter while nodes are
+// killed and revived, and prints progress every second and a summary. It
+// needs nothing installed but Go.
+//
+// The nodes come from --addrs or, without it, QUORUMLOCK_ADDRS: a comma
+// separated list of host:port, redis://[user:password@]host:port[/db] or
+// rediss://... (TLS) URLs.
+//
+// # Exit status
+//
+// exec exits with the command's status (128+N when signal N killed it),
+// unless quorumlock itself ends the run:
+//
+//	2      bad usage: unknown flag, missing KEY or COMMAND, no or malformed nodes
+//	3      not acquired: another holder kept the lock for all of --wait
+//	4      lock lost while the command ran; the command was terminated
+//	5      lock service unavailable: too few nodes answered to reach a quorum
+//	126    the command was found but could not be started
+//	127    the command was not found
+//	128+N  quorumlock got signal N while waiting for the lock
+//
+// A command can exit with 2 to 5 itself; for its own codes quorumlock always
+// says why on standard error. status exits with 0 when a quorum of nodes
+// answered and 5 when too few did; demo with 0 when no update was lost and
+// the fencing tokens strictly increased, 1 otherwise. Every command exits
+// with 2 on bad usage and 0 after --help.
 package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
-	"syscall"
+	"slices"
+	"strings"
 )
 
-const usage = `usage: quorumlock <command> [flags]
+// Exit statuses of quorumlock's own making (see the package doc).
+const (
+	exitOK          = 0
+	exitFailed      = 1 // demo: an update was lost or holders overlapped
+	exitUsage       = 2
+	exitNotAcquired = 3
+	exitLost        = 4
+	exitUnavailable = 5
+	exitCannotRun   = 126
+	exitNotFound    = 127
+)
 
-commands:
-  demo    run contending workers against 5 embedded Redis servers while
-          nodes are killed and revived, and print what happened
-
-Run "quorumlock <command> -h" for a command's flags.
+const exitCodes = `Exit status:
+  0..255  exec: the command's own status (128+N if a signal N killed it)
+  2       bad usage: unknown flag, missing KEY or COMMAND, no or malformed nodes
+  3       not acquired: another holder kept the lock for all of --wait
+  4       lock lost while the command ran; the command was terminated
+  5       lock service unavailable: too few nodes answered to reach a quorum
+  126     the command could not be started; 127: it was not found
+  128+N   quorumlock got signal N while waiting for the lock
+quorumlock explains each of its own codes on standard error.
 `
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:]))
+const usage = `usage: quorumlock <command> [flags] [args]
+
+commands:
+  exec    run a command while holding a lock:  quorumlock exec KEY -- COMMAND [ARGS...]
+  status  show a lock's state on every node:   quorumlock status KEY
+  demo    contending workers on 5 embedded Redis servers while nodes are
+          killed and revived (needs nothing but Go)
+
+The nodes come from --addrs or QUORUMLOCK_ADDRS: comma separated host:port,
+redis://[user:password@]host:port[/db] or rediss://... (TLS).
+Run "quorumlock <command> --help" for a command's flags.
+
+` + exitCodes
+
+// env is what a command gets from its process: standard streams, the
+// environment and the signals sent to it.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	environ        []string         // KEY=value, as os.Environ
+	signals        <-chan os.Signal // signals to pass on (exec) or to stop at; nil: none
 }
 
-// run executes one command and returns the process exit status: 0 on
-// success, 1 when the command failed, 2 on bad usage.
-func run(ctx context.Context, args []string) int {
-	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, usage)
-		return 2
+// getenv returns the value of name in e.environ ("" if absent).
+func (e *env) getenv(name string) string {
+	for _, kv := range slices.Backward(e.environ) {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return v
+		}
 	}
-	switch args[0] {
-	case "demo":
-		return demo(ctx, os.Stdout, args[1:])
-	case "-h", "-help", "--help", "help":
-		fmt.Print(usage)
-		return 0
-	}
-	fmt.Fprintf(os.Stderr, "quorumlock: unknown command %q\n\n%s", args[0], usage)
-	return 2
+	return ""
 }
+
+func main() { os.Exit(processMain()) }
+
+// processMain runs the command named by the process' arguments, with its
+// standard streams, environment and signals, and returns the exit status.
+func processMain() int {
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, relayed...)
+	return run(context.Background(), &env{
+		stdin:   os.Stdin,
+		stdout:  os.Stdout,
+		stderr:  os.Stderr,
+		environ: os.Environ(),
+		signals: sigs,
+	}, os.Args[1:])
+}
+
+// run executes one command and returns the process exit status.
+func run(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(e.stderr, usage)
+		return exitUsage
+	}
+	cmd, rest := args[0], args[1:]
+	if cmd == "help" && len(rest) > 0 { // quorumlock help exec
+		cmd, rest = rest[0], []string{"--help"}
+	}
+	switch cmd {
+	case "exec":
+		return execCommand(ctx, e, rest)
+	case "status":
+		ctx, stop := stopOnSignal(ctx, e.signals)
+		defer stop()
+		return status(ctx, e, rest)
+	case "demo":
+		ctx, stop := stopOnSignal(ctx, e.signals)
+		defer stop()
+		return demo(ctx, e, rest)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(e.stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(e.stderr, "quorumlock: unknown command %q\n\n%s", cmd, usage)
+	return exitUsage
+}
+
+// stopOnSignal returns a context that is cancelled when a signal arrives on
+// sigs. stop ends the watch and waits for it.
+func stopOnSignal(ctx context.Context, sigs <-chan os.Signal) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	if sigs == nil {
+		return ctx, cancel
+	}
+	done := make(chan struct{})
+	quit := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-sigs:
+			cancel()
+		case <-quit:
+		}
+	}()
+	return ctx, func() {
+		close(quit)
+		<-done
+		cancel()
+	}
+}
+
+// newFlagSet returns a flag set for a command whose help text is synopsis
+// (printed before the flags) and footer (after them).
+func newFlagSet(name, synopsis, footer string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // parseFlags reports errors itself
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprint(w, synopsis)
+		fmt.Fprintln(w, "\nflags (-flag and --flag are the same):")
+		fs.PrintDefaults()
+		if footer != "" {
+			fmt.Fprint(w, "\n"+footer)
+		}
+	}
+	return fs
+}
+
+// parseFlags parses args into fs. It returns ok false and the exit status
+// when parsing ended the command: 0 after -h or --help (the help goes to
+// stdout), 2 after an error (reported on stderr).
+func parseFlags(e *env, fs *flag.FlagSet, args []string) (code int, ok bool) {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(e.stdout)
+		fs.Usage()
+		fs.SetOutput(io.Discard)
+		return exitOK, false
+	}
+	return usageError(e, fs.Name(), err), false
+}
+
+// usageError reports bad usage of command on e.stderr and returns exitUsage.
+func usageError(e *env, command string, err error) int {
+	fmt.Fprintf(e.stderr, "quorumlock %s: %v\nRun \"quorumlock %s --help\" for usage.\n", command, err, command)
+	return exitUsage
+}
+
+var errNoKey = errors.New("missing KEY: name the lock")

@@ -1,111 +1,197 @@
-// Package quorum fans one call out to every node of a Redlock client in
+// Package quorum fans one command out to every node of a Redlock client in
 // parallel and hands the replies back one at a time, so the caller can
 // decide as soon as the outcome is certain and leave the stragglers to a
 // clean-up function that still sees every reply.
 //
+// A node whose Pool implements node.Sender gets the command through Send:
+// no goroutine, context or timer per node, and the Pool may coalesce it with
+// other rounds' commands. Any other node is called through call on a
+// goroutine of its own, with a context that ends at the round's deadline or
+// when the parent ends.
+//
 // A Round is owned by one goroutine: Next and Finish must not be called
-// concurrently. The goroutines it starts are counted in the WaitGroup given to
-// Start, so their owner can join them.
+// concurrently. The goroutines it starts, and the wait for replies after
+// Finish, are counted in the WaitGroup given to Start, so their owner can
+// join them.
 package quorum
 
 import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
 )
 
 // Reply is one node's answer.
-type Reply[T any] struct {
-	Node    int           // index of the node
-	Val     T             // the call's result; meaningful only when Err is nil
-	Err     error         // the call's error
+type Reply struct {
+	Node int // index of the node
+	node.Result
 	Latency time.Duration // from the start of the round to the reply
 }
 
+// Call runs op on node i synchronously, honouring ctx.
+type Call func(ctx context.Context, i int, op *node.Op) node.Result
+
 // Round is one fan-out in progress.
-type Round[T any] struct {
-	ctx     context.Context
-	cancel  context.CancelFunc
-	replies chan Reply[T]
-	pending int // calls whose reply has not been taken by Next
-	wg      *sync.WaitGroup
+type Round struct {
+	parent   context.Context
+	start    time.Time
+	deadline time.Time
+	replies  chan Reply
+	timer    *time.Timer
+	pending  int   // replies not yet taken by Next (owner only)
+	err      error // why Next stopped early (owner only)
+	wg       *sync.WaitGroup
+
+	mu       sync.Mutex
+	finished bool
+	left     int // sends not yet delivered, plus Finish's own share while it drains
+	late     func(Reply)
+	then     func()
+	cancel   context.CancelFunc // the context of calls on goroutines; nil if none
 }
 
-// Start calls call(ctx, i), each in its own goroutine, for every node i in
-// [0, n) for which ask(i) is true (ask nil asks all). All calls share one
-// context that ends after timeout or when parent ends, whichever comes first;
-// it stays open for the stragglers after the caller has decided, until Finish
-// has collected every reply. wg counts every goroutine Start and Finish start:
-// the caller must hold a count of its own on wg while it calls Start, so that
-// the counter is not zero when Start adds to it.
-func Start[T any](parent context.Context, wg *sync.WaitGroup, timeout time.Duration, n int, ask func(int) bool, call func(ctx context.Context, i int) (T, error)) *Round[T] {
-	ctx, cancel := context.WithTimeout(parent, timeout)
-	r := &Round[T]{ctx: ctx, cancel: cancel, replies: make(chan Reply[T], n), wg: wg}
+// Start sends op to every node i in [0, n) for which ask(i) is true (ask nil
+// asks all): through senders[i] when it is not nil, else through call on a
+// goroutine counted in wg. The round ends at timeout, or at parent's
+// deadline if that comes first, or when parent is cancelled; the nodes' work
+// goes on until their own deadline, and replies that arrive after the caller
+// decided are handed to Finish's late. wg counts every goroutine Start
+// starts and every round that Finish leaves waiting for replies: the caller
+// must hold a count of its own on wg while it calls Start and Finish.
+func Start(parent context.Context, wg *sync.WaitGroup, timeout time.Duration, n int, ask func(int) bool, senders []node.Sender, op *node.Op, call Call) *Round {
 	start := time.Now()
+	deadline := start.Add(timeout)
+	if d, ok := parent.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	r := &Round{parent: parent, start: start, deadline: deadline, replies: make(chan Reply, n), wg: wg}
+	var ctx context.Context
 	for i := range n {
 		if ask != nil && !ask(i) {
 			continue
 		}
 		r.pending++
-		wg.Go(func() {
-			v, err := call(ctx, i)
-			r.replies <- Reply[T]{Node: i, Val: v, Err: err, Latency: time.Since(start)}
-		})
+		r.mu.Lock()
+		r.left++
+		r.mu.Unlock()
+		if senders != nil && senders[i] != nil {
+			senders[i].Send(op, deadline, r, i)
+			continue
+		}
+		if ctx == nil {
+			ctx, r.cancel = context.WithDeadline(parent, deadline)
+		}
+		wg.Go(func() { r.Deliver(i, call(ctx, i, op)) })
 	}
+	r.timer = time.NewTimer(time.Until(deadline))
 	return r
 }
 
+// Deliver hands node i's result to the round (node.Receiver). It never
+// blocks on the round's owner.
+func (r *Round) Deliver(i int, res node.Result) {
+	rep := Reply{Node: i, Result: res, Latency: time.Since(r.start)}
+	r.mu.Lock()
+	if !r.finished {
+		r.left--
+		r.replies <- rep // never blocks: one slot per node
+		r.mu.Unlock()
+		return
+	}
+	late := r.late
+	r.mu.Unlock()
+	if late != nil {
+		late(rep)
+	}
+	r.done()
+}
+
+// done counts one delivery after Finish; the last one ends the round.
+func (r *Round) done() {
+	r.mu.Lock()
+	r.left--
+	last := r.left == 0
+	r.mu.Unlock()
+	if !last {
+		return
+	}
+	if r.cancel != nil {
+		r.cancel()
+	}
+	if r.then != nil {
+		r.then()
+	}
+}
+
 // Pending is the number of replies not yet taken by Next.
-func (r *Round[T]) Pending() int { return r.pending }
+func (r *Round) Pending() int { return r.pending }
 
 // Next returns the next reply to arrive. It returns false when no reply is
-// pending or the round's context has ended first (its deadline passed or the
-// parent was cancelled); Err then tells which.
-func (r *Round[T]) Next() (Reply[T], bool) {
-	if r.pending == 0 {
-		return Reply[T]{}, false
+// pending or the round has ended first (its deadline passed or the parent
+// was cancelled); Err then tells which.
+func (r *Round) Next() (Reply, bool) {
+	if r.pending == 0 || r.err != nil {
+		return Reply{}, false
 	}
 	select {
 	case rep := <-r.replies:
 		r.pending--
 		return rep, true
-	case <-r.ctx.Done():
-		return Reply[T]{}, false
+	case <-r.timer.C:
+		r.err = context.DeadlineExceeded
+	case <-r.parent.Done():
+		r.err = r.parent.Err()
 	}
+	return Reply{}, false
 }
 
-// Err is the round context's error: nil while it is open,
-// context.DeadlineExceeded once the timeout (or the parent's deadline) has
-// passed, context.Canceled once the parent was cancelled.
-func (r *Round[T]) Err() error { return r.ctx.Err() }
+// Err is nil while the round is open, context.DeadlineExceeded once the
+// timeout (or the parent's deadline) has passed, context.Canceled once the
+// parent was cancelled.
+func (r *Round) Err() error {
+	if r.err != nil {
+		return r.err
+	}
+	if !time.Now().Before(r.deadline) {
+		return context.DeadlineExceeded
+	}
+	return r.parent.Err()
+}
 
-// Finish ends the round. Every reply Next has not returned goes to late (nil
-// drops them), in a goroutine counted in wg when some are still pending; the
-// round's context is released after the last one. Finish does not wait.
-func (r *Round[T]) Finish(late func(Reply[T])) { r.FinishThen(late, nil) }
+// Finish ends the round. Every reply Next has not returned goes to late
+// (nil drops them), as it arrives, on the goroutine that delivers it; late
+// must not block. Finish does not wait.
+func (r *Round) Finish(late func(Reply)) { r.FinishThen(late, nil) }
 
 // FinishThen is Finish, and then calls then (if not nil) once every reply
 // has been handed to late: at once when none is pending.
-func (r *Round[T]) FinishThen(late func(Reply[T]), then func()) {
-	if r.pending == 0 {
-		r.cancel()
-		if then != nil {
-			then()
+func (r *Round) FinishThen(late func(Reply), then func()) {
+	r.timer.Stop()
+	r.mu.Lock()
+	r.finished, r.late, r.then = true, late, then
+	r.left++ // our own share while we drain what has arrived
+	if r.left > 1 {
+		r.wg.Add(1)
+		r.then = func() {
+			if then != nil {
+				then()
+			}
+			r.wg.Done()
 		}
-		return
 	}
-	pending := r.pending
-	r.pending = 0
-	r.wg.Go(func() {
-		defer r.cancel()
-		for range pending {
-			rep := <-r.replies
+	r.mu.Unlock()
+	for {
+		select {
+		case rep := <-r.replies: // nothing is added once finished is set
 			if late != nil {
 				late(rep)
 			}
+			continue
+		default:
 		}
-		if then != nil {
-			then()
-		}
-	})
+		break
+	}
+	r.done()
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/internal/node"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -18,31 +20,31 @@ func TestNextThenFinish(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1) // the caller's own count, as Start requires
 	release := make(chan struct{})
-	r := Start(context.Background(), &wg, time.Minute, 4, func(i int) bool { return i != 2 },
-		func(ctx context.Context, i int) (int, error) {
+	r := Start(context.Background(), &wg, time.Minute, 4, func(i int) bool { return i != 2 }, nil, &node.Op{},
+		func(ctx context.Context, i int, _ *node.Op) node.Result {
 			if i == 3 {
 				<-release
 			}
-			return i * 10, nil
+			return node.Result{Int: int64(i * 10)}
 		})
 	if r.Pending() != 3 {
 		t.Fatalf("pending %d, want 3 (node 2 not asked)", r.Pending())
 	}
-	got := map[int]int{}
+	got := map[int]int64{}
 	for range 2 {
 		rep, ok := r.Next()
 		if !ok {
 			t.Fatal("Next returned false with replies pending")
 		}
-		got[rep.Node] = rep.Val
+		got[rep.Node] = rep.Int
 	}
 	if got[0] != 0 || got[1] != 10 || len(got) != 2 {
 		t.Fatalf("got %v", got)
 	}
-	late := make(chan Reply[int], 1)
-	r.Finish(func(rep Reply[int]) { late <- rep })
+	late := make(chan Reply, 1)
+	r.Finish(func(rep Reply) { late <- rep })
 	close(release)
-	if rep := <-late; rep.Node != 3 || rep.Val != 30 || rep.Latency <= 0 {
+	if rep := <-late; rep.Node != 3 || rep.Int != 30 || rep.Latency <= 0 {
 		t.Fatalf("late reply %+v", rep)
 	}
 	wg.Done()
@@ -54,10 +56,10 @@ func TestNextThenFinish(t *testing.T) {
 func TestDeadlineEndsNext(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
-	r := Start(context.Background(), &wg, 10*time.Millisecond, 1, nil,
-		func(ctx context.Context, i int) (bool, error) {
+	r := Start(context.Background(), &wg, 10*time.Millisecond, 1, nil, nil, &node.Op{},
+		func(ctx context.Context, i int, _ *node.Op) node.Result {
 			<-ctx.Done()
-			return false, ctx.Err()
+			return node.Result{Err: ctx.Err()}
 		})
 	if _, ok := r.Next(); ok {
 		t.Fatal("Next returned a reply from a node that never answers")
@@ -66,7 +68,7 @@ func TestDeadlineEndsNext(t *testing.T) {
 		t.Fatalf("Err %v", r.Err())
 	}
 	late := make(chan error, 1)
-	r.Finish(func(rep Reply[bool]) { late <- rep.Err })
+	r.Finish(func(rep Reply) { late <- rep.Err })
 	if err := <-late; !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("late error %v", err)
 	}
@@ -79,9 +81,9 @@ func TestParentCancel(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	ctx, cancel := context.WithCancel(context.Background())
-	r := Start(ctx, &wg, time.Minute, 2, nil, func(ctx context.Context, i int) (bool, error) {
+	r := Start(ctx, &wg, time.Minute, 2, nil, nil, &node.Op{}, func(ctx context.Context, i int, _ *node.Op) node.Result {
 		<-ctx.Done()
-		return false, ctx.Err()
+		return node.Result{Err: ctx.Err()}
 	})
 	cancel()
 	if _, ok := r.Next(); ok {
@@ -97,11 +99,87 @@ func TestParentCancel(t *testing.T) {
 
 func TestNoNodesAsked(t *testing.T) {
 	var wg sync.WaitGroup
-	r := Start(context.Background(), &wg, time.Minute, 3, func(int) bool { return false },
-		func(ctx context.Context, i int) (bool, error) { panic("asked") })
+	r := Start(context.Background(), &wg, time.Minute, 3, func(int) bool { return false }, nil, &node.Op{},
+		func(ctx context.Context, i int, _ *node.Op) node.Result { panic("asked") })
 	if _, ok := r.Next(); ok {
 		t.Fatal("reply with no node asked")
 	}
 	r.Finish(nil)
+	wg.Wait()
+}
+
+// chanSender is a node.Sender that answers when told to, on a goroutine of
+// its own, like a Pool's writer.
+type chanSender struct {
+	got chan func(node.Result)
+}
+
+func (s *chanSender) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag int) {
+	s.got <- func(res node.Result) { rcv.Deliver(tag, res) }
+}
+
+// TestSenders: nodes with a Sender get the op through Send (no call), the
+// others through call; a reply delivered after Finish goes to late, and then
+// runs only after it, with the WaitGroup counting the wait.
+func TestSenders(t *testing.T) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	s0, s2 := &chanSender{got: make(chan func(node.Result), 1)}, &chanSender{got: make(chan func(node.Result), 1)}
+	op := &node.Op{Kind: node.Release}
+	r := Start(context.Background(), &wg, time.Minute, 3, nil, []node.Sender{s0, nil, s2}, op,
+		func(ctx context.Context, i int, got *node.Op) node.Result {
+			if i != 1 || got != op {
+				t.Errorf("call(%d, %p): want only node 1 with the round's op", i, got)
+			}
+			return node.Result{Int: 1}
+		})
+	answer0, answer2 := <-s0.got, <-s2.got
+	answer0(node.Result{Int: 7})
+	seen := map[int]int64{}
+	for range 2 {
+		rep, ok := r.Next()
+		if !ok {
+			t.Fatal("Next returned false with replies pending")
+		}
+		seen[rep.Node] = rep.Int
+	}
+	if seen[0] != 7 || seen[1] != 1 {
+		t.Fatalf("replies %v", seen)
+	}
+	var late []int
+	thenRan := make(chan struct{})
+	r.FinishThen(func(rep Reply) { late = append(late, rep.Node) }, func() { close(thenRan) })
+	select {
+	case <-thenRan:
+		t.Fatal("then ran before the last reply")
+	default:
+	}
+	answer2(node.Result{Err: errors.New("late failure")})
+	<-thenRan
+	if len(late) != 1 || late[0] != 2 {
+		t.Fatalf("late replies %v, want node 2", late)
+	}
+	wg.Done()
+	wg.Wait()
+}
+
+// TestSenderDeadline: the round's deadline ends Next even though a Sender
+// has not answered; the deadline handed to Send is the round's.
+func TestSenderDeadline(t *testing.T) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	s := &chanSender{got: make(chan func(node.Result), 1)}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	r := Start(ctx, &wg, time.Minute, 1, nil, []node.Sender{s}, &node.Op{}, nil)
+	if _, ok := r.Next(); ok {
+		t.Fatal("reply from a node that has not answered")
+	}
+	if !errors.Is(r.Err(), context.DeadlineExceeded) {
+		t.Fatalf("Err %v", r.Err())
+	}
+	r.Finish(nil)
+	(<-s.got)(node.Result{Err: node.ErrNotSent})
+	wg.Done()
 	wg.Wait()
 }

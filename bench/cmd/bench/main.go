@@ -1,0 +1,232 @@
+// Command bench runs quorumlock, go-redsync/redsync v4 and a plain go-redis
+// round against the same 5 local Redis servers, interleaved, and prints the
+// medians of each figure over the passes with ratios to redsync.
+//
+// It starts its own redis-server processes on free loopback ports (no
+// persistence) and stops them at the end, also on Ctrl-C. Scenarios: 1 worker
+// on distinct keys; 16 workers on distinct keys; 16 workers try-locking one
+// key; 16 workers blocking on one key (hand-off); 16 workers on distinct keys
+// with one node 2 ms slower (an in-process proxy delays its replies).
+//
+//	go run ./cmd/bench -d 10s -passes 3 -md ../docs/performance.md -png ../docs/performance.png
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+var verbose = flag.Bool("v", false, "print the first errors of each kind")
+
+func main() {
+	dur := flag.Duration("d", 10*time.Second, "measured duration of each run")
+	warm := flag.Duration("warm", time.Second, "warm-up before each run's measured window")
+	passes := flag.Int("passes", 3, "interleaved passes over every scenario and implementation")
+	only := flag.String("scenarios", "", "comma-separated scenario ids to run (w1,w16,try1,block1,slow); empty: all")
+	which := flag.String("impls", "", "comma-separated implementations to run (quorumlock,redsync,raw); empty: all")
+	bin := flag.String("redis-server", "redis-server", "the redis-server binary")
+	md := flag.String("md", "", "write the results table into this Markdown file, between the bench markers")
+	png := flag.String("png", "", "draw the chart into this PNG file")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *dur, *warm, *passes, *only, *which, *bin, *md, *png); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, bin, md, png string) error {
+	scs := scenarios
+	if only != "" {
+		scs = nil
+		for _, s := range scenarios {
+			if slices.Contains(strings.Split(only, ","), s.id) {
+				scs = append(scs, s)
+			}
+		}
+	}
+	ims := impls
+	if which != "" {
+		ims = ims[:0:0]
+		for _, im := range impls {
+			if slices.Contains(strings.Split(which, ","), im.name) {
+				ims = append(ims, im)
+			}
+		}
+	}
+	if len(scs) == 0 || len(ims) == 0 || passes < 1 {
+		return fmt.Errorf("nothing to run")
+	}
+
+	srvs, err := startServers(ctx, bin, 5)
+	if err != nil {
+		return err
+	}
+	defer stopServers(srvs)
+	addrs := make([]string, len(srvs))
+	for i, s := range srvs {
+		addrs[i] = s.addr
+	}
+	fmt.Fprintf(os.Stderr, "bench: 5 redis-server on %s; %d pass(es) of %d scenario(s) × %d implementation(s), %v each (+%v warm-up)\n",
+		strings.Join(addrs, " "), passes, len(scs), len(ims), dur, warm)
+
+	all := map[string]map[string][]result{} // scenario → impl → per pass
+	for p := range passes {
+		for _, sc := range scs {
+			a := addrs
+			var px *delayProxy
+			if sc.slow {
+				if px, err = newDelayProxy(addrs[0], 2*time.Millisecond); err != nil {
+					return err
+				}
+				a = append([]string{px.addr()}, addrs[1:]...)
+			}
+			for k := range ims {
+				im := ims[(k+p)%len(ims)] // rotate who goes first
+				r, err := runOne(ctx, sc, im.new, a, warm, dur)
+				if err != nil {
+					if px != nil {
+						px.close()
+					}
+					return fmt.Errorf("%s/%s: %w", sc.id, im.name, err)
+				}
+				if all[sc.id] == nil {
+					all[sc.id] = map[string][]result{}
+				}
+				all[sc.id][im.name] = append(all[sc.id][im.name], r)
+				fmt.Fprintf(os.Stderr, "pass %d %-7s %-10s %8.0f cycles/s  acq p50 %-9v hand-off p50 %-9v %5.0f allocs  %6.0f B  cpu %v  g+%d left %d  fail %d err %d\n",
+					p+1, sc.id, im.name, r.tput, r.acqP50.Round(time.Microsecond), r.handP50.Round(time.Microsecond), r.allocs, r.bytes, r.cpu.Round(time.Microsecond), r.goroutines, r.leftover, r.failures, r.errs)
+			}
+			if px != nil {
+				px.close()
+			}
+		}
+	}
+
+	rep := report{passes: passes, dur: dur, scs: scs, meds: map[string]map[string]result{}}
+	for _, im := range ims {
+		rep.impls = append(rep.impls, im.name)
+	}
+	for id, byImpl := range all {
+		rep.meds[id] = map[string]result{}
+		for name, rs := range byImpl {
+			rep.meds[id][name] = median(rs)
+		}
+	}
+	rep.env = environment(bin)
+	text := rep.markdown()
+	fmt.Println(text)
+	if md != "" {
+		if err := writeBetweenMarkers(md, text); err != nil {
+			return err
+		}
+	}
+	if png != "" {
+		if err := rep.chart(png); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// median takes each figure's median over the passes separately.
+func median(rs []result) result {
+	pick := func(f func(result) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		if len(v)%2 == 1 {
+			return v[len(v)/2]
+		}
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	d := func(f func(result) time.Duration) time.Duration {
+		return time.Duration(pick(func(r result) float64 { return float64(f(r)) }))
+	}
+	return result{
+		cycles:     int64(pick(func(r result) float64 { return float64(r.cycles) })),
+		failures:   int64(pick(func(r result) float64 { return float64(r.failures) })),
+		errs:       int64(pick(func(r result) float64 { return float64(r.errs) })),
+		tput:       pick(func(r result) float64 { return r.tput }),
+		cycleP50:   d(func(r result) time.Duration { return r.cycleP50 }),
+		cycleP99:   d(func(r result) time.Duration { return r.cycleP99 }),
+		acqP50:     d(func(r result) time.Duration { return r.acqP50 }),
+		acqP99:     d(func(r result) time.Duration { return r.acqP99 }),
+		handP50:    d(func(r result) time.Duration { return r.handP50 }),
+		handP99:    d(func(r result) time.Duration { return r.handP99 }),
+		allocs:     pick(func(r result) float64 { return r.allocs }),
+		bytes:      pick(func(r result) float64 { return r.bytes }),
+		cpu:        d(func(r result) time.Duration { return r.cpu }),
+		goroutines: int(pick(func(r result) float64 { return float64(r.goroutines) })),
+		leftover:   slices.MaxFunc(rs, func(a, b result) int { return a.leftover - b.leftover }).leftover, // worst, not median
+	}
+}
+
+// environment describes the machine and versions for the report.
+func environment(bin string) string {
+	var b strings.Builder
+	cpu := "unknown CPU"
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(data)) {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	fmt.Fprintf(&b, "- machine: %s/%s, %d CPUs (%s), GOMAXPROCS %d\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpu, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(&b, "- Go %s; ", runtime.Version())
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		var deps []string
+		for _, d := range bi.Deps {
+			switch d.Path {
+			case "github.com/redis/go-redis/v9", "github.com/go-redsync/redsync/v4":
+				deps = append(deps, d.Path+" "+d.Version)
+			}
+		}
+		b.WriteString(strings.Join(deps, ", "))
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err == nil {
+		fmt.Fprintf(&b, "; %s", strings.TrimSpace(string(out)))
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+const (
+	beginMarker = "<!-- bench:begin (written by bench/cmd/bench -md) -->"
+	endMarker   = "<!-- bench:end -->"
+)
+
+// writeBetweenMarkers replaces what lies between the markers in path (or
+// appends both markers and text when the file has none).
+func writeBetweenMarkers(path, text string) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	s := string(old)
+	i, j := strings.Index(s, beginMarker), strings.Index(s, endMarker)
+	block := beginMarker + "\n" + text + "\n" + endMarker
+	if i >= 0 && j > i {
+		s = s[:i] + block + s[j+len(endMarker):]
+	} else {
+		s += "\n" + block + "\n"
+	}
+	return os.WriteFile(path, []byte(s), 0o644)
+}

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// server is one redis-server process this command started.
+type server struct {
+	addr string
+	cmd  *exec.Cmd
+}
+
+// startServers starts n redis-server processes on free loopback ports,
+// without persistence, and waits until each answers PING. On error it stops
+// those already started.
+func startServers(ctx context.Context, bin string, n int) ([]*server, error) {
+	var srvs []*server
+	for range n {
+		s, err := startServer(ctx, bin)
+		if err != nil {
+			stopServers(srvs)
+			return nil, err
+		}
+		srvs = append(srvs, s)
+	}
+	return srvs, nil
+}
+
+func startServer(ctx context.Context, bin string) (*server, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
+		"--maxclients", "2000")
+	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C goes to us, not to the servers
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s (install redis-server, or pass -redis-server): %w", bin, err)
+	}
+	s := &server{addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd}
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1})
+	defer rdb.Close()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if err := rdb.Ping(ctx).Err(); err == nil {
+			return s, nil
+		} else if time.Now().After(deadline) || ctx.Err() != nil {
+			stopServers([]*server{s})
+			return nil, fmt.Errorf("redis-server on %s did not answer: %w", s.addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stopServers stops the processes by pid and waits for them.
+func stopServers(srvs []*server) {
+	for _, s := range srvs {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, s := range srvs {
+		done := make(chan struct{})
+		go func() { _ = s.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-done
+		}
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// delayProxy forwards TCP connections to one server and holds every chunk of
+// the server's replies for delay before passing it on: that node is delay
+// slower than the others for every client that goes through the proxy.
+type delayProxy struct {
+	l      net.Listener
+	target string
+	delay  time.Duration
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+func newDelayProxy(target string, delay time.Duration) (*delayProxy, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &delayProxy{l: l, target: target, delay: delay, conns: map[net.Conn]struct{}{}}
+	p.wg.Go(p.accept)
+	return p, nil
+}
+
+func (p *delayProxy) addr() string { return p.l.Addr().String() }
+
+func (p *delayProxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns == nil {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *delayProxy) accept() {
+	for {
+		down, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			down.Close()
+			continue
+		}
+		if !p.track(down) || !p.track(up) {
+			down.Close()
+			up.Close()
+			return
+		}
+		p.wg.Go(func() { _, _ = io.Copy(up, down); up.Close(); down.Close() })
+		p.wg.Go(func() { p.delayed(down, up); up.Close(); down.Close() })
+	}
+}
+
+type chunk struct {
+	due time.Time
+	buf *[]byte
+	n   int
+}
+
+var bufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
+// delayed copies from src to dst, each chunk delay after it was read.
+func (p *delayProxy) delayed(dst, src net.Conn) {
+	ch := make(chan chunk, 4096)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for c := range ch {
+			if d := time.Until(c.due); d > 0 {
+				time.Sleep(d)
+			}
+			_, err := dst.Write((*c.buf)[:c.n])
+			bufs.Put(c.buf)
+			if err != nil {
+				src.Close()
+				for c := range ch {
+					bufs.Put(c.buf)
+				}
+				return
+			}
+		}
+	})
+	for {
+		b := bufs.Get().(*[]byte)
+		n, err := src.Read(*b)
+		if n > 0 {
+			ch <- chunk{due: time.Now().Add(p.delay), buf: b, n: n}
+		} else {
+			bufs.Put(b)
+		}
+		if err != nil {
+			break
+		}
+	}
+	close(ch)
+	wg.Wait()
+}
+
+// close stops the proxy and joins its goroutines.
+func (p *delayProxy) close() {
+	p.l.Close()
+	p.mu.Lock()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+var errStopped = errors.New("stopped")

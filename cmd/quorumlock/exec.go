@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+const execSynopsis = `usage: quorumlock exec [flags] KEY [--] COMMAND [ARGS...]
+
+Acquire the lock KEY on a quorum of the Redis masters, waiting up to --wait,
+then run COMMAND with these variables added to its environment:
+
+  QUORUMLOCK_KEY    the lock's key
+  QUORUMLOCK_TOKEN  the random token that marks this holder on the nodes
+  QUORUMLOCK_FENCE  the fencing token: greater than that of every earlier
+                    holder of KEY (0 with --fencing=false); pass it to the
+                    resource you change so it can refuse older holders
+
+The lock is renewed every --ttl/3 while COMMAND runs and released when it
+exits. If the lock is lost (renewals fail until its validity ends, or the
+nodes say it has passed to someone else), COMMAND's process group gets
+SIGTERM, and SIGKILL after --grace. COMMAND runs in a process group of its
+own, the terminal's foreground when quorumlock has it; SIGINT, SIGTERM,
+SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to quorumlock are passed on to
+that group. SIGTSTP (Ctrl-Z) is ignored while COMMAND runs: a stopped
+command would hold the lock for ever, a stopped quorumlock would let it
+lapse while the command still works.
+`
+
+// execNodeTimeout is exec's default per-node timeout: above the library's,
+// because a fresh process has no connection yet and must dial (and, with
+// TLS, handshake with) every node within it.
+const execNodeTimeout = 250 * time.Millisecond
+
+// execCommand implements "quorumlock exec".
+func execCommand(ctx context.Context, e *env, args []string) int {
+	fs := newFlagSet("exec", execSynopsis, exitCodes)
+	var nf nodeFlags
+	nf.register(fs, execNodeTimeout, "how long each node may take to answer one lock operation; a new process dials every node first,\nso this is higher than the library's default (50ms)")
+	ttl := fs.Duration("ttl", redlock.DefaultTTL, "the lock's time to live on the nodes; it is renewed every ttl/3 while COMMAND runs,\nand a holder that dies leaves the lock free within it")
+	wait := fs.Duration("wait", 0, "how long to wait for the lock while another holder has it (0: one attempt)")
+	fencing := fs.Bool("fencing", true, "take a fencing token (QUORUMLOCK_FENCE): one more round trip per acquisition;\nuse the same setting for every holder of KEY")
+	grace := fs.Duration("grace", 10*time.Second, "after the lock is lost, how long COMMAND has between SIGTERM and SIGKILL")
+	if code, ok := parseFlags(e, fs, args); !ok {
+		return code
+	}
+	if fs.NArg() == 0 {
+		return usageError(e, "exec", errors.New("missing KEY and COMMAND: quorumlock exec KEY -- COMMAND [ARGS...]"))
+	}
+	key := fs.Arg(0)
+	if key == "" {
+		return usageError(e, "exec", errors.New("KEY is empty: name the lock"))
+	}
+	if code, ok := parseFlags(e, fs, fs.Args()[1:]); !ok { // flags may follow KEY
+		return code
+	}
+	command := fs.Args()
+	if len(command) == 0 {
+		return usageError(e, "exec", fmt.Errorf("missing COMMAND: quorumlock exec %s -- COMMAND [ARGS...]", key))
+	}
+	switch {
+	case *wait < 0:
+		return usageError(e, "exec", fmt.Errorf("--wait %v is negative: use 0 for one attempt, or how long to wait", *wait))
+	case *grace < 0:
+		return usageError(e, "exec", fmt.Errorf("--grace %v is negative: use 0 to send SIGKILL at once", *grace))
+	}
+	nodes, err := nf.nodes(e.getenv)
+	if err != nil {
+		return usageError(e, "exec", err)
+	}
+
+	redis.SetLogger(quiet{}) // go-redis would log every failed dial into the command's stderr
+	pools, err := dial(nodes)
+	if err != nil {
+		return usageError(e, "exec", err)
+	}
+	defer closePools(pools)
+	// redlock's warnings (failed renewals, the loss and why) go to stderr.
+	logger := slog.New(newLineHandler(e.stderr, "quorumlock exec: "))
+	client, err := redlock.New(pools,
+		redlock.WithTTL(*ttl),
+		redlock.WithNodeTimeout(nf.nodeTimeout),
+		redlock.WithFencing(*fencing),
+		redlock.WithLogger(logger))
+	if err != nil {
+		return usageError(e, "exec", flagNames(err))
+	}
+	defer client.Close()
+
+	l, code := acquire(ctx, e, client, key, *wait, len(nodes))
+	if l == nil {
+		return code
+	}
+	return runLocked(e, l, command, *grace)
+}
+
+// acquire takes the lock, stopping early when a signal arrives. It returns
+// the lock, or nil and the exit status.
+func acquire(ctx context.Context, e *env, client *redlock.Client, key string, wait time.Duration, n int) (*redlock.Lock, int) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	quit, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case sig := <-e.signals:
+			cancel(signalError{sig})
+		case <-quit:
+		}
+	}()
+	var (
+		l   *redlock.Lock
+		err error
+	)
+	if wait > 0 {
+		l, err = client.Lock(ctx, key, redlock.WithAutoExtend(true), redlock.WithMaxWait(wait))
+	} else {
+		l, err = client.TryLock(ctx, key, redlock.WithAutoExtend(true))
+	}
+	close(quit)
+	<-watched
+	var sig signalError
+	if errors.As(context.Cause(ctx), &sig) {
+		if l != nil {
+			_ = l.Release(context.Background())
+		}
+		fmt.Fprintf(e.stderr, "quorumlock exec: %v while waiting for the lock %q; COMMAND not started\n", sig, key)
+		return nil, sig.status()
+	}
+	if err == nil {
+		return l, 0
+	}
+	if !errors.Is(err, redlock.ErrNotAcquired) { // not the lock's state: the setup is wrong
+		fmt.Fprintf(e.stderr, "quorumlock exec: %v\n", err)
+		return nil, exitUsage
+	}
+	if qe, down := unreachable(err); down {
+		fmt.Fprintf(e.stderr, "quorumlock exec: lock service unavailable: %v\n"+
+			"Only %d of %d nodes answered, %d needed: check that the nodes named above are running and reachable from here,\n"+
+			"and that --addrs or %s lists them right.\n", err, answered(qe), n, qe.Quorum, envAddrs)
+		return nil, exitUnavailable
+	}
+	hint := "use --wait to wait for it"
+	if wait > 0 {
+		hint = fmt.Sprintf("waited %v; use a longer --wait to wait longer", wait)
+	}
+	fmt.Fprintf(e.stderr, "quorumlock exec: lock %q not acquired: another holder has it (%s)\n  %v\n", key, hint, err)
+	return nil, exitNotAcquired
+}
+
+// runLocked runs command while l is held, and releases l when it exits.
+func runLocked(e *env, l *redlock.Lock, command []string, grace time.Duration) int {
+	cmd := exec.Command(command[0], command[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
+	cmd.Env = append(withoutLockVars(e.environ),
+		"QUORUMLOCK_KEY="+l.Key(),
+		"QUORUMLOCK_TOKEN="+l.Token(),
+		"QUORUMLOCK_FENCE="+strconv.FormatUint(l.Fence(), 10))
+	restoreStop := ignoreStop()
+	restoreTerminal := ownProcessGroup(cmd, e.stdin)
+	err := cmd.Start()
+	if err != nil {
+		restoreTerminal()
+		restoreStop()
+		release(e, l, false)
+		code := exitCannotRun
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			code = exitNotFound
+		}
+		fmt.Fprintf(e.stderr, "quorumlock exec: cannot run %s: %v; the lock %q was released\n", command[0], err, l.Key())
+		return code
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // the status is in cmd.ProcessState
+		close(exited)
+	}()
+
+	lostC := l.Done()
+	var (
+		lost bool
+		kill <-chan time.Time
+	)
+loop:
+	for {
+		select {
+		case sig := <-e.signals:
+			_ = signalGroup(cmd.Process, sig)
+		case <-lostC:
+			lostC = nil
+			if !errors.Is(l.Err(), redlock.ErrLockLost) {
+				continue // released: cannot happen before the command exits
+			}
+			lost = true
+			fmt.Fprintf(e.stderr, "quorumlock exec: lock %q lost while %s runs: sending it SIGTERM (SIGKILL in %v)\n", l.Key(), command[0], grace)
+			_ = signalGroup(cmd.Process, sigTerm)
+			t := time.NewTimer(grace)
+			defer t.Stop()
+			kill = t.C
+		case <-kill:
+			kill = nil
+			fmt.Fprintf(e.stderr, "quorumlock exec: %s still runs %v after SIGTERM: sending SIGKILL\n", command[0], grace)
+			_ = signalGroup(cmd.Process, sigKill)
+		case <-exited:
+			break loop
+		}
+	}
+	restoreTerminal()
+	restoreStop()
+	lost = lost || errors.Is(l.Err(), redlock.ErrLockLost)
+	if lost {
+		// What is left of the group works without the lock: stop it too.
+		_ = signalGroup(cmd.Process, sigKill)
+	}
+	release(e, l, lost)
+	if lost {
+		fmt.Fprintf(e.stderr, "quorumlock exec: %s was terminated because the lock %q was lost (exit status %d)\n", command[0], l.Key(), exitLost)
+		return exitLost
+	}
+	return exitStatus(cmd.ProcessState)
+}
+
+// release releases l after the command exited, and reports a release that
+// no quorum confirmed (the lock then expires with its TTL).
+func release(e *env, l *redlock.Lock, lost bool) {
+	err := l.Release(context.Background())
+	if err != nil && !lost {
+		fmt.Fprintf(e.stderr, "quorumlock exec: releasing the lock %q: %v\n  It expires by itself within its TTL.\n", l.Key(), err)
+	}
+}
+
+// withoutLockVars returns environ without the variables exec sets, so that
+// a nested quorumlock exec does not pass its parent's on.
+func withoutLockVars(environ []string) []string {
+	out := make([]string, 0, len(environ)+3)
+	for _, kv := range environ {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "QUORUMLOCK_KEY", "QUORUMLOCK_TOKEN", "QUORUMLOCK_FENCE":
+		default:
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// signalError is the cause of an acquisition stopped by a signal.
+type signalError struct{ sig os.Signal }
+
+func (s signalError) Error() string { return "got " + signalName(s.sig) }
+
+// flagNames rewrites the option names in a redlock configuration error into
+// the command's flag names.
+func flagNames(err error) error {
+	r := strings.NewReplacer("WithTTL", "--ttl", "WithNodeTimeout", "--node-timeout", "redlock: ", "")
+	return errors.New(r.Replace(err.Error()))
+}
+
+// quiet drops go-redis' internal log lines.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// envAddrs names the environment variable that lists the nodes when --addrs
+// is not given.
+const envAddrs = "QUORUMLOCK_ADDRS"
+
+// node is one Redis master named on the command line or in QUORUMLOCK_ADDRS.
+type node struct {
+	name string         // host:port (or the socket path): never the password
+	opt  *redis.Options // as parsed; pool.Dial adjusts its copy
+}
+
+// nodeFlags are the flags shared by the commands that talk to the nodes.
+type nodeFlags struct {
+	addrs       string
+	nodeTimeout time.Duration
+}
+
+func (f *nodeFlags) register(fs *flag.FlagSet, timeout time.Duration, timeoutUsage string) {
+	fs.StringVar(&f.addrs, "addrs", "", "the Redis masters, comma separated: host:port, redis://[user:password@]host:port[/db] or rediss://... for TLS\n(default: $"+envAddrs+")")
+	fs.DurationVar(&f.nodeTimeout, "node-timeout", timeout, timeoutUsage)
+}
+
+// nodes returns the nodes named by --addrs, or else by QUORUMLOCK_ADDRS.
+func (f *nodeFlags) nodes(getenv func(string) string) ([]node, error) {
+	list, from := f.addrs, "--addrs"
+	if list == "" {
+		list, from = getenv(envAddrs), envAddrs
+	}
+	if strings.TrimSpace(list) == "" {
+		return nil, fmt.Errorf("no Redis nodes: pass --addrs host1:6379,host2:6379,... or set %s (5 independent masters are recommended)", envAddrs)
+	}
+	return parseAddrs(list, from)
+}
+
+// parseAddrs parses a comma-separated list of nodes: plain host:port, or
+// redis://, rediss:// (TLS) and unix:// URLs as go-redis' ParseURL reads
+// them, with user, password and database. from names where the list came
+// from, for errors. Errors never show a password.
+func parseAddrs(list, from string) ([]node, error) {
+	var nodes []node
+	seen := map[string]int{}
+	for i, entry := range strings.Split(list, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		n, err := parseAddr(entry)
+		if err != nil {
+			return nil, fmt.Errorf("%s entry %d (%s): %w", from, i+1, redact(entry), err)
+		}
+		if j, dup := seen[n.name]; dup {
+			return nil, fmt.Errorf("%s entries %d and %d both name %s: list each Redis master once", from, j, i+1, n.name)
+		}
+		seen[n.name] = i + 1
+		nodes = append(nodes, n)
+	}
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("%s lists no Redis nodes: give host:port or redis:// URLs, comma separated", from)
+	}
+	return nodes, nil
+}
+
+func parseAddr(entry string) (node, error) {
+	if strings.Contains(entry, "://") {
+		opt, err := redis.ParseURL(entry)
+		if err != nil {
+			// url.Parse quotes the whole URL, password included.
+			return node{}, errors.New(strings.ReplaceAll(err.Error(), entry, redact(entry)) +
+				": use redis://[user:password@]host:port[/db], rediss://... for TLS, or unix:///path/to/socket")
+		}
+		return node{name: opt.Addr, opt: opt}, nil
+	}
+	host, port, err := net.SplitHostPort(entry)
+	if err != nil {
+		return node{}, fmt.Errorf("not host:port (%v): write it as host:6379, or as a redis:// URL", err)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return node{}, fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	if host == "" {
+		return node{}, errors.New("the host is empty: write it as host:port, e.g. 127.0.0.1:6379")
+	}
+	return node{name: entry, opt: &redis.Options{Addr: entry}}, nil
+}
+
+// redact hides the user information of a URL: scheme://user:secret@host
+// becomes scheme://xxxxx@host. Entries without "://" or "@" are returned as
+// they are.
+func redact(entry string) string {
+	scheme, rest, ok := strings.Cut(entry, "://")
+	if !ok {
+		return entry
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return entry
+	}
+	return scheme + "://xxxxx" + rest[at:]
+}
+
+// dial returns a pool per node, named by its address. The caller closes
+// them with closePools.
+func dial(nodes []node) ([]pool.Pool, error) {
+	pools := make([]pool.Pool, 0, len(nodes))
+	for _, n := range nodes {
+		p, err := pool.Dial(n.opt, pool.WithName(n.name))
+		if err != nil {
+			closePools(pools)
+			return nil, fmt.Errorf("node %s: %w", n.name, err)
+		}
+		pools = append(pools, p)
+	}
+	return pools, nil
+}
+
+func closePools(pools []pool.Pool) {
+	for _, p := range pools {
+		_ = p.Close()
+	}
+}
+
+// unreachable reports whether a failed acquisition failed because too few
+// nodes answered (rather than because another holder has the lock), and
+// returns the failed attempt's details.
+func unreachable(err error) (*redlock.QuorumError, bool) {
+	var qe *redlock.QuorumError
+	if !errors.As(err, &qe) {
+		return nil, false
+	}
+	return qe, answered(qe) < qe.Quorum
+}
+
+// answered counts the nodes that gave an answer in a failed operation.
+func answered(qe *redlock.QuorumError) int {
+	n := 0
+	for _, r := range qe.Nodes {
+		switch r.Outcome {
+		case redlock.OutcomeError, redlock.OutcomeTimeout, redlock.OutcomeNotAsked:
+		default:
+			n++
+		}
+	}
+	return n
+}

@@ -237,10 +237,25 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 			qe.Validity = validity
 		}
 	}
-	if err := ctx.Err(); err != nil {
+	if err := callerErr(ctx); err != nil {
 		return nil, fmt.Errorf("%w: %w", qe, err)
 	}
 	return nil, qe
+}
+
+// callerErr is ctx.Err() after a round that ctx may have ended: also
+// context.DeadlineExceeded when ctx's deadline has passed but ctx has not
+// noticed yet. A round ends at the caller's deadline on a timer of its own,
+// which can fire just before the context's, and the error must still say
+// that the caller's time ran out.
+func callerErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // raiseFence runs the fencing write-back round: on every node, raise the

@@ -234,7 +234,7 @@ func (c *Client) Locked(ctx context.Context, key string, opts ...Option) (bool, 
 	if best+n-answered >= q { // the nodes that did not answer could still make a quorum
 		markUnanswered(res, r.Err(), time.Since(start))
 		qe := &QuorumError{Op: "locked", Key: key, Quorum: q, Nodes: res, Elapsed: time.Since(start)}
-		if err := ctx.Err(); err != nil { // the caller stopped waiting
+		if err := callerErr(ctx); err != nil { // the caller stopped waiting
 			return false, fmt.Errorf("%w: %w", qe, err)
 		}
 		return false, qe

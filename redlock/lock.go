@@ -155,7 +155,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 			lostNow = l.endLocked(true)
 			err = fmt.Errorf("%w: %w", ErrLockLost, qe)
 		}
-		if cerr := ctx.Err(); cerr != nil { // the caller stopped waiting
+		if cerr := callerErr(ctx); cerr != nil { // the caller stopped waiting
 			err = fmt.Errorf("%w: %w", err, cerr)
 		}
 	}
@@ -362,7 +362,7 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 	}
 	markUnanswered(res, roundErr, time.Since(start))
 	qe := &QuorumError{Op: "held", Key: l.key, Quorum: q, Nodes: res, Elapsed: time.Since(start)}
-	if err := ctx.Err(); err != nil { // the caller stopped waiting
+	if err := callerErr(ctx); err != nil { // the caller stopped waiting
 		return false, fmt.Errorf("%w: %w", qe, err)
 	}
 	return false, qe

@@ -158,7 +158,10 @@ func extendRacingExpiry(t *testing.T, c *cluster) {
 			}
 			won++
 			hist.add(holding{key: key, who: "contender", token: l.Token(), start: start, acquired: acq, deadline: l.Deadline(), released: time.Now()})
-			if err := l.Release(context.Background()); err != nil {
+			// A release short of a quorum is legitimate only when a node
+			// failed (timed out on the loaded machine): the copies expire
+			// with the short TTL.
+			if err := l.Release(context.Background()); err != nil && !releaseFailedByNode(err) {
 				t.Errorf("contender: Release: %v", err)
 			}
 		}

@@ -196,7 +196,7 @@ func pausedMajority(t *testing.T, c *cluster) {
 	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}
 	a := c.newLockClient(t, "a", c.direct, opts...)
 	later := c.newLockClient(t, "later", c.direct, redlock.WithTTL(holdTTL), redlock.WithNodeTimeout(patient), redlock.WithRetryBackoff(5*time.Millisecond, 20*time.Millisecond))
-	holder := c.newLockClient(t, "holder", c.direct, redlock.WithTTL(holdTTL), redlock.WithNodeTimeout(nodeTimeout))
+	holder := c.newLockClient(t, "holder", c.direct, redlock.WithTTL(holdTTL), redlock.WithNodeTimeout(patient))
 	for _, x := range []*lockClient{a, later, holder} {
 		warm(t, ctx, x)
 	}

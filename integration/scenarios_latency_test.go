@@ -370,11 +370,3 @@ func cancellation(t *testing.T, c *cluster) {
 	}
 	a.closeAndCheck(t)
 }
-
-// earlier returns the earlier of a and b.
-func earlier(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}

@@ -279,13 +279,6 @@ func releaseMisuse(t *testing.T, c *cluster) {
 	})
 }
 
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // scriptCacheLoss: 4 goroutines on 2 Clients take one key with fencing (so
 // that the acquisition itself is a script), extend and release it, while
 // SCRIPT FLUSH (SYNC and ASYNC) empties the script caches of random sets of

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -29,31 +27,6 @@ func TestNodeFaults(t *testing.T) {
 	t.Run("late-commands-after-resume", func(t *testing.T) { lateCommandsAfterResume(t, c) })
 	t.Run("paused-majority", func(t *testing.T) { pausedMajority(t, c) })
 	t.Run("minority-killed-while-held", func(t *testing.T) { minorityKilledWhileHeld(t, c) })
-}
-
-// valuesOn returns, per value stored under key, the nodes that hold it.
-// Nodes in skip are not asked.
-func valuesOn(t *testing.T, admins []*redis.Client, key string, skip ...int) map[string][]int {
-	t.Helper()
-	out := map[string][]int{}
-	for i, cl := range admins {
-		if slices.Contains(skip, i) {
-			continue
-		}
-		if v := get(t, cl, key); v != "" {
-			out[v] = append(out[v], i)
-		}
-	}
-	return out
-}
-
-// heldByToken waits until key holds token on every node, so that a fault
-// that follows hits a real copy on each.
-func heldByToken(t *testing.T, admins []*redis.Client, key, token string) {
-	t.Helper()
-	eventually(t, 5*time.Second, 5*time.Millisecond, "token on all five nodes", func() bool {
-		return len(tokensOn(t, admins, rkey(key), token)) == len(admins)
-	})
 }
 
 // minorityKilledWhileHeld kills one, then a second node (SIGKILL) under a
@@ -329,18 +302,6 @@ func pausedMajority(t *testing.T, c *cluster) {
 	eventuallyGone(t, admins, heldKey)
 	eventuallyGone(t, admins, key)
 	a.closeAndCheck(t)
-}
-
-// tokensIn returns the nodes whose copy of key holds one of tokens.
-func tokensIn(t *testing.T, admins []*redis.Client, key string, tokens map[string]bool) []int {
-	t.Helper()
-	var on []int
-	for i, cl := range admins {
-		if tokens[get(t, cl, key)] {
-			on = append(on, i)
-		}
-	}
-	return on
 }
 
 // lateCommandsAfterResume checks commands that reach a node long after

@@ -30,21 +30,20 @@ func TestAsymmetricPartition(t *testing.T) {
 		nodeTimeout = 100 * time.Millisecond
 		key         = "partition"
 		contended   = 30 // critical sections in the contention phase
-		// Goroutines per client in the contention phase. Under this
-		// partition no round can fail before the two nodes its client
-		// cannot reach time out, so every failed round keeps its
-		// partial keys for a node timeout, blocking the others; with a
-		// retry backoff below the node timeout (5..30 ms), 3 goroutines
-		// per client managed 9-14 critical sections in 5 s, with the
-		// default backoff 60 in under 5 s.
-		perClient = 3
+		// Goroutines per client in the contention phase, on two clients
+		// per side. Under this partition no round can fail before the
+		// two nodes its client cannot reach time out, so a failed round
+		// keeps its partial keys for a node timeout, blocking the
+		// others. (Before a Client ran its rounds for one key one at a
+		// time, 3 goroutines on one client per side, retrying after
+		// 5..30 ms, managed 9-14 critical sections in 5 s.)
+		perClient = 2
 	)
 	c := startCluster(t, ttl, "")
 	admins := c.admins(t)
 	ctx := ctxT(t, 60*time.Second)
 	p1, via1 := c.proxyEach(t)
 	p2, via2 := c.proxyEach(t)
-	// The default retry backoff (25..250 ms): see perClient.
 	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}
 	one := c.newLockClient(t, "one", via1, opts...)
 	two := c.newLockClient(t, "two", via2, opts...)
@@ -141,7 +140,19 @@ func TestAsymmetricPartition(t *testing.T) {
 		t.Fatalf("one: Release: %v", err)
 	}
 
-	// Contention: perClient goroutines per client.
+	// Contention: a second client on each side (its own connections,
+	// through the same cut proxies), perClient goroutines per client.
+	oneB := c.newLockClient(t, "one-b", via1, opts...)
+	twoB := c.newLockClient(t, "two-b", via2, opts...)
+	sees[oneB], sees[twoB] = sees[one], sees[two]
+	contenders := []*lockClient{one, two, oneB, twoB}
+	rounds := func() (n int64) {
+		for _, x := range contenders {
+			n += x.tokens.attempts()
+		}
+		return n
+	}
+	rounds0 := rounds()
 	var hist history
 	counter := new(atomic.Int64) // non-atomic read-modify-write, see TestKillMinorityUnderContention
 	var (
@@ -153,8 +164,8 @@ func TestAsymmetricPartition(t *testing.T) {
 	)
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
-	for w := range 2 * perClient {
-		x := []*lockClient{one, two}[w%2]
+	for w := range len(contenders) * perClient {
+		x := contenders[w%len(contenders)]
 		who := fmt.Sprintf("%s/worker%d", x.name, w)
 		rng := rand.New(rand.NewPCG(uint64(w), 6))
 		wg.Go(func() {
@@ -171,7 +182,7 @@ func TestAsymmetricPartition(t *testing.T) {
 					continue
 				}
 				v := counter.Load()
-				time.Sleep(time.Duration(200+rng.IntN(300)) * time.Microsecond)
+				time.Sleep(time.Duration(2000+rng.IntN(3000)) * time.Microsecond)
 				counter.Store(v + 1)
 				rel := time.Now()
 				rerr := l.Release(context.Background())
@@ -196,7 +207,6 @@ func TestAsymmetricPartition(t *testing.T) {
 			}
 		})
 	}
-	begin := time.Now()
 	took := eventually(t, 30*time.Second, 10*time.Millisecond, "contention across the partition", func() bool {
 		return done.Load() >= contended
 	})
@@ -221,8 +231,9 @@ func TestAsymmetricPartition(t *testing.T) {
 	for _, p := range append(p1, p2...) {
 		p.Blackhole(false)
 	}
-	one.closeAndCheck(t)
-	two.closeAndCheck(t)
-	t.Logf("contention across the partition: %d critical sections in %v (%v after start), %d Lock calls, %d releases short of a quorum",
-		counts[key], took.Round(time.Millisecond), time.Since(begin).Round(time.Millisecond), attempts.Load(), relFailed.Load())
+	for _, x := range contenders {
+		x.closeAndCheck(t)
+	}
+	t.Logf("contention across the partition: %d critical sections in %v, %d Lock calls, %d acquisition rounds, %d releases short of a quorum",
+		counts[key], took.Round(time.Millisecond), attempts.Load(), rounds()-rounds0, relFailed.Load())
 }

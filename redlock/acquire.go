@@ -21,11 +21,11 @@ import (
 // answer by more than the per-node timeout. On failure it removes its token,
 // before returning, from every node that answered and may hold it (a second
 // round, bounded by the per-node timeout too, on a context detached from
-// ctx); nodes still in flight are cleaned up when they answer, after TryLock
-// has returned (Close waits for that). Nodes that answered "taken" or with
-// an error reply cost no second round trip. On the first use of a Client,
-// the nodes' identities are checked first (see New). Rounds of one Client for
-// one key run one at a time (a TryLock first waits for the round in flight,
+// ctx); nodes still in flight are cleaned up when they answer, and deletes
+// that timed out are sent again, after TryLock has returned (Close waits
+// for both). Nodes that answered "taken" or with an error reply cost no
+// second round trip. On the first use of a Client, the nodes' identities
+// are checked first (see New). Rounds of one Client for one key run one at a time (a TryLock first waits for the round in flight,
 // which is bounded like its own): concurrent rounds would split the nodes'
 // votes so that neither wins.
 //
@@ -260,10 +260,25 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 			qe.Validity = validity
 		}
 	}
-	if err := ctx.Err(); err != nil {
+	if err := callerErr(ctx); err != nil {
 		return nil, fmt.Errorf("%w: %w", qe, err)
 	}
 	return nil, qe
+}
+
+// callerErr is ctx.Err() after a round that ctx may have ended: also
+// context.DeadlineExceeded when ctx's deadline has passed but ctx has not
+// noticed yet. A round ends at the caller's deadline on a timer of its own,
+// which can fire just before the context's, and the error must still say
+// that the caller's time ran out.
+func callerErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // raiseFence runs the fencing write-back round: on every node, raise the
@@ -303,12 +318,19 @@ func mayHaveWritten(err error) bool {
 
 // releaseAll releases rkey/token on every node for which which(i) holds, in
 // parallel, on a context detached from ctx and bounded by the node timeout,
-// and returns when all answered or the timeout passed.
+// and returns when all answered or the timeout passed. A delete that failed
+// in a way that may not have reached the node (a timeout, a broken
+// connection) is sent again in the background, with time for a slow node,
+// as Release does.
 func (c *Client) releaseAll(ctx context.Context, cfg *config, rkey, token string, which func(int) bool) {
 	op := node.New(node.Op{Kind: node.Release, Key: rkey, Token: token})
 	r := quorum.Start(context.WithoutCancel(ctx), &c.wg, cfg.nodeTimeout, len(c.pools), which, c.senders, op, c.call)
 	logFailure := func(rep quorum.Reply) {
-		if rep.Err != nil {
+		switch {
+		case rep.Err == nil:
+		case mayHaveWritten(rep.Err):
+			c.wg.Go(func() { c.releaseNode(cfg, rep.Node, rkey, token) })
+		default:
 			cfg.logger.Warn("redlock: roll-back failed; the key expires with its TTL", "pool", c.pools[rep.Node].Name(), "key", rkey, "err", rep.Err)
 		}
 	}

@@ -191,8 +191,9 @@ func (c *Client) redisKey(cfg *config, key string) string {
 // Locked reports whether some client holds key on a quorum: one token is
 // present on at least the quorum of nodes. It returns false and a nil error
 // when the nodes' answers show that no token can be on a quorum, and false
-// with a *QuorumError when too few nodes answered to tell. It is safe for
-// concurrent use and changes nothing on the nodes.
+// with a *QuorumError when too few nodes answered to tell (also matching
+// ctx.Err() when ctx ended before they did). It is safe for concurrent use
+// and changes nothing on the nodes.
 func (c *Client) Locked(ctx context.Context, key string, opts ...Option) (bool, error) {
 	cfg, err := c.callConfig("locked", key, opts)
 	if err != nil {
@@ -238,7 +239,11 @@ func (c *Client) Locked(ctx context.Context, key string, opts ...Option) (bool, 
 	}
 	if best+n-answered >= q { // the nodes that did not answer could still make a quorum
 		markUnanswered(res, r.Err(), time.Since(start))
-		return false, &QuorumError{Op: "locked", Key: key, Quorum: q, Nodes: res, Elapsed: time.Since(start)}
+		qe := &QuorumError{Op: "locked", Key: key, Quorum: q, Nodes: res, Elapsed: time.Since(start)}
+		if err := callerErr(ctx); err != nil { // the caller stopped waiting
+			return false, fmt.Errorf("%w: %w", qe, err)
+		}
+		return false, qe
 	}
 	return false, nil
 }

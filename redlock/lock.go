@@ -81,11 +81,13 @@ func (l *Lock) Deadline() time.Time {
 // Release; ErrLockLost, without any I/O, once the deadline has passed, and
 // after a quorum of nodes said they no longer hold the token; a
 // *QuorumError matching ErrNotHeld when the quorum was not reached for
-// another reason. After a failed extend the deadline never moves later
-// (it may move earlier when ttl is shorter than what was left), because
-// some nodes may have taken the new TTL. Extend is safe for concurrent
-// use; concurrent calls run one after the other, and a call starts only
-// once every node has answered the one before (or timed out).
+// another reason. When ctx ended before a quorum confirmed, the error also
+// matches ctx.Err() (the lock is not lost for that). After a failed extend
+// the deadline never moves later (it may move earlier when ttl is shorter
+// than what was left), because some nodes may have taken the new TTL.
+// Extend is safe for concurrent use; concurrent calls run one after the
+// other, and a call starts only once every node has answered the one
+// before (or timed out).
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	cfg := l.cfg
 	if ttl == 0 {
@@ -161,6 +163,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		if notHeld > n-q || !end.Before(l.deadline) {
 			lostNow = l.endLocked(true)
 			err = fmt.Errorf("%w: %w", ErrLockLost, qe)
+		}
+		if cerr := callerErr(ctx); cerr != nil { // the caller stopped waiting
+			err = fmt.Errorf("%w: %w", err, cerr)
 		}
 	}
 	l.mu.Unlock()
@@ -343,8 +348,9 @@ func (l *Lock) late(i int) {
 // and a quorum of nodes hold its token. It returns false and a nil error
 // when the handle was released, the deadline passed, or enough nodes say
 // they hold another token or none (the lock is then marked lost: Done
-// closes); false and a *QuorumError when too few nodes answered to tell. It
-// changes nothing on the nodes and is safe for concurrent use.
+// closes); false and a *QuorumError when too few nodes answered to tell
+// (also matching ctx.Err() when ctx ended before they did). It changes
+// nothing on the nodes and is safe for concurrent use.
 func (l *Lock) Held(ctx context.Context) (bool, error) {
 	if l.usable(l.cfg.now()) != nil {
 		return false, nil
@@ -379,7 +385,11 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	markUnanswered(res, roundErr, time.Since(start))
-	return false, &QuorumError{Op: "held", Key: l.key, Quorum: q, Nodes: res, Elapsed: time.Since(start)}
+	qe := &QuorumError{Op: "held", Key: l.key, Quorum: q, Nodes: res, Elapsed: time.Since(start)}
+	if err := callerErr(ctx); err != nil { // the caller stopped waiting
+		return false, fmt.Errorf("%w: %w", qe, err)
+	}
+	return false, qe
 }
 
 // track registers a new lock for Close; it fails once Close has begun (Close

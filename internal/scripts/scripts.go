@@ -24,7 +24,8 @@ var (
 
 var (
 	// Release deletes KEYS[1] if it holds ARGV[1] and publishes on the
-	// channel KEYS[1]; it returns 1 if it deleted, else 0.
+	// channel KEYS[1] (best effort: a refused PUBLISH is ignored); it
+	// returns 1 if it deleted, else 0.
 	Release = redis.NewScript(releaseSrc)
 	// Extend sets the TTL of KEYS[1] to ARGV[2] ms if it holds ARGV[1];
 	// it returns 1 if it did, else 0. It never creates the key.

@@ -1,0 +1,372 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// TestSlowLinks runs the scenarios of slow and cancelled calls on one
+// cluster (each starts its own clients and proxies, on keys of its own):
+// replies delayed past the TTL, extends racing the lock's expiry, and
+// cancellation before and during calls.
+func TestSlowLinks(t *testing.T) {
+	c := startCluster(t, 3*time.Second, "")
+	dropFenceCounters(t, c)
+	t.Run("replies-delayed-past-TTL", func(t *testing.T) { repliesDelayedPastTTL(t, c) })
+	t.Run("extend-racing-expiry", func(t *testing.T) { extendRacingExpiry(t, c) })
+	t.Run("cancellation", func(t *testing.T) { cancellation(t, c) })
+}
+
+// repliesDelayedPastTTL slows three of five nodes down behind a client's
+// proxies. With more delay than the TTL, the acquisition fails (the slow
+// nodes time out), and once the delayed SETs have landed, the roll-backs
+// sent after them have removed them: no key is left (L2). With fencing and a
+// node timeout that waits for the slow nodes, a quorum agrees, but the two
+// round trips (SET, then the fence write-back) use up the TTL: the
+// acquisition fails for want of validity (S2), and leaves nothing either.
+func repliesDelayedPastTTL(t *testing.T, c *cluster) {
+	const maxTTL = 2 * time.Second
+	admins := c.admins(t)
+	ctx := ctxT(t, 30*time.Second)
+	ps, via := c.proxyEach(t)
+	drainers := c.drainers(t, ps)
+	lc := c.newLockClient(t, "delayed", via, redlock.WithTTL(maxTTL), redlock.WithNodeTimeout(patient))
+	// rewarm runs a fenced acquisition and its release with no latency, so
+	// that the client has a ready connection to every node (one that timed
+	// out was dropped, and a new one costs a connect, HELLO and the restart
+	// guard's INFO: three more round trips behind a slow proxy) and every
+	// node has the fenced script (its first run costs EVALSHA, NOSCRIPT,
+	// EVAL). Then it waits until no straggler of it is on its way.
+	rewarm := func() {
+		t.Helper()
+		l, err := lc.TryLock(ctx, "warm-up-fenced", redlock.WithFencing(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		eventuallyGone(t, admins, "warm-up-fenced")
+	}
+	warm(t, ctx, lc)
+	eventuallyGone(t, admins, "warm-up")
+	slow := []int{0, 1, 2}
+	setLatency := func(d time.Duration) {
+		for _, i := range slow {
+			ps[i].SetLatency(d)
+		}
+	}
+	// noKey fails the test if a node holds key.
+	noKey := func(key string) {
+		t.Helper()
+		for i, cl := range admins {
+			if v := get(t, cl, rkey(key)); v != "" {
+				t.Errorf("node%d still holds %s = %q (PTTL %dms) after the delayed commands landed", i, rkey(key), v, pttl(t, cl, rkey(key)))
+			}
+		}
+	}
+
+	t.Run("latency-above-TTL", func(t *testing.T) {
+		const (
+			ttl     = 400 * time.Millisecond
+			latency = 500 * time.Millisecond // each way
+			key     = "delayed-past-ttl"
+		)
+		rewarm()
+		setLatency(latency)
+		defer setLatency(0)
+		start := time.Now()
+		_, err := lc.TryLock(ctx, key, redlock.WithTTL(ttl), redlock.WithNodeTimeout(100*time.Millisecond))
+		t.Logf("TryLock with %v latency on nodes %v and a %v TTL failed after %v: %v", latency, slow, ttl, time.Since(start).Round(time.Microsecond), err)
+		checkFailedRound(t, err, slow, redlock.OutcomeTimeout)
+		drain(t, drainers, 10*latency)
+		noKey(key)
+	})
+
+	t.Run("no-validity-left", func(t *testing.T) {
+		const (
+			ttl         = 700 * time.Millisecond
+			nodeTimeout = 600 * time.Millisecond // waits for the slow nodes
+			latency     = 180 * time.Millisecond // each way: 2 round trips > TTL
+			key         = "delayed-no-validity"
+		)
+		rewarm()
+		setLatency(latency)
+		defer setLatency(0)
+		start := time.Now()
+		_, err := lc.TryLock(ctx, key, redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout), redlock.WithFencing(true))
+		took := time.Since(start)
+		t.Logf("fenced TryLock with %v latency on nodes %v and a %v TTL failed after %v: %v", latency, slow, ttl, took.Round(time.Microsecond), err)
+		if !errors.Is(err, redlock.ErrNotAcquired) {
+			t.Fatalf("TryLock whose two round trips outlast the TTL = %v, want ErrNotAcquired", err)
+		}
+		qe := asQuorumError(t, err)
+		if qe.Agreed() < qe.Quorum || qe.Validity > 0 {
+			t.Errorf("QuorumError: %d agreed (quorum %d), validity %v; want a quorum and no validity: %v", qe.Agreed(), qe.Quorum, qe.Validity, err)
+		}
+		drain(t, drainers, 10*latency)
+		noKey(key)
+	})
+	lc.closeAndCheck(t)
+}
+
+// extendRacingExpiry extends a lock right around its deadline while
+// another client keeps trying to take it. Before each Extend, the PEXPIRE
+// to 0-3 nodes is slowed (proxy latency) so that it lands after the key
+// expired there: a quorum may confirm (the extend succeeds), or too many
+// nodes no longer hold the token (ErrLockLost), and an Extend called after
+// the deadline is refused at once. Whatever happened, the other client never
+// acquires the key within the validity the holder was given (S1, on the
+// test's clock), including after a successful extend.
+func extendRacingExpiry(t *testing.T, c *cluster) {
+	const (
+		ttl         = 200 * time.Millisecond
+		nodeTimeout = 100 * time.Millisecond
+		latency     = 15 * time.Millisecond // each way, to the slowed nodes
+		key         = "extend-race"
+	)
+	ctx := ctxT(t, 60*time.Second)
+	ps, via := c.proxyEach(t)
+	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}
+	holder := c.newLockClient(t, "holder", via, append(opts, redlock.WithRetryBackoff(2*time.Millisecond, 10*time.Millisecond))...)
+	contender := c.newLockClient(t, "contender", c.direct, opts...)
+	warm(t, ctx, holder)
+	warm(t, ctx, contender)
+
+	var hist history
+	cctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan int)
+	go func() {
+		won := 0
+		defer func() { done <- won }()
+		for cctx.Err() == nil {
+			start := time.Now()
+			l, err := contender.TryLock(cctx, key)
+			acq := time.Now()
+			if err != nil {
+				if cctx.Err() == nil && !errors.Is(err, redlock.ErrNotAcquired) {
+					t.Errorf("contender: TryLock: %v", err)
+				}
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			won++
+			hist.add(holding{key: key, who: "contender", token: l.Token(), start: start, acquired: acq, deadline: l.Deadline(), released: time.Now()})
+			// A release short of a quorum is legitimate only when a node
+			// failed (timed out on the loaded machine): the copies expire
+			// with the short TTL.
+			if err := l.Release(context.Background()); err != nil && !releaseFailedByNode(err) {
+				t.Errorf("contender: Release: %v", err)
+			}
+		}
+	}()
+
+	// lead: how long before the deadline Extend is called (negative:
+	// after it); slow: how many nodes get the latency.
+	cases := []struct {
+		slow int
+		lead time.Duration
+	}{
+		{0, 10 * time.Millisecond}, {1, 3 * time.Millisecond}, {2, 3 * time.Millisecond}, {3, 3 * time.Millisecond},
+		{2, 0}, {3, 8 * time.Millisecond}, {3, 0}, {2, 10 * time.Millisecond},
+		{3, 15 * time.Millisecond}, {0, -2 * time.Millisecond},
+	}
+	outcomes := map[string]int{}
+	for n, tc := range cases {
+		start := time.Now()
+		l, err := holder.Lock(ctx, key)
+		acq := time.Now()
+		if err != nil {
+			t.Fatalf("case %d: holder: Lock: %v", n, err)
+		}
+		d0 := l.Deadline()
+		time.Sleep(time.Until(d0.Add(-tc.lead)))
+		for i := range tc.slow {
+			ps[i].SetLatency(latency)
+		}
+		eStart := time.Now()
+		err = l.Extend(ctx, 0)
+		eRet := time.Now()
+		for i := range tc.slow {
+			ps[i].SetLatency(0)
+		}
+		var qe *redlock.QuorumError
+		switch {
+		case err == nil:
+			outcomes["extended"]++
+			// Held up to d0, then, from the extend's return, up to the
+			// new deadline: it lets the lock run out there.
+			hist.add(holding{key: key, who: fmt.Sprintf("holder (case %d)", n), token: l.Token(), start: start, acquired: acq, deadline: d0, released: earlier(eRet, d0)})
+			hist.add(holding{key: key, who: fmt.Sprintf("holder (case %d, extended)", n), token: l.Token(), start: eStart, acquired: eRet, deadline: l.Deadline(), released: l.Deadline()})
+		case errors.Is(err, redlock.ErrLockLost) && errors.As(err, &qe):
+			outcomes["lost: nodes no longer held it"]++
+			hist.add(holding{key: key, who: fmt.Sprintf("holder (case %d)", n), token: l.Token(), start: start, acquired: acq, deadline: d0, released: d0})
+		case errors.Is(err, redlock.ErrLockLost):
+			outcomes["lost: deadline passed"]++
+			hist.add(holding{key: key, who: fmt.Sprintf("holder (case %d)", n), token: l.Token(), start: start, acquired: acq, deadline: d0, released: d0})
+		case errors.Is(err, redlock.ErrNotHeld) && releaseFailedByNode(err):
+			// A node missed the node timeout (a loaded machine): not
+			// confirmed, not lost; the holder keeps to its old deadline.
+			outcomes["not confirmed: a node timed out"]++
+			hist.add(holding{key: key, who: fmt.Sprintf("holder (case %d)", n), token: l.Token(), start: start, acquired: acq, deadline: d0, released: d0})
+		default:
+			t.Errorf("case %d (%d slow nodes, called %v before the deadline): Extend = %v; want success or ErrLockLost", n, tc.slow, d0.Sub(eStart), err)
+		}
+		<-l.Done() // the lock runs out; the contender takes it
+	}
+	stop()
+	won := <-done
+	counts, problems := hist.check(ttl)
+	for _, p := range problems {
+		t.Error(p)
+	}
+	t.Logf("%d extends around the deadline: %v; the contender acquired %d times, %d holdings checked", len(cases), outcomes, won, counts[key])
+	if outcomes["extended"] == 0 || outcomes["lost: nodes no longer held it"]+outcomes["lost: deadline passed"] == 0 {
+		t.Errorf("outcomes %v: the cases did not cover both a successful and a failed extend", outcomes)
+	}
+	if won == 0 {
+		t.Error("the contender never acquired the key: the race was not tested")
+	}
+}
+
+// cancellation cancels the caller's context before and during each call
+// (with 100 ms each way to every node, so that calls are in flight when it
+// happens): TryLock, Lock, Extend, Held and Locked return errors matching
+// context.Canceled (and ErrNotAcquired for acquisitions); a cancelled Extend
+// does not lose the lock; Release detaches from the cancellation and
+// completes; and after Close, once everything sent has landed, nothing of
+// the client is left on any node.
+func cancellation(t *testing.T, c *cluster) {
+	const (
+		ttl         = 3 * time.Second
+		latency     = 100 * time.Millisecond // each way, once the calls are "during"
+		nodeTimeout = time.Second            // patient: only the cancellation ends a call
+	)
+	admins := c.admins(t)
+	ctx := ctxT(t, 30*time.Second)
+	ps, via := c.proxyEach(t)
+	drainers := c.drainers(t, ps)
+	a := c.newLockClient(t, "a", via, redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout))
+	other := c.newLockClient(t, "other", c.direct, redlock.WithTTL(ttl), redlock.WithNodeTimeout(patient))
+	warm(t, ctx, a)
+	warm(t, ctx, other)
+	canceled := func(op string, err error, acquire bool) {
+		t.Helper()
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s = %v; want an error matching context.Canceled", op, err)
+		}
+		if acquire && !errors.Is(err, redlock.ErrNotAcquired) {
+			t.Errorf("%s = %v; want an error matching ErrNotAcquired", op, err)
+		}
+	}
+	var keys []string
+
+	t.Run("before", func(t *testing.T) {
+		const key = "cancel-before"
+		keys = append(keys, key)
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		made := a.tokens.attempts()
+		_, err := a.TryLock(cctx, key)
+		canceled("TryLock", err, true)
+		_, err = a.Lock(cctx, key)
+		canceled("Lock", err, true)
+		if n := a.tokens.attempts() - made; n != 0 {
+			t.Errorf("TryLock and Lock with a cancelled context made %d attempts", n)
+		}
+		l, err := a.TryLock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d0 := l.Deadline()
+		err = l.Extend(cctx, 0)
+		canceled("Extend", err, false)
+		if errors.Is(err, redlock.ErrLockLost) || l.Err() != nil || !l.Deadline().Equal(d0) {
+			t.Errorf("after a cancelled Extend: %v, Err %v, deadline moved %v; want the lock unchanged", err, l.Err(), l.Deadline().Sub(d0))
+		}
+		_, err = l.Held(cctx)
+		canceled("Held", err, false)
+		_, err = a.Locked(cctx, key)
+		canceled("Locked", err, false)
+		// Release detaches from ctx: a deferred Release still runs.
+		if err := l.Release(cctx); err != nil {
+			t.Errorf("Release with a cancelled context = %v; want nil (it detaches)", err)
+		}
+		eventuallyGone(t, admins, key)
+	})
+
+	t.Run("during", func(t *testing.T) {
+		// Until the end of the test: see drain below.
+		for _, p := range ps {
+			p.SetLatency(latency)
+		}
+		cancelAfter := func(d time.Duration) context.Context {
+			cctx, cancel := context.WithCancel(ctx)
+			timer := time.AfterFunc(d, cancel)
+			t.Cleanup(func() { timer.Stop(); cancel() })
+			return cctx
+		}
+
+		// Cancelled while its SETs are on their way.
+		keys = append(keys, "cancel-trylock")
+		_, err := a.TryLock(cancelAfter(latency/2), "cancel-trylock")
+		canceled("TryLock cancelled in flight", err, true)
+
+		// Cancelled while waiting for a held key.
+		keys = append(keys, "cancel-wait")
+		lo, err := other.TryLock(ctx, "cancel-wait")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = a.Lock(cancelAfter(5*latency), "cancel-wait")
+		canceled("Lock cancelled while waiting", err, true)
+		if err := lo.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		keys = append(keys, "cancel-extend")
+		l, err := a.TryLock(ctx, "cancel-extend")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = l.Extend(cancelAfter(latency/2), 0)
+		canceled("Extend cancelled in flight", err, false)
+		if errors.Is(err, redlock.ErrLockLost) || l.Err() != nil {
+			t.Errorf("after an Extend cancelled in flight: %v, Err %v; want the lock still held", err, l.Err())
+		}
+		_, err = l.Held(cancelAfter(latency / 2))
+		canceled("Held cancelled in flight", err, false)
+		_, err = a.Locked(cancelAfter(latency/2), "cancel-extend")
+		canceled("Locked cancelled in flight", err, false)
+		if err := l.Extend(ctx, 0); err != nil {
+			t.Errorf("Extend after the cancelled calls: %v", err)
+		}
+		if err := l.Release(cancelAfter(latency / 2)); err != nil {
+			t.Errorf("Release cancelled in flight = %v; want nil (it detaches)", err)
+		}
+	})
+
+	// Close joins the clean-up of the cancelled rounds; once everything a
+	// sent has landed, none of its keys may be left.
+	if err := a.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	drain(t, drainers, 5*time.Second) // with the latency still on: a PING must not overtake
+	for _, p := range ps {
+		p.SetLatency(0)
+	}
+	for _, key := range keys {
+		for i, cl := range admins {
+			if v := get(t, cl, rkey(key)); v != "" {
+				t.Errorf("node%d still holds %s = %q (PTTL %dms) after Close", i, rkey(key), v, pttl(t, cl, rkey(key)))
+			}
+		}
+	}
+	a.closeAndCheck(t)
+}

@@ -1,0 +1,578 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// TestLiveNodes runs, on one cluster whose nodes all stay up, the scenarios
+// that stress the lock without taking nodes away (each with its own clients
+// and keys): a stampede on one key, misuse of release and extend, the
+// servers' script caches flushed under contention, and error replies from
+// one to five nodes.
+func TestLiveNodes(t *testing.T) {
+	c := startCluster(t, 5*time.Second, "")
+	dropFenceCounters(t, c)
+	t.Run("stampede", func(t *testing.T) { stampede(t, c) })
+	t.Run("release-misuse", func(t *testing.T) { releaseMisuse(t, c) })
+	t.Run("script-cache-loss", func(t *testing.T) { scriptCacheLoss(t, c) })
+	t.Run("error-replies", func(t *testing.T) { errorReplies(t, c) })
+}
+
+// stampede: 50 goroutines on 5 Clients call Lock on one key at the same
+// moment, each once. Every one of them gets the lock, one at a time (S1),
+// and the counter they increment under it (a non-atomic read-modify-write)
+// ends at 50 (S5).
+func stampede(t *testing.T, c *cluster) {
+	const (
+		ttl         = 2 * time.Second
+		nodeTimeout = patient
+		clients     = 5
+		perClient   = 10
+		key         = "stampede"
+	)
+	ctx := ctxT(t, 60*time.Second)
+	lcs := make([]*lockClient, clients)
+	for i := range lcs {
+		lcs[i] = c.newLockClient(t, fmt.Sprintf("client%d", i), c.direct, redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout))
+		warm(t, ctx, lcs[i])
+	}
+	var (
+		hist      history
+		counter   atomic.Int64
+		failed    atomic.Int64
+		relFailed atomic.Int64
+		wg        sync.WaitGroup
+		ready     sync.WaitGroup
+		gate      = make(chan struct{})
+	)
+	for w := range clients * perClient {
+		lc := lcs[w%clients]
+		who := fmt.Sprintf("goroutine%d/%s", w, lc.name)
+		ready.Add(1)
+		wg.Go(func() {
+			ready.Done()
+			<-gate
+			start := time.Now()
+			l, err := lc.Lock(ctx, key)
+			acq := time.Now()
+			if err != nil {
+				failed.Add(1)
+				t.Errorf("%s: Lock: %v", who, err)
+				return
+			}
+			v := counter.Load()
+			time.Sleep(time.Millisecond)
+			counter.Store(v + 1)
+			rel := time.Now()
+			if err := l.Release(context.Background()); err != nil {
+				// Legitimate only when a node failed (a timeout on a
+				// loaded machine) where the lock needed it: a lock won
+				// on exactly 3 nodes cannot confirm its release on 3
+				// without that one; its copy there is deleted in the
+				// background or expires with the TTL.
+				relFailed.Add(1)
+				if !releaseFailedByNode(err) {
+					t.Errorf("%s: Release: %v", who, err)
+				}
+			}
+			hist.add(holding{key: key, who: who, token: l.Token(), start: start, acquired: acq, deadline: l.Deadline(), released: rel})
+		})
+	}
+	ready.Wait()
+	begin := time.Now()
+	close(gate)
+	wg.Wait()
+	took := time.Since(begin)
+	counts, problems := hist.check(ttl)
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if n := clients * perClient; counts[key] != n || counter.Load() != int64(n) {
+		t.Errorf("%d of %d goroutines got the lock (%d failed); the guarded counter is %d", counts[key], n, failed.Load(), counter.Load())
+	}
+	var rounds int64
+	for _, lc := range lcs {
+		rounds += lc.tokens.attempts() - 2 // less the warm-up's
+	}
+	t.Logf("%d goroutines each got the lock once in %v, in %d acquisition rounds; %d releases short of a quorum (a node timed out)",
+		clients*perClient, took.Round(time.Millisecond), rounds, relFailed.Load())
+}
+
+// releaseMisuse covers the misuse of release and extend that the API tests
+// do not: two Releases at once, a Release after the lock expired with
+// nobody else holding it, the handle of a lock whose Client was closed (and
+// whose key another client holds now), and copies of another holder on some
+// nodes, which neither Extend nor Release of the lock may touch.
+func releaseMisuse(t *testing.T, c *cluster) {
+	const (
+		ttl         = 2 * time.Second
+		shortTTL    = 300 * time.Millisecond
+		nodeTimeout = patient
+	)
+	ctx := ctxT(t, 30*time.Second)
+	admins := c.admins(t)
+	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}
+	a := c.newLockClient(t, "a", c.direct, opts...)
+	b := c.newLockClient(t, "b", c.direct, opts...)
+
+	t.Run("concurrent-releases", func(t *testing.T) {
+		const key = "misuse-concurrent"
+		for round := range 5 {
+			l, err := a.TryLock(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			errs := make([]error, 3)
+			var wg sync.WaitGroup
+			gate := make(chan struct{})
+			for i := range errs {
+				wg.Go(func() {
+					<-gate
+					if i == 2 {
+						errs[i] = l.Extend(ctx, 0) // racing the releases
+						return
+					}
+					errs[i] = l.Release(ctx)
+				})
+			}
+			close(gate)
+			wg.Wait()
+			if nils := btoi(errs[0] == nil) + btoi(errs[1] == nil); nils != 1 ||
+				!errors.Is(errs[0], redlock.ErrReleased) && !errors.Is(errs[1], redlock.ErrReleased) {
+				t.Errorf("round %d: two concurrent Releases returned %v and %v; want one nil and one ErrReleased", round, errs[0], errs[1])
+			}
+			if errs[2] != nil && !errors.Is(errs[2], redlock.ErrReleased) {
+				t.Errorf("round %d: Extend racing the releases = %v; want nil or ErrReleased", round, errs[2])
+			}
+			// Whatever the order, the key is gone, and no Extend brings
+			// it back.
+			eventuallyGone(t, admins, key)
+			if err := l.Extend(ctx, 0); !errors.Is(err, redlock.ErrReleased) {
+				t.Errorf("round %d: Extend after Release = %v, want ErrReleased", round, err)
+			}
+			for i, cl := range admins {
+				if v := get(t, cl, rkey(key)); v != "" {
+					t.Errorf("round %d: node%d holds %q after the releases", round, i, v)
+				}
+			}
+		}
+	})
+
+	t.Run("release-after-expiry", func(t *testing.T) {
+		const key = "misuse-expired"
+		l, err := a.TryLock(ctx, key, redlock.WithTTL(shortTTL), redlock.WithNodeTimeout(100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-l.Done()
+		eventuallyGone(t, admins, key) // expired on the servers too
+		err = l.Release(ctx)
+		if !errors.Is(err, redlock.ErrNotHeld) {
+			t.Fatalf("Release after expiry = %v, want ErrNotHeld", err)
+		}
+		if qe := asQuorumError(t, err); qe.Agreed() != 0 {
+			t.Errorf("Release after expiry: %d nodes confirmed: %v", qe.Agreed(), err)
+		}
+		if err := l.Release(ctx); !errors.Is(err, redlock.ErrReleased) {
+			t.Errorf("second Release = %v, want ErrReleased", err)
+		}
+		if err := l.Extend(ctx, 0); !errors.Is(err, redlock.ErrReleased) && !errors.Is(err, redlock.ErrLockLost) {
+			t.Errorf("Extend after expiry and Release = %v, want ErrReleased or ErrLockLost", err)
+		}
+		for i, cl := range admins {
+			if v := get(t, cl, rkey(key)); v != "" {
+				t.Errorf("node%d holds %q after a Release of an expired lock", i, v)
+			}
+		}
+	})
+
+	t.Run("closed-client", func(t *testing.T) {
+		const key = "misuse-closed"
+		x := c.newLockClient(t, "closing", c.direct, opts...)
+		l, err := x.TryLock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Close(); err != nil {
+			t.Fatalf("Close with a held lock: %v", err)
+		}
+		lb, err := b.TryLock(ctx, key)
+		if err != nil {
+			t.Fatalf("TryLock after the holder's Client closed: %v", err)
+		}
+		heldByToken(t, admins, key, lb.Token())
+		before := snapshot(t, admins, rkey(key))
+		closed := func(op string, err error) {
+			t.Helper()
+			if !errors.Is(err, redlock.ErrReleased) && !errors.Is(err, redlock.ErrClosed) {
+				t.Errorf("%s of a lock of a closed Client = %v, want ErrReleased or ErrClosed", op, err)
+			}
+		}
+		closed("Release", l.Release(ctx))
+		closed("Extend", l.Extend(ctx, 0))
+		if ok, err := l.Held(ctx); ok || (err != nil && !errors.Is(err, redlock.ErrClosed)) {
+			t.Errorf("Held of a lock of a closed Client = %v, %v; want false", ok, err)
+		}
+		if on := checkIntact(t, admins, before, lb.Token(), "the closed Client's lock handle"); len(on) != nodes {
+			t.Errorf("b's token was on nodes %v, want all", on)
+		}
+		if err := lb.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("foreign-copies", func(t *testing.T) {
+		// The lock's copies on nodes 3 and 4 are replaced by another
+		// token, as if they had expired there and another client had
+		// taken them (a minority: it does not hold the lock). The lock
+		// still holds a quorum; its Extend and Release must leave the
+		// other copies exactly as they are.
+		const key = "misuse-foreign"
+		rk := rkey(key)
+		l, err := a.TryLock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		heldByToken(t, admins, key, l.Token())
+		const foreign = "another-holder"
+		for _, i := range []int{3, 4} {
+			if err := admins[i].Set(ctx, rk, foreign, 4*time.Second).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() {
+			for _, i := range []int{3, 4} {
+				_ = admins[i].Del(context.Background(), rk).Err()
+			}
+		})
+		before := snapshot(t, admins, rk)
+		if err := l.Extend(ctx, 0); err != nil {
+			t.Fatalf("Extend with the token on 3 nodes: %v", err)
+		}
+		checkIntact(t, admins, before, foreign, "Extend")
+		if ok, err := l.Held(ctx); !ok || err != nil {
+			t.Fatalf("Held with the token on 3 nodes = %v, %v", ok, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release with the token on 3 nodes: %v", err)
+		}
+		if on := checkIntact(t, admins, before, foreign, "Release"); !slices.Equal(on, []int{3, 4}) {
+			t.Errorf("the foreign token was on nodes %v, want [3 4]", on)
+		}
+		if on := tokensOn(t, admins, rk, l.Token()); len(on) != 0 {
+			t.Errorf("the released token is still on nodes %v", on)
+		}
+	})
+}
+
+// scriptCacheLoss: 4 goroutines on 2 Clients take one key with fencing (so
+// that the acquisition itself is a script), extend and release it, while
+// SCRIPT FLUSH (SYNC and ASYNC) empties the script caches of random sets of
+// nodes every few milliseconds. Every call on every node must succeed or
+// say "taken" (no NOSCRIPT or other error reply leaks out of go-redis'
+// EVALSHA-then-EVAL fallback), the holders never overlap (S1), their fencing
+// tokens increase (S4), and the guarded counter loses nothing (S5). The
+// servers' command statistics show that EVAL, which is only sent after a
+// NOSCRIPT, ran.
+func scriptCacheLoss(t *testing.T, c *cluster) {
+	const (
+		ttl         = 2 * time.Second
+		nodeTimeout = 200 * time.Millisecond
+		clients     = 2
+		perClient   = 2
+		want        = 30
+		key         = "script-flush"
+	)
+	ctx := ctxT(t, 60*time.Second)
+	admins := c.admins(t)
+	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout), redlock.WithFencing(true)}
+	lcs := make([]*lockClient, clients)
+	for i := range lcs {
+		lcs[i] = c.newLockClient(t, fmt.Sprintf("client%d", i), c.direct, opts...)
+		warm(t, ctx, lcs[i])
+	}
+	for i, cl := range admins {
+		if err := cl.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatalf("CONFIG RESETSTAT node%d: %v", i, err)
+		}
+	}
+	// noErrors fails the test for an error reply (or any error but a
+	// timeout, which a loaded machine can cause) from a node.
+	noErrors := func(who, op string, err error) {
+		t.Helper()
+		var qe *redlock.QuorumError
+		if !errors.As(err, &qe) {
+			t.Errorf("%s: %s: %v", who, op, err)
+			return
+		}
+		for _, r := range qe.Nodes {
+			if r.Outcome == redlock.OutcomeError {
+				t.Errorf("%s: %s: %s failed: %v", who, op, r.Node, r.Err)
+			}
+		}
+	}
+
+	var (
+		mu      sync.Mutex
+		holds   []fenceHold
+		hist    history
+		counter atomic.Int64
+		done    atomic.Int64
+		flushes atomic.Int64
+		wg      sync.WaitGroup
+	)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	wg.Go(func() { // the flusher
+		rng := rand.New(rand.NewPCG(10, 10))
+		for wctx.Err() == nil {
+			mode := []string{"SYNC", "ASYNC"}[rng.IntN(2)]
+			for _, i := range rng.Perm(nodes)[:1+rng.IntN(nodes)] {
+				if err := admins[i].Do(wctx, "SCRIPT", "FLUSH", mode).Err(); err != nil && wctx.Err() == nil {
+					t.Errorf("SCRIPT FLUSH %s on node%d: %v", mode, i, err)
+				}
+				flushes.Add(1)
+			}
+			time.Sleep(time.Duration(2+rng.IntN(6)) * time.Millisecond)
+		}
+	})
+	for w := range clients * perClient {
+		lc := lcs[w%clients]
+		who := fmt.Sprintf("worker%d/%s", w, lc.name)
+		rng := rand.New(rand.NewPCG(uint64(w), 11))
+		wg.Go(func() {
+			for wctx.Err() == nil && done.Load() < want {
+				start := time.Now()
+				l, err := lc.TryLock(wctx, key)
+				acq := time.Now()
+				if err != nil {
+					if wctx.Err() == nil {
+						noErrors(who, "TryLock", err)
+					}
+					time.Sleep(time.Duration(2+rng.IntN(8)) * time.Millisecond)
+					continue
+				}
+				d0 := l.Deadline()
+				if err := l.Extend(wctx, 0); err != nil && wctx.Err() == nil {
+					noErrors(who, "Extend", err)
+				}
+				v := counter.Load()
+				time.Sleep(200 * time.Microsecond)
+				counter.Store(v + 1)
+				rel := time.Now()
+				if err := l.Release(context.Background()); err != nil {
+					noErrors(who, "Release", err)
+				}
+				// The deadline before the extend: the critical section
+				// ended well before it.
+				hist.add(holding{key: key, who: who, token: l.Token(), start: start, acquired: acq, deadline: d0, released: rel})
+				mu.Lock()
+				holds = append(holds, fenceHold{who: who, token: l.Token(), fence: l.Fence(), start: start, acquired: acq, deadline: d0, released: rel})
+				mu.Unlock()
+				done.Add(1)
+			}
+		})
+	}
+	took := eventually(t, 40*time.Second, 10*time.Millisecond, "critical sections under SCRIPT FLUSH", func() bool {
+		return done.Load() >= want
+	})
+	stop()
+	wg.Wait()
+
+	counts, problems := hist.check(ttl)
+	problems = append(problems, checkFences(holds)...)
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if got := counter.Load(); got != int64(counts[key]) {
+		t.Errorf("S5: the guarded counter is %d after %d critical sections", got, counts[key])
+	}
+	var evals, evalshas int64
+	for _, cl := range admins {
+		info, err := cl.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		evals += statCalls(info, "cmdstat_eval:")
+		evalshas += statCalls(info, "cmdstat_evalsha:")
+	}
+	if evals == 0 {
+		t.Errorf("no EVAL ran on any node (%d EVALSHA): the fallback after NOSCRIPT was not exercised", evalshas)
+	}
+	t.Logf("%d critical sections in %v with %d SCRIPT FLUSHes; the nodes ran %d EVALSHA and %d EVAL (after NOSCRIPT)",
+		counts[key], took.Round(time.Millisecond), flushes.Load(), evalshas, evals)
+}
+
+// statCalls returns the calls= figure of the INFO commandstats line that
+// starts with prefix (0 if none).
+func statCalls(info, prefix string) int64 {
+	for line := range strings.Lines(info) {
+		rest, ok := strings.CutPrefix(line, prefix)
+		if !ok {
+			continue
+		}
+		for field := range strings.SplitSeq(strings.TrimSpace(rest), ",") {
+			if v, ok := strings.CutPrefix(field, "calls="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// refused checks a failed acquisition of a user that may not run SET on
+// nodes 0..k-1: the *QuorumError reports an ACL refusal (NOPERM for a
+// plain SET; "can't run this command" from inside the fenced acquire
+// script) from enough of those nodes to make the failure certain, names
+// each of them, and reports no error from any other node. Refusing nodes
+// whose answer was not needed may still be pending.
+func refused(t *testing.T, what string, err error, k int) {
+	t.Helper()
+	qe := checkFailedRound(t, err, nil)
+	refusals := 0
+	for i, r := range qe.Nodes {
+		switch {
+		case r.Outcome != redlock.OutcomeError:
+		case i >= k:
+			t.Errorf("%s: node%d, which allows SET, failed: %v", what, i, r.Err)
+		case !strings.Contains(r.Err.Error(), "NOPERM") && !strings.Contains(r.Err.Error(), "can't run this command"):
+			t.Errorf("%s: node%d: error %v, want an ACL refusal", what, i, r.Err)
+		case !strings.Contains(err.Error(), r.Node+" error"):
+			t.Errorf("%s: the error does not name %s: %v", what, r.Node, err)
+		default:
+			refusals++
+		}
+	}
+	if refusals < nodes-nodes/2 {
+		t.Errorf("%s: %d nodes reported the refusal, too few to decide the round: %v", what, refusals, err)
+	}
+}
+
+// errorReplies connects, for k = 1..5, as a Redis user that may not run SET
+// on the first k nodes (an ACL: every such command gets a NOPERM error
+// reply, plain or from inside the acquire script). With 1 or 2 such nodes,
+// locks work on the others, with and without fencing; with 3 to 5,
+// acquisition fails with a *QuorumError that names the refusing nodes and
+// their error, and leaves nothing behind. Last, a user without pub/sub
+// permissions releases: the release notification is refused, the release
+// must still succeed.
+func errorReplies(t *testing.T, c *cluster) {
+	const (
+		ttl         = 2 * time.Second
+		nodeTimeout = patient
+	)
+	ctx := ctxT(t, 30*time.Second)
+	admins := c.admins(t)
+	for k := 1; k <= nodes; k++ {
+		user := fmt.Sprintf("noset%d", k)
+		for i, cl := range admins {
+			rules := []any{"ACL", "SETUSER", user, "reset", "on", ">pw", "~*", "&*", "+@all"}
+			if i < k {
+				rules = append(rules, "-set")
+			}
+			if err := cl.Do(ctx, rules...).Err(); err != nil {
+				t.Fatalf("ACL SETUSER %s on node%d: %v", user, i, err)
+			}
+		}
+		t.Cleanup(func() {
+			for _, cl := range admins {
+				_ = cl.Do(context.Background(), "ACL", "DELUSER", user).Err()
+			}
+		})
+		denied := make([]int, k)
+		for i := range denied {
+			denied[i] = i
+		}
+		lc := c.newLockClient(t, user, func(i int) *redis.Options {
+			return &redis.Options{Addr: c.Node(i).Addr(), Username: user, Password: "pw"}
+		}, redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout))
+		for _, fencing := range []bool{false, true} {
+			key := fmt.Sprintf("noset%d-fencing-%v", k, fencing)
+			what := fmt.Sprintf("SET refused on nodes %v, fencing %v", denied, fencing)
+			l, err := lc.TryLock(ctx, key, redlock.WithFencing(fencing))
+			if k <= nodes-nodes/2-1 {
+				if err != nil {
+					t.Fatalf("%s: TryLock: %v", what, err)
+				}
+				if on := tokensOn(t, admins, rkey(key), l.Token()); len(on) < nodes/2+1 || slices.ContainsFunc(on, func(i int) bool { return i < k }) {
+					t.Errorf("%s: the token is on nodes %v", what, on)
+				}
+				if err := l.Extend(ctx, 0); err != nil {
+					t.Errorf("%s: Extend: %v", what, err)
+				}
+				if ok, err := l.Held(ctx); !ok || err != nil {
+					t.Errorf("%s: Held = %v, %v", what, ok, err)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Errorf("%s: Release: %v", what, err)
+				}
+				eventuallyGone(t, admins, key)
+				continue
+			}
+			refused(t, what, err, k)
+			if k == 3 {
+				t.Logf("%s: %v", what, err)
+			}
+			_, err = lc.Lock(ctx, key, redlock.WithFencing(fencing), redlock.WithMaxWait(100*time.Millisecond))
+			refused(t, what+", Lock", err, k)
+		}
+		// Close joins every roll-back; then none of the failed tokens may
+		// be on any node.
+		lc.closeAndCheck(t)
+	}
+
+	// A user without pub/sub channel permissions (Redis 7's default for
+	// new users, acl-pubsub-default resetchannels): the release script's
+	// notification (PUBLISH) is refused with an error reply, after its
+	// DEL ran. The release did happen, and must be reported so.
+	const user = "nochannels"
+	for i, cl := range admins {
+		if err := cl.Do(ctx, "ACL", "SETUSER", user, "reset", "on", ">pw", "~*", "resetchannels", "+@all").Err(); err != nil {
+			t.Fatalf("ACL SETUSER %s on node%d: %v", user, i, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, cl := range admins {
+			_ = cl.Do(context.Background(), "ACL", "DELUSER", user).Err()
+		}
+	})
+	lc := c.newLockClient(t, user, func(i int) *redis.Options {
+		return &redis.Options{Addr: c.Node(i).Addr(), Username: user, Password: "pw"}
+	}, redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout))
+	const key = "nochannels"
+	l, err := lc.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("%s: TryLock: %v", user, err)
+	}
+	if err := l.Extend(ctx, 0); err != nil {
+		t.Errorf("%s: Extend: %v", user, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("%s: Release = %v; want nil: the key was deleted, only the release notification was refused", user, err)
+	}
+	eventuallyGone(t, admins, key)
+	held, err := lc.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("%s: TryLock: %v", user, err)
+	}
+	if err := lc.Close(); err != nil {
+		t.Errorf("%s: Close with a held lock = %v; want nil", user, err)
+	}
+	eventuallyGone(t, admins, key)
+	_ = held
+}

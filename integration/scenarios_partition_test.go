@@ -1,0 +1,239 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// TestAsymmetricPartition cuts the network differently for two clients: one
+// sees nodes 0 1 2 only, two sees 2 3 4 only (per-client proxies blackhole
+// the others), so node 2 alone decides between them. Step by step: while
+// one holds the key, two's attempts fail and leave one's copies untouched
+// (value and TTL, on every node), and one can still extend; then the other
+// way round; a holder of two whose lock expired cannot release or extend
+// one's lock on the shared node; finally 3 goroutines of each client
+// contend, and no two holders overlap on the test's clock (S1) and a
+// counter guarded by the lock loses no update (S5).
+func TestAsymmetricPartition(t *testing.T) {
+	const (
+		ttl         = 2 * time.Second
+		shortTTL    = 400 * time.Millisecond
+		nodeTimeout = 100 * time.Millisecond
+		key         = "partition"
+		contended   = 30 // critical sections in the contention phase
+		// Goroutines per client in the contention phase, on two clients
+		// per side. Under this partition no round can fail before the
+		// two nodes its client cannot reach time out, so a failed round
+		// keeps its partial keys for a node timeout, blocking the
+		// others. (Before a Client ran its rounds for one key one at a
+		// time, 3 goroutines on one client per side, retrying after
+		// 5..30 ms, managed 9-14 critical sections in 5 s.)
+		perClient = 2
+	)
+	c := startCluster(t, ttl, "")
+	admins := c.admins(t)
+	ctx := ctxT(t, 60*time.Second)
+	p1, via1 := c.proxyEach(t)
+	p2, via2 := c.proxyEach(t)
+	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}
+	one := c.newLockClient(t, "one", via1, opts...)
+	two := c.newLockClient(t, "two", via2, opts...)
+	warm(t, ctx, one)
+	warm(t, ctx, two)
+	sees := map[*lockClient][]int{one: {0, 1, 2}, two: {2, 3, 4}}
+	for _, i := range []int{3, 4} {
+		p1[i].Blackhole(true)
+	}
+	for _, i := range []int{0, 1} {
+		p2[i].Blackhole(true)
+	}
+	rk := rkey(key)
+
+	// holds acquires key for x, which must succeed on exactly the nodes x
+	// sees. Its lock's calls get the patient node timeout: they succeed at
+	// the quorum, without waiting for the cut-off nodes.
+	holds := func(x *lockClient, opts ...redlock.Option) *redlock.Lock {
+		t.Helper()
+		l, err := x.TryLock(ctx, key, append([]redlock.Option{redlock.WithNodeTimeout(patient)}, opts...)...)
+		if err != nil {
+			t.Fatalf("%s: TryLock with the key free on the nodes it sees: %v", x.name, err)
+		}
+		if on := tokensOn(t, admins, rk, l.Token()); !slices.Equal(on, sees[x]) {
+			t.Fatalf("%s: its token is on nodes %v, want exactly %v", x.name, on, sees[x])
+		}
+		return l
+	}
+	// blocked makes x try the held key: TryLock 3 times, then Lock with a
+	// short wait; every attempt must fail with node 2 (shared) taken, and the
+	// holder's copies must be as they were.
+	blocked := func(x *lockClient, holder *redlock.Lock) {
+		t.Helper()
+		before := snapshot(t, admins, rk)
+		for range 3 {
+			_, err := x.TryLock(ctx, key)
+			checkFailedRound(t, err, []int{2}, redlock.OutcomeTaken)
+		}
+		_, err := x.Lock(ctx, key, redlock.WithMaxWait(300*time.Millisecond))
+		checkFailedRound(t, err, []int{2}, redlock.OutcomeTaken)
+		if held := checkIntact(t, admins, before, holder.Token(), x.name+"'s failed attempts"); len(held) != 3 {
+			t.Errorf("before %s's attempts, %d nodes held the key, want 3: %v", x.name, len(held), before.vals)
+		}
+	}
+
+	// one holds; two is refused and touches nothing; one extends.
+	l1 := holds(one)
+	blocked(two, l1)
+	if err := l1.Extend(ctx, 0); err != nil {
+		t.Fatalf("one: Extend while two is refused: %v", err)
+	}
+	c.mustHoldAll(t, admins, sees[one], key, l1.Token(), ttl.Milliseconds()-500, ttl.Milliseconds())
+	if err := l1.Release(ctx); err != nil {
+		t.Fatalf("one: Release: %v", err)
+	}
+
+	// The other way round.
+	l2 := holds(two)
+	blocked(one, l2)
+	if err := l2.Release(ctx); err != nil {
+		t.Fatalf("two: Release: %v", err)
+	}
+
+	// A holder of two lets its short lock expire; one takes the key over
+	// (on node 2 once two's copy has expired there); the stale handle of
+	// two can then neither extend nor release anything of one's.
+	stale := holds(two, redlock.WithTTL(shortTTL), redlock.WithNodeTimeout(nodeTimeout))
+	// Failed rounds wait for the cut-off nodes: a shorter node timeout
+	// than patient, still ample for the nodes one sees.
+	l1, err := one.Lock(ctx, key, redlock.WithNodeTimeout(250*time.Millisecond))
+	acq := time.Now()
+	if err != nil {
+		t.Fatalf("one: Lock after two's lock expired: %v", err)
+	}
+	if acq.Before(stale.Deadline()) {
+		t.Fatalf("one acquired %v before the deadline of two's lock", stale.Deadline().Sub(acq))
+	}
+	<-stale.Done()
+	before := snapshot(t, admins, rk)
+	if err := stale.Extend(ctx, 0); !errors.Is(err, redlock.ErrLockLost) {
+		t.Errorf("two: Extend of the expired lock = %v, want ErrLockLost", err)
+	}
+	err = stale.Release(ctx)
+	if !errors.Is(err, redlock.ErrNotHeld) {
+		t.Errorf("two: Release of the expired lock = %v, want ErrNotHeld", err)
+	} else if qe := asQuorumError(t, err); qe.Agreed() != 0 || qe.Nodes[2].Outcome != redlock.OutcomeNotHeld {
+		t.Errorf("two: Release of the expired lock: %d nodes confirmed, node2 %v; want none, node2 not held: %v", qe.Agreed(), qe.Nodes[2].Outcome, err)
+	}
+	checkIntact(t, admins, before, l1.Token(), "the stale holder's Extend and Release")
+	if ok, err := l1.Held(ctx); !ok || err != nil {
+		t.Fatalf("one: Held after the stale holder's attempts = %v, %v", ok, err)
+	}
+	if err := l1.Release(ctx); err != nil {
+		t.Fatalf("one: Release: %v", err)
+	}
+
+	// Contention: a second client on each side (its own connections,
+	// through the same cut proxies), perClient goroutines per client.
+	oneB := c.newLockClient(t, "one-b", via1, opts...)
+	twoB := c.newLockClient(t, "two-b", via2, opts...)
+	sees[oneB], sees[twoB] = sees[one], sees[two]
+	contenders := []*lockClient{one, two, oneB, twoB}
+	rounds := func() (n int64) {
+		for _, x := range contenders {
+			n += x.tokens.attempts()
+		}
+		return n
+	}
+	rounds0 := rounds()
+	var hist history
+	counter := new(atomic.Int64) // non-atomic read-modify-write, see TestKillMinorityUnderContention
+	var (
+		done       atomic.Int64
+		attempts   atomic.Int64
+		relFailed  atomic.Int64
+		unexpected atomic.Int64
+		wg         sync.WaitGroup
+	)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	for w := range len(contenders) * perClient {
+		x := contenders[w%len(contenders)]
+		who := fmt.Sprintf("%s/worker%d", x.name, w)
+		rng := rand.New(rand.NewPCG(uint64(w), 6))
+		wg.Go(func() {
+			for wctx.Err() == nil && done.Load() < contended {
+				attempts.Add(1)
+				start := time.Now()
+				l, err := x.Lock(wctx, key, redlock.WithMaxWait(time.Second))
+				acq := time.Now()
+				if err != nil {
+					if wctx.Err() == nil && !errors.Is(err, redlock.ErrNotAcquired) && unexpected.Add(1) <= 5 {
+						t.Errorf("%s: Lock: %v", who, err)
+					}
+
+					continue
+				}
+				v := counter.Load()
+				time.Sleep(time.Duration(2000+rng.IntN(3000)) * time.Microsecond)
+				counter.Store(v + 1)
+				rel := time.Now()
+				rerr := l.Release(context.Background())
+				hist.add(holding{key: key, who: who, token: l.Token(), start: start, acquired: acq, deadline: l.Deadline(), released: rel})
+				done.Add(1)
+				if rerr != nil {
+					relFailed.Add(1)
+					// Timeouts can happen on a loaded machine; a node this
+					// client sees saying "not held" means the key was
+					// someone else's there while we held the lock.
+					var qe *redlock.QuorumError
+					if !errors.As(rerr, &qe) {
+						t.Errorf("%s: Release: %v", who, rerr)
+						continue
+					}
+					for _, i := range sees[x] {
+						if qe.Nodes[i].Outcome == redlock.OutcomeNotHeld {
+							t.Errorf("%s: Release found node%d not holding its token: %v", who, i, rerr)
+						}
+					}
+				}
+			}
+		})
+	}
+	took := eventually(t, 30*time.Second, 10*time.Millisecond, "contention across the partition", func() bool {
+		return done.Load() >= contended
+	})
+	stop()
+	wg.Wait()
+
+	counts, problems := hist.check(ttl)
+	for i, p := range problems {
+		if i == 20 {
+			t.Errorf("... %d problems in total", len(problems))
+			break
+		}
+		t.Error(p)
+	}
+	if got := counter.Load(); got != int64(counts[key]) || counts[key] < contended {
+		t.Errorf("S5: the guarded counter is %d after %d critical sections", got, counts[key])
+	}
+	eventuallyGone(t, admins, key)
+	// Heal the partition before closing: the background releases still
+	// waiting on cut-off nodes (where nothing arrived) then fail at once
+	// instead of running out their budget.
+	for _, p := range append(p1, p2...) {
+		p.Blackhole(false)
+	}
+	for _, x := range contenders {
+		x.closeAndCheck(t)
+	}
+	t.Logf("contention across the partition: %d critical sections in %v, %d Lock calls, %d acquisition rounds, %d releases short of a quorum",
+		counts[key], took.Round(time.Millisecond), attempts.Load(), rounds()-rounds0, relFailed.Load())
+}

@@ -1,13 +1,10 @@
 package integration
 
 import (
-	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -37,6 +34,7 @@ func TestRollbackOnSlowNodes(t *testing.T) {
 	warm(t, ctx, lc) // connections open, identities verified
 
 	slow := []int{0, 1, 2}
+	drainers := c.drainers(t, proxies[:len(slow)]) // ready before the latency
 	for _, i := range slow {
 		proxies[i].SetLatency(latency)
 	}
@@ -47,25 +45,8 @@ func TestRollbackOnSlowNodes(t *testing.T) {
 	}
 
 	// Wait until everything the client sent through the slow proxies has
-	// reached the servers: a PING sent through the same proxy after Close
-	// is delivered after it (same delay, read later), and Redis has run
-	// the earlier commands by the time it answers.
-	var g errgroup.Group
-	for _, i := range slow {
-		g.Go(func() error {
-			cl := redistest.NewClient(proxies[i].Addr(), "")
-			defer cl.Close()
-			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			if err := cl.Ping(pctx).Err(); err != nil {
-				return fmt.Errorf("PING through proxy %d: %w", i, err)
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		t.Fatal(err)
-	}
+	// reached the servers (see drain).
+	drain(t, drainers, 10*time.Second)
 	lc.closeAndCheck(t)
 	if t.Failed() {
 		t.Logf("the slow nodes are reachable, only %v slower each way; the roll-back of the failed round is bounded by the %v per-node timeout, "+

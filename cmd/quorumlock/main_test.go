@@ -3,14 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
-	"time"
 
-	"go.uber.org/goleak"
+	"github.com/quorumlock/quorumlock/internal/leakcheck"
 )
 
 // envBeCLI makes the test binary run as the quorumlock command: the tests
@@ -20,38 +17,14 @@ const envBeCLI = "QUORUMLOCK_TEST_BE_CLI"
 
 // TestMain runs the command when started as it (see envBeCLI), and
 // otherwise runs the tests and fails the run when they leave goroutines
-// behind.
-//
-// go-redis pools that failed to dial a dead node run a probe
-// (internal/pool.(*ConnPool).tryDial) that redials once a second and ends at
-// its next turn after the pool is closed: TestMain waits (bounded) for those
-// before the leak check, which ignores no goroutine.
+// behind (see package leakcheck).
 func TestMain(m *testing.M) {
 	if os.Getenv(envBeCLI) == "1" {
 		os.Unsetenv(envBeCLI)
 		os.Args = append([]string{"quorumlock"}, os.Args[1:]...)
 		os.Exit(processMain())
 	}
-	code := m.Run()
-	if code == 0 {
-		waitFor("(*ConnPool).tryDial", 5*time.Second)
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: goroutines left behind after the tests: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// waitFor waits until no goroutine has fn in its stack, at most bound.
-func waitFor(fn string, bound time.Duration) {
-	buf := make([]byte, 1<<20)
-	for end := time.Now().Add(bound); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		n := runtime.Stack(buf, true)
-		if !bytes.Contains(buf[:n], []byte(fn)) {
-			return
-		}
-	}
+	os.Exit(leakcheck.Run(m))
 }
 
 func TestUsage(t *testing.T) {

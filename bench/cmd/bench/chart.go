@@ -78,7 +78,7 @@ func (rp *report) chart(path string) error {
 		fill(img, image.Rect(x, h-22, x+12, h-10), palette[im])
 		text(img, x+16, h-11, im, color.Black)
 	}
-	text(img, 460, h-11, "w1/w16: 1/16 workers, own keys; try1: TryLock one key; block1: Lock one key; slow: w16, node 0 +2 ms", color.Black)
+	text(img, 440, h-11, "w1/w16: 1/16 workers, own keys; try1: TryLock 1 key; block1: Lock 1 key; slow: w16, node0 +2ms", color.Black)
 	return writePNG(img, path)
 }
 

@@ -181,7 +181,7 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 				// The SET may still land: clean up in the background, with
 				// time for a slow node (see cleanupTimeout). Harmless if
 				// the round is won: this node is not counted for the lock.
-				c.releaseNode(cfg, rep.Node, rkey, token)
+				c.releaseUnsure(cfg, rep.Node, rkey, token, rep.Err)
 			}
 			no++
 		case rep.Int > 0:
@@ -246,7 +246,7 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 	// from those that said yes; those still in flight when they answer.
 	r.Finish(func(rep quorum.Reply) {
 		if rep.Int > 0 || mayHaveWritten(rep.Err) {
-			c.releaseNode(cfg, rep.Node, rkey, token)
+			c.releaseUnsure(cfg, rep.Node, rkey, token, rep.Err)
 		}
 	})
 	c.releaseAll(ctx, cfg, rkey, token, func(i int) bool { return said[i] })
@@ -329,7 +329,7 @@ func (c *Client) releaseAll(ctx context.Context, cfg *config, rkey, token string
 		switch {
 		case rep.Err == nil:
 		case mayHaveWritten(rep.Err):
-			c.wg.Go(func() { c.releaseNode(cfg, rep.Node, rkey, token) })
+			c.wg.Go(func() { c.releaseUnsure(cfg, rep.Node, rkey, token, rep.Err) })
 		default:
 			cfg.logger.Warn("redlock: roll-back failed; the key expires with its TTL", "pool", c.pools[rep.Node].Name(), "key", rkey, "err", rep.Err)
 		}
@@ -351,9 +351,37 @@ func (c *Client) releaseAll(ctx context.Context, cfg *config, rkey, token string
 // queue), bounded by cleanupTimeout, and counted in c.wg so that Close waits
 // for it. The caller must hold a count on c.wg (an enter(), or a round's).
 func (c *Client) releaseNode(cfg *config, i int, rkey, token string) {
-	op := node.New(node.Op{Kind: node.Release, Key: rkey, Token: token, Background: true})
+	c.sendRelease(&background{c: c, cfg: cfg, rkey: rkey, token: token}, i)
+}
+
+// releaseUnsure is releaseNode after a call that failed with err (nil: it
+// answered yes) and so may or may not have set the key. A command whose
+// connection broke or timed out can still be on its way to the node (in a
+// proxy, in the network) and land after a release sent on another
+// connection: when that release finds nothing of ours, it is sent once more
+// after recheckDelay, so that a late SET is not left until its TTL.
+func (c *Client) releaseUnsure(cfg *config, i int, rkey, token string, err error) {
+	bg := &background{c: c, cfg: cfg, rkey: rkey, token: token}
+	if err != nil {
+		bg.recheck = recheckDelay(cfg)
+	}
+	c.sendRelease(bg, i)
+}
+
+// recheckDelay is how long releaseUnsure waits before its second release:
+// a command still in flight when its call failed arrives within one more
+// one-way latency of the link, below the node timeout on any link the lock
+// can work over; 100 ms at most, so that Close, which waits for it, is not
+// held up by a long node timeout.
+func recheckDelay(cfg *config) time.Duration {
+	return min(cfg.nodeTimeout, 100*time.Millisecond)
+}
+
+// sendRelease queues bg's release on node i (see releaseNode).
+func (c *Client) sendRelease(bg *background, i int) {
+	cfg := bg.cfg
+	op := node.New(node.Op{Kind: node.Release, Key: bg.rkey, Token: bg.token, Background: true})
 	deadline := time.Now().Add(cleanupTimeout(cfg))
-	bg := &background{c: c, cfg: cfg, rkey: rkey}
 	c.wg.Add(1)
 	if s := c.senders[i]; s != nil {
 		s.Send(op, deadline, bg, i)
@@ -368,13 +396,24 @@ func (c *Client) releaseNode(cfg *config, i int, rkey, token string) {
 
 // background receives the result of a release nobody waits for.
 type background struct {
-	c    *Client
-	cfg  *config
-	rkey string
+	c       *Client
+	cfg     *config
+	rkey    string
+	token   string
+	recheck time.Duration // > 0: if nothing was released, try again after it, once
 }
 
 func (b *background) Deliver(i int, r node.Result) {
 	defer b.c.wg.Done()
+	if r.Err == nil && r.Int == 0 && b.recheck > 0 {
+		again := &background{c: b.c, cfg: b.cfg, rkey: b.rkey, token: b.token}
+		b.c.wg.Add(1) // Close waits for the second release too
+		time.AfterFunc(b.recheck, func() {
+			defer b.c.wg.Done()
+			b.c.sendRelease(again, i)
+		})
+		return
+	}
 	if r.Err != nil {
 		b.cfg.logger.Warn("redlock: releasing a late reply failed; the key expires with its TTL", "pool", b.c.pools[i].Name(), "key", b.rkey, "err", r.Err)
 	}

@@ -238,19 +238,25 @@ func (n *notifier) sync() {
 		}
 		subs := n.subs
 		n.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), n.c.cfg.nodeTimeout)
 		for _, s := range subs {
-			if s == nil {
-				continue
-			}
-			if len(add) > 0 {
-				_ = s.Add(ctx, add...)
-			}
-			if len(remove) > 0 {
-				_ = s.Remove(ctx, remove...)
+			if s != nil {
+				n.apply(s, add, remove)
 			}
 		}
-		cancel()
+	}
+}
+
+// apply sends one node's subscription changes, bounded by the node timeout
+// of its own: a node that does not answer must not use up the time of the
+// nodes after it.
+func (n *notifier) apply(s node.Subscription, add, remove []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), n.c.cfg.nodeTimeout)
+	defer cancel()
+	if len(add) > 0 {
+		_ = s.Add(ctx, add...)
+	}
+	if len(remove) > 0 {
+		_ = s.Remove(ctx, remove...)
 	}
 }
 

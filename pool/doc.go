@@ -16,5 +16,16 @@
 // EVALSHA that fall back to EVAL when the server answers NOSCRIPT, so a
 // restarted server or SCRIPT FLUSH costs one extra round trip, not a failure.
 //
+// The lock coordinator does not call a Pool of this package once per node
+// and operation: it queues its commands, and one writer goroutine per node
+// writes what concurrent rounds queued as one pipeline. Pools also serve
+// one pub/sub subscription per redlock.Client for release notifications.
+//
+// Dial and DialURL check every new connection before use: the restart guard
+// (WithRestartGuard) refuses a server that restarted less than the guard's
+// duration ago, and the eviction check (WithEvictionCheck) warns about, or
+// refuses, a maxmemory-policy that can evict lock keys. Both use one INFO
+// per connection; OnConnect gives the same hook to clients used with New.
+//
 // All Pools are safe for concurrent use by multiple goroutines.
 package pool

@@ -18,24 +18,35 @@ import (
 // calls Close leaves no goroutine behind.
 const idleExit = 100 * time.Millisecond
 
+// maxExecutors bounds the batches one queue of a node has in flight at once.
+// A batch whose rounds stopped waiting keeps its connection until its replies
+// arrive (node.Op.Follow), because only a reply tells whether a command ran;
+// the writer then goes on with another executor, on another connection. A
+// node that stalls holds at most this many connections; what is queued
+// behind them waits, and is never written if its deadline passes first.
+const maxExecutors = 4
+
 // batcher coalesces the commands that concurrent rounds send to one node:
-// one writer goroutine takes everything queued and writes it as one
-// pipeline (one write, one read of all replies); what arrives meanwhile goes
-// into the next. Commands run on the node in the order they were sent, but
-// for one case: when the server has lost its script cache (restart, SCRIPT
-// FLUSH), the scripts of a batch answer NOSCRIPT and run again with EVAL
-// after it, in their order, so that the plain commands of that batch (SET NX,
-// GET) ran before them. No round depends on that order: it never sends a
-// second command for one token to a node before the first has answered,
-// except a release behind a straggling acquire, and both of those are
-// scripts when the acquire is.
+// one writer goroutine takes everything queued and hands it to an executor,
+// which writes it as one pipeline (one write, one read of all replies);
+// what arrives meanwhile goes into the next batch. The writer waits for a
+// batch until the earliest deadline among its commands, then leaves it to
+// its executor and goes on. Commands of one batch run on the node in the
+// order they were sent, but for one case: when the server has lost its
+// script cache (restart, SCRIPT FLUSH), the scripts of a batch answer
+// NOSCRIPT and run again with EVAL after it, in their order. Batches on
+// different executors are not ordered: a round that needs a command to run
+// after another waits for the first one's reply (see internal/node).
 type batcher struct {
 	mu      sync.Mutex
 	queue   []request
-	spare   []request // the previous batch's array, reused
+	spare   []request // a finished batch's array, reused
 	running bool      // a writer goroutine is alive
 	closed  bool
-	wake    chan struct{} // capacity 1: work was queued
+	wake    chan struct{} // capacity 1: work was queued, or the batcher closed
+	freed   chan struct{} // capacity 1: an executor became idle
+	idle    []*executor   // executors waiting for a batch
+	execs   int           // executors alive
 	wg      sync.WaitGroup
 }
 
@@ -44,6 +55,14 @@ type request struct {
 	deadline time.Time
 	rcv      node.Receiver
 	tag      int
+}
+
+// executor runs batches on a goroutine of its own, one at a time.
+type executor struct {
+	in   chan []request // capacity 1
+	done chan uint64    // capacity 1: the generation of the last batch delivered
+	gen  uint64         // the writer's count of batches handed to it
+	w    writer
 }
 
 var _ node.Sender = (*redisPool)(nil)
@@ -65,7 +84,7 @@ func (p *redisPool) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag
 	}
 	b.queue = append(b.queue, request{op: op, deadline: deadline, rcv: rcv, tag: tag})
 	if b.wake == nil {
-		b.wake = make(chan struct{}, 1)
+		b.wake, b.freed = make(chan struct{}, 1), make(chan struct{}, 1)
 	}
 	start := !b.running
 	b.running = true
@@ -74,75 +93,209 @@ func (p *redisPool) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag
 	}
 	b.mu.Unlock()
 	if !start {
-		select {
-		case b.wake <- struct{}{}:
-		default:
-		}
+		signal(b.wake)
+	}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
 
 // stop makes the writer deliver redis.ErrClosed for everything still queued
-// and exit, and waits for it (for a batch in flight, at most until its
-// deadline).
+// and exit, and waits for it and the executors (for a batch in flight, at
+// most until its deadline plus its Follow; the Pool closes its client first,
+// which ends them at once).
 func (b *batcher) stop() {
 	b.mu.Lock()
 	b.closed = true
 	wake := b.wake
 	b.mu.Unlock()
-	select {
-	case wake <- struct{}{}:
-	default:
+	if wake != nil {
+		signal(wake)
 	}
 	b.wg.Wait()
 }
 
-// write is the writer goroutine: it runs batches until the queue stays empty
-// for idleExit or the Pool is closed.
+// write is the writer goroutine: it hands batches to executors until the
+// queue stays empty for idleExit or the Pool is closed.
 func (p *redisPool) write(b *batcher) {
-	var idle *time.Timer
-	w := &writer{p: p, pipe: p.c.Pipeline()}
+	var t timer
+	defer t.stop()
 	for {
-		b.mu.Lock()
-		if b.closed {
-			batch := b.queue
-			b.queue, b.running = nil, false
-			b.mu.Unlock()
-			for _, r := range batch {
-				r.rcv.Deliver(r.tag, node.Result{Err: redis.ErrClosed})
-			}
+		batch, ok := b.take(&t)
+		if !ok {
 			return
 		}
-		if len(b.queue) == 0 {
-			b.mu.Unlock()
-			if idle == nil {
-				idle = time.NewTimer(idleExit)
-			} else {
-				idle.Reset(idleExit)
-			}
-			select {
-			case <-b.wake:
-				continue
-			case <-idle.C:
-			}
-			b.mu.Lock()
-			if len(b.queue) == 0 && !b.closed {
-				b.running = false
-				b.mu.Unlock()
-				return
-			}
-			b.mu.Unlock()
+		ex := b.executor(p)
+		if ex == nil { // closed meanwhile
+			deliverAll(batch, redis.ErrClosed)
 			continue
 		}
-		batch := b.queue
-		b.queue = b.spare[:0]
-		b.mu.Unlock()
+		ex.gen++
+		ex.in <- batch
+		wait := batch[0].deadline
+		for _, r := range batch[1:] {
+			if r.deadline.Before(wait) {
+				wait = r.deadline
+			}
+		}
+		t.set(time.Until(wait))
+	await:
+		for {
+			select {
+			case g := <-ex.done:
+				if g == ex.gen {
+					break await
+				}
+			case <-t.c():
+				break await // the rounds stopped waiting: the executor follows it
+			}
+		}
+	}
+}
 
-		w.run(batch)
-
-		clear(batch) // drop the receivers
+// take waits for queued work and returns it; false when the writer must
+// exit (closed, after delivering redis.ErrClosed for what was queued, or idle
+// for idleExit). It stops the idle executors when the writer exits.
+func (b *batcher) take(t *timer) ([]request, bool) {
+	for {
 		b.mu.Lock()
-		b.spare = batch[:0]
+		if b.closed || len(b.queue) > 0 {
+			batch := b.queue
+			b.queue = b.spare[:0]
+			b.spare = nil
+			closed := b.closed
+			if closed {
+				b.exitLocked()
+			}
+			b.mu.Unlock()
+			if !closed {
+				return batch, true
+			}
+			deliverAll(batch, redis.ErrClosed)
+			return nil, false
+		}
 		b.mu.Unlock()
+		t.set(idleExit)
+		select {
+		case <-b.wake:
+			continue
+		case <-t.c():
+		}
+		b.mu.Lock()
+		if len(b.queue) == 0 && !b.closed {
+			b.exitLocked()
+			b.mu.Unlock()
+			return nil, false
+		}
+		b.mu.Unlock()
+	}
+}
+
+// exitLocked ends the writer: no writer runs any more, and the idle
+// executors exit; busy ones exit when their batch is done. b.mu must be held.
+func (b *batcher) exitLocked() {
+	b.running = false
+	for _, ex := range b.idle {
+		close(ex.in)
+	}
+	b.execs -= len(b.idle)
+	b.idle = nil
+}
+
+// executor returns an idle executor, or starts one, or waits for one to
+// become idle when maxExecutors are busy; nil once the batcher is closed.
+func (b *batcher) executor(p *redisPool) *executor {
+	b.mu.Lock()
+	for {
+		if b.closed {
+			b.mu.Unlock()
+			return nil
+		}
+		if n := len(b.idle); n > 0 {
+			ex := b.idle[n-1]
+			b.idle = b.idle[:n-1]
+			b.mu.Unlock()
+			return ex
+		}
+		if b.execs < maxExecutors {
+			b.execs++
+			b.mu.Unlock()
+			ex := &executor{in: make(chan []request, 1), done: make(chan uint64, 1), w: writer{p: p, pipe: p.c.Pipeline()}}
+			b.wg.Go(func() { b.execute(ex) })
+			return ex
+		}
+		b.mu.Unlock()
+		select {
+		case <-b.freed:
+		case <-b.wake: // closed, or more work: check again
+		}
+		b.mu.Lock()
+	}
+}
+
+// execute is an executor's goroutine: it runs the batches it is handed and
+// delivers every result, until the writer that owns it exits.
+func (b *batcher) execute(ex *executor) {
+	for batch := range ex.in {
+		ex.w.run(batch)
+		clear(batch) // drop the receivers
+		if !b.park(ex, batch) {
+			return
+		}
+	}
+}
+
+// park makes ex idle again after a batch and tells the writer; it reports
+// false, and ex must exit, when no writer runs any more.
+func (b *batcher) park(ex *executor, batch []request) bool {
+	b.mu.Lock()
+	if b.spare == nil {
+		b.spare = batch[:0]
+	}
+	alive := b.running && !b.closed
+	if alive {
+		b.idle = append(b.idle, ex)
+	} else {
+		b.execs--
+	}
+	gen := ex.gen // the writer set it before handing over the batch
+	b.mu.Unlock()
+	select { // keep only the latest generation in the channel
+	case <-ex.done:
+	default:
+	}
+	ex.done <- gen
+	signal(b.freed)
+	return alive
+}
+
+func deliverAll(batch []request, err error) {
+	for _, r := range batch {
+		r.rcv.Deliver(r.tag, node.Result{Err: err})
+	}
+}
+
+// timer is one reusable timer.
+type timer struct{ t *time.Timer }
+
+func (t *timer) set(d time.Duration) {
+	if t.t == nil {
+		t.t = time.NewTimer(d)
+		return
+	}
+	t.t.Stop()
+	t.t.Reset(d)
+}
+
+func (t *timer) c() <-chan time.Time { return t.t.C }
+
+func (t *timer) stop() {
+	if t.t != nil {
+		t.t.Stop()
 	}
 }
 
@@ -165,15 +318,16 @@ func (w *writer) run(batch []request) {
 			r.rcv.Deliver(r.tag, node.Result{Err: node.ErrNotSent})
 			continue
 		}
-		deadline = later(deadline, r.deadline)
+		deadline = later(deadline, r.deadline.Add(r.op.Follow))
 		w.reqs = append(w.reqs, r)
 	}
 	if len(w.reqs) == 0 {
 		return
 	}
-	// go-redis bounds the I/O by this deadline (ContextTimeoutEnabled);
-	// a reply that comes before it is delivered even when a caller has
-	// stopped waiting, so that late replies are still seen.
+	// go-redis bounds the I/O, connection set-up included, by this deadline
+	// (ContextTimeoutEnabled): the rounds' deadlines plus the time their
+	// commands are followed, so that a reply that comes after a round
+	// stopped waiting is still read on the connection it was sent on.
 	w.ctx.deadline = deadline
 	ctx := context.Context(&w.ctx)
 	for _, r := range w.reqs {
@@ -208,9 +362,7 @@ func later(a, b time.Time) time.Time {
 // command is op as a go-redis command.
 func command(ctx context.Context, op *node.Op) redis.Cmder {
 	switch op.Kind {
-	case node.Acquire:
-		return redis.NewBoolCmd(ctx, op.Args...)
-	case node.Get:
+	case node.Acquire, node.Get:
 		return redis.NewStringCmd(ctx, op.Args...)
 	default:
 		return redis.NewIntCmd(ctx, op.Args...)
@@ -220,13 +372,10 @@ func command(ctx context.Context, op *node.Op) redis.Cmder {
 // result reads cmd's outcome as op's Result.
 func result(op *node.Op, cmd redis.Cmder) node.Result {
 	switch c := cmd.(type) {
-	case *redis.BoolCmd:
-		ok, err := c.Result()
-		if ok {
-			return node.Result{Int: 1, Err: err}
-		}
-		return node.Result{Err: err}
 	case *redis.StringCmd:
+		if op.Kind == node.Acquire {
+			return acquired(c, op.Token)
+		}
 		s, err := c.Result()
 		if errors.Is(err, redis.Nil) {
 			err = nil
@@ -276,3 +425,19 @@ func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
 func (c *deadlineCtx) Done() <-chan struct{}       { return nil }
 func (c *deadlineCtx) Err() error                  { return nil }
 func (c *deadlineCtx) Value(any) any               { return nil }
+
+// acquired reads the reply to SET key token NX GET: nil when it set the key,
+// else the value that was there; that value is our token when a copy of the
+// command set it first (a command sent again), which counts as set.
+func acquired(cmd *redis.StringCmd, token string) node.Result {
+	v, err := cmd.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return node.Result{Int: 1}
+	case err != nil:
+		return node.Result{Err: err}
+	case v == token:
+		return node.Result{Int: 1}
+	}
+	return node.Result{Str: v}
+}

@@ -33,19 +33,25 @@ type Pool interface {
 	// with WithName. Names of the pools of one redlock.Client are unique.
 	Name() string
 	// Acquire sets key to token with the given TTL (whole milliseconds)
-	// only if key does not exist (SET NX PX). It reports whether it set
-	// the key; false means another value is there.
+	// only if key does not exist (SET NX GET PX, Redis 7). It reports
+	// whether key holds token: also true when a copy of this call had set
+	// it already (a command sent again must not answer "taken" to its own
+	// token); false means another value is there.
 	Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error)
 	// AcquireFenced is Acquire with a fencing counter: only if it sets key,
 	// it increments the counter fenceKey in the same atomic step and returns
-	// its new value (at least 1); it returns 0 when another value is there.
+	// its new value (at least 1); a copy of a call that had set key returns
+	// the counter without a second increment; it returns 0 when another
+	// value is there. It writes nothing when it fails with an error.
 	// fenceKey must share key's Redis Cluster slot.
 	AcquireFenced(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (uint64, error)
 	// RaiseFence sets the counter fenceKey to fence if it is lower, only
 	// while key holds token, and reports whether key holds token.
 	RaiseFence(ctx context.Context, key, fenceKey, token string, fence uint64) (bool, error)
-	// Extend sets a new TTL on key only while it holds token and reports
-	// whether it did. It never creates the key.
+	// Extend makes key live at least ttl more, only while it holds token,
+	// and reports whether key holds token. It never creates the key and
+	// never shortens its TTL, so an Extend that lands late cannot cut short
+	// a later, longer one.
 	Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error)
 	// Release deletes key only while it holds token, announces the release
 	// on the channel named after the key, and reports whether it deleted.
@@ -70,7 +76,6 @@ type Pool interface {
 // client is the part of go-redis a Pool needs.
 type client interface {
 	redis.Scripter
-	SetNX(ctx context.Context, key string, value any, expiration time.Duration) *redis.BoolCmd
 	Get(ctx context.Context, key string) *redis.StringCmd
 	Info(ctx context.Context, section ...string) *redis.StringCmd
 	Process(ctx context.Context, cmd redis.Cmder) error
@@ -213,7 +218,10 @@ func addrOf(c redis.UniversalClient) string {
 func (p *redisPool) Name() string { return p.name }
 
 func (p *redisPool) Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
-	return p.c.SetNX(ctx, key, token, ttl).Result()
+	cmd := redis.NewStringCmd(ctx, "set", key, token, "nx", "get", "px", ttl.Milliseconds())
+	_ = p.c.Process(ctx, cmd)
+	r := acquired(cmd, token)
+	return r.Int == 1, r.Err
 }
 
 func (p *redisPool) AcquireFenced(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (uint64, error) {

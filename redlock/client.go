@@ -26,14 +26,16 @@ type Client struct {
 	call    quorum.Call   // runs an op through a Pool's methods
 	cfg     *config
 
-	mu     sync.RWMutex
-	closed bool
-	held   map[*Lock]struct{} // locks neither released nor lost, for Close
-	wg     sync.WaitGroup     // every goroutine the Client started
+	mu      sync.RWMutex
+	closed  bool
+	held    map[*Lock]struct{} // locks neither released nor lost, for Close
+	sweepAt int                // sweep expired locks out of held at this size
+	wg      sync.WaitGroup     // every goroutine the Client started
 
-	ids   identities
-	gates gates    // one acquisition round per key at a time
-	notes notifier // wakes waiting Lock calls on releases
+	ids      identities
+	gates    gates    // one acquisition round per key at a time
+	notes    notifier // wakes waiting Lock calls on releases
+	rechecks rechecks // releases to send again, cancelled by Close
 }
 
 // New returns a Client over pools, one per independent Redis master. It
@@ -170,6 +172,7 @@ func (c *Client) Close() error {
 		})
 	}
 	_ = g.Wait()
+	c.rechecks.stop(&c.wg) // pending rechecks go now, once
 	c.wg.Done()
 	c.wg.Wait()
 	c.notes.close()

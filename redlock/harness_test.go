@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -230,7 +231,7 @@ func (f *faultPool) RunID(ctx context.Context) (string, error) {
 
 // errConnRefused stands for a network failure: the node may or may not have
 // run the command.
-var errConnRefused = errors.New("dial tcp: connection refused")
+var errConnRefused = &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
 
 // manualClock is an injected clock that moves only when told to.
 type manualClock struct {

@@ -2,7 +2,10 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,9 +43,11 @@ type Lock struct {
 	// Op (a Lock is released once).
 	keyArg, tokenArg any
 	rel              node.Op
-	// relQueued: the release was queued on every node (all Pools are
-	// node.Senders), behind the acquiring round's commands; guarded by mu.
-	relQueued bool
+	// landing[i]: node i's acquire command has not answered yet; no other
+	// command of this lock goes to node i before it has (it could overtake
+	// the SET). unsure[i]: it failed without a reply, so it may still land.
+	// Guarded by mu.
+	landing, unsure []bool
 
 	// extDone is closed when the auto-extender has exited; nil without one.
 	// Set before the Lock is returned and never changed: read without mu.
@@ -84,10 +89,11 @@ func (l *Lock) Deadline() time.Time {
 // another reason. When ctx ended before a quorum confirmed, the error also
 // matches ctx.Err() (the lock is not lost for that). After a failed extend
 // the deadline never moves later (it may move earlier when ttl is shorter
-// than what was left), because some nodes may have taken the new TTL.
+// than what was left). On the nodes, an extend never shortens the key's
+// TTL, so one that lands late, after a later extend, cannot cut the lock
+// short; a ttl shorter than what is left moves only the local deadline.
 // Extend is safe for concurrent use; concurrent calls run one after the
-// other, and a call starts only once every node has answered the one
-// before (or timed out).
+// other.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	cfg := l.cfg
 	if ttl == 0 {
@@ -103,14 +109,14 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redlock: extend %q: not attempted: %w", l.key, err)
 	}
-	select { // one Extend or Release at a time, stragglers included
+	select { // one Extend or Release at a time
 	case l.op <- struct{}{}:
 	case <-ctx.Done():
 		return fmt.Errorf("redlock: extend %q: waiting for the previous extend: %w", l.key, ctx.Err())
 	}
-	holdOp := true
+	handed := false // the slot is handed to freeAfter
 	defer func() {
-		if holdOp {
+		if !handed {
 			<-l.op
 		}
 	}()
@@ -126,23 +132,40 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 
-	c := l.c
-	n, q := len(c.pools), cfg.quorumOf(len(c.pools))
-	res := c.newResults()
-	op := node.New(node.Op{Kind: node.Extend, Key: l.rkey, Token: l.token, TTL: ttl})
-	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), c.senders, op, c.call)
-	yes, notHeld := c.count(r, res, q, nil)
+	rd := l.c.run(ctx, cfg, opExtend, l, node.Op{Key: l.rkey, Token: l.token, TTL: ttl, KeyArg: l.keyArg, TokenArg: l.tokenArg}, nil, l.answered())
+	rd.settle(nil)
+	err := l.extended(ctx, rd, start, ttl)
+	handed = true
+	l.freeAfter(ctx, rd)
+	return err
+}
+
+// freeAfter ends an extend round and frees the op slot once every node has
+// answered or the round has ended (its deadline passed or ctx ended), so
+// that renewals do not pile up on a slow node. (Replies after that are
+// harmless: an extend never shortens a key.)
+func (l *Lock) freeAfter(ctx context.Context, rd *round) {
+	free := sync.OnceFunc(func() { <-l.op })
+	t := time.AfterFunc(time.Until(rd.r.Deadline()), free)
+	stop := context.AfterFunc(ctx, free)
+	rd.r.FinishThen(nil, func() {
+		t.Stop()
+		stop()
+		free()
+	})
+}
+
+// extended records an extend round's outcome while the op slot is held, so
+// that no later Extend or Release comes in between.
+func (l *Lock) extended(ctx context.Context, rd *round, start time.Time, ttl time.Duration) error {
+	cfg := l.cfg
 	end := cfg.now()
-	elapsed := end.Sub(start)
-	markUnanswered(res, r.Err(), elapsed)
 	deadline := drift.Deadline(start, ttl, cfg.driftFactor)
-	qe := &QuorumError{Op: "extend", Key: l.key, Quorum: q, Nodes: res, Elapsed: elapsed}
-	if yes >= q {
+	qe := rd.quorumError(l.key)
+	qe.Elapsed = end.Sub(start)
+	if rd.won() {
 		qe.Validity = deadline.Sub(end)
 	}
-
-	// Record the outcome while still holding the op slot, so that no later
-	// Extend or Release can come in between.
 	var err error
 	lostNow := false
 	l.mu.Lock()
@@ -151,7 +174,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		err = ErrReleased
 	case l.lost: // the lease ran out during the round: it stays lost
 		err = ErrLockLost
-	case yes >= q && end.Before(deadline):
+	case rd.won() && end.Before(deadline):
 		l.deadline = deadline
 		l.lease.rearm(deadline.Sub(cfg.now()))
 	default:
@@ -160,7 +183,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 			l.lease.rearm(deadline.Sub(cfg.now()))
 		}
 		err = qe
-		if notHeld > n-q || !end.Before(l.deadline) {
+		if rd.gone() || !end.Before(l.deadline) {
 			lostNow = l.endLocked(true)
 			err = fmt.Errorf("%w: %w", ErrLockLost, qe)
 		}
@@ -172,40 +195,22 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if lostNow {
 		l.c.observeLost(l, qe.Error())
 	}
-	// Return at quorum, but let the next Extend or Release start only after
-	// this round's stragglers have answered: a late PEXPIRE with a shorter
-	// TTL landing after a later extend would shorten a node it counted.
-	holdOp = false
-	r.FinishThen(nil, func() { <-l.op })
 	return err
 }
 
-// count runs the voting loop of an extend, release or held round: a reply
-// for which isYes holds (nil: Int == 1) confirms our token, another means
-// the node does not hold it. It reads
-// replies until the outcome is settled: a quorum confirmed, more than n − q
-// nodes said "not held" (the lock is gone for sure), or neither can happen
-// any more (too many nodes failed).
-func (c *Client) count(r *quorum.Round, res []NodeResult, q int, isYes func(quorum.Reply) bool) (yes, notHeld int) {
-	n, pending := len(res), r.Pending()
-	for pending > 0 && yes < q && notHeld <= n-q && (yes+pending >= q || notHeld+pending > n-q) {
-		rep, ok := r.Next()
-		if !ok {
-			break
-		}
-		pending--
-		switch {
-		case rep.Err != nil:
-			res[rep.Node] = failed(rep.Node, c, rep.Err, rep.Latency)
-		case isYes == nil && rep.Int == 1 || isYes != nil && isYes(rep):
-			res[rep.Node] = NodeResult{Node: res[rep.Node].Node, Outcome: OutcomeOK, Latency: rep.Latency}
-			yes++
-		default:
-			res[rep.Node] = NodeResult{Node: res[rep.Node].Node, Outcome: OutcomeNotHeld, Latency: rep.Latency}
-			notHeld++
-		}
+// answered returns the nodes a round about this lock may ask: those whose
+// acquire command has answered (or failed).
+func (l *Lock) answered() func(int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !slices.Contains(l.landing, true) {
+		return nil
 	}
-	return yes, notHeld
+	ok := make([]bool, len(l.landing))
+	for i, landing := range l.landing {
+		ok[i] = !landing
+	}
+	return func(i int) bool { return ok[i] }
 }
 
 // usable returns why the lock can no longer be used at now, if it cannot: it
@@ -271,76 +276,88 @@ func (l *Lock) release(ctx context.Context) error {
 // releaseLocked releases the lock; l.op and an enter() count (or Close's
 // share of the WaitGroup) must be held.
 func (l *Lock) releaseLocked(ctx context.Context) error {
-	l.mu.Lock()
-	if l.released {
-		l.mu.Unlock()
-		return ErrReleased
+	ask, unsure, err := l.endForRelease()
+	if err != nil {
+		return err
 	}
-	l.endLocked(false) // from here on, late replies release themselves
-	l.mu.Unlock()
-	c := l.c
+	c, cfg := l.c, l.cfg
 	c.untrack(l)
-
-	cfg := l.cfg
-	n, q := len(c.pools), cfg.quorumOf(len(c.pools))
-	res := c.newResults()
-	start := time.Now()
-	l.rel = node.Op{Kind: node.Release, Key: l.rkey, Token: l.token, KeyArg: l.keyArg, TokenArg: l.tokenArg}
-	l.rel.Build()
-	r := quorum.Start(context.WithoutCancel(ctx), &c.wg, cfg.nodeTimeout, n, nil, c.senders, &l.rel, c.call)
+	rd := c.run(context.WithoutCancel(ctx), cfg, opRelease, l, node.Op{Key: l.rkey, Token: l.token, KeyArg: l.keyArg, TokenArg: l.tokenArg}, &l.rel, ask)
 	if c.queued {
-		l.mu.Lock()
-		l.relQueued = true
-		l.mu.Unlock()
-		// Each node runs its queued commands in order: a waiter's SET
-		// sent now lands behind our delete, so it may try at once.
+		// Each node runs the commands of a batch in order: a waiter's SET
+		// sent now most likely lands behind our delete, so it may try at
+		// once (if it does not, it is told "taken" and waits again).
 		c.notes.released(l.rkey, l.token)
 	}
-	yes, _ := c.count(r, res, q, nil)
-	if yes >= q && !c.queued {
+	rd.settle(nil)
+	if rd.won() && !c.queued {
 		c.notes.released(l.rkey, l.token) // a waiter of this Client tries now
 	}
-	roundErr := r.Err() // before Finish ends the round
 	// A delete that failed in a way that may not have reached the node is
-	// sent again in the background, with time for a slow node.
-	retry := func(i int, err error) {
-		if mayHaveWritten(err) {
-			c.releaseNode(cfg, i, l.rkey, l.token)
+	// sent again in the background; so is one that found nothing where our
+	// acquire's fate is unknown (its SET may still land).
+	retry := func(rep quorum.Reply) {
+		switch {
+		case mayHaveWritten(rep.Err):
+			c.releaseUnsure(cfg, rep.Node, l.rkey, l.token, rep.Err)
+		case rep.Err == nil && rep.Int == 0 && unsure[rep.Node]:
+			c.releaseUnsure(cfg, rep.Node, l.rkey, l.token, errUnknownFate)
 		}
 	}
-	for i := range res {
-		if res[i].Outcome == OutcomeError || res[i].Outcome == OutcomeTimeout {
-			retry(i, res[i].Err)
+	for i, r := range rd.res {
+		if r.Err != nil || r.Outcome == OutcomeNotHeld {
+			retry(quorum.Reply{Node: i, Result: node.Result{Err: r.Err}})
 		}
 	}
-	r.Finish(func(rep quorum.Reply) { retry(rep.Node, rep.Err) })
-	var err error
-	if yes < q {
-		markUnanswered(res, roundErr, time.Since(start))
-		err = &QuorumError{Op: "release", Key: l.key, Quorum: q, Nodes: res, Elapsed: time.Since(start)}
+	if !rd.won() {
+		err = rd.quorumError(l.key)
 	}
+	rd.r.Finish(retry)
 	if cfg.debug(ctx) {
-		cfg.logger.Debug("redlock: released", "key", l.key, "took", time.Since(start), "err", err)
+		cfg.logger.Debug("redlock: released", "key", l.key, "took", time.Since(rd.start), "err", err)
 	}
 	if cfg.observer != nil {
-		cfg.observer.Released(l.event(time.Since(start), err))
+		cfg.observer.Released(l.event(time.Since(rd.start), err))
 	}
 	return err
 }
 
+// errUnknownFate stands for an acquire command that failed without a reply.
+var errUnknownFate = errors.New("the acquire command's fate is unknown")
+
+// endForRelease marks the lock released (lost first, and reported, when its
+// deadline has passed unnoticed: a lock is lost the same way whether or not
+// its lease was watched) and returns the nodes to ask (those whose acquire
+// command has answered: the late replies of the others release themselves
+// from now on) and the nodes whose acquire failed without a reply.
+func (l *Lock) endForRelease() (ask func(int) bool, unsure []bool, err error) {
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return nil, nil, ErrReleased
+	}
+	lost := !l.lost && !l.cfg.now().Before(l.deadline) && l.endLocked(true)
+	l.endLocked(false)
+	unsure = slices.Clone(l.unsure)
+	l.mu.Unlock()
+	if lost {
+		l.c.observeLost(l, "validity ran out")
+	}
+	return l.answered(), unsure, nil
+}
+
 // late handles a reply to the acquiring round that arrived after the round
 // was won: the node may hold our token. If the lock is still held, Release
-// will reach that node like every other; if it was already released or
-// lost, the node is released now, unless the release was queued on the
-// node after the acquiring command (all Pools are node.Senders): the node
-// runs it after the SET.
-func (l *Lock) late(i int) {
+// will reach that node like every other; if it was already released or lost,
+// or its deadline has passed, the node is released now.
+func (l *Lock) late(rep quorum.Reply) {
 	l.mu.Lock()
-	held := !l.released && !l.lost
-	queued := l.relQueued
+	l.landing[rep.Node] = false
+	l.unsure[rep.Node] = mayHaveWritten(rep.Err)
+	keep := !l.released && !l.lost && l.cfg.now().Before(l.deadline)
 	l.mu.Unlock()
-	if !held && !queued {
-		l.c.releaseNode(l.cfg, i, l.rkey, l.token)
+	if !keep && (rep.Int > 0 || mayHaveWritten(rep.Err)) {
+		l.c.releaseUnsure(l.cfg, rep.Node, l.rkey, l.token, rep.Err)
 	}
 }
 
@@ -364,44 +381,90 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 	if err := c.ids.check(ctx, c, cfg); err != nil {
 		return false, err
 	}
-	n, q := len(c.pools), cfg.quorumOf(len(c.pools))
-	res := c.newResults()
-	start := time.Now()
-	op := node.New(node.Op{Kind: node.Get, Key: l.rkey})
-	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), c.senders, op, c.call)
-	yes, notHeld := c.count(r, res, q, func(rep quorum.Reply) bool { return rep.Str == l.token })
-	roundErr := r.Err() // before Finish ends the round
-	r.Finish(nil)
+	rd := c.run(ctx, cfg, opHeld, l, node.Op{Key: l.rkey, KeyArg: l.keyArg}, nil, l.answered())
+	rd.settle(nil)
+	defer rd.r.Finish(nil)
 	switch {
-	case yes >= q:
+	case rd.won():
 		return l.usable(l.cfg.now()) == nil, nil
-	case notHeld > n-q: // the token is gone from too many nodes: lost
-		l.mu.Lock()
-		lost := l.endLocked(true)
-		l.mu.Unlock()
-		if lost {
-			l.c.observeLost(l, "a quorum of nodes no longer hold the token")
-		}
+	case rd.gone(): // the token is gone from too many nodes: lost
+		l.declareLost("a quorum of nodes no longer hold the token")
 		return false, nil
 	}
-	markUnanswered(res, roundErr, time.Since(start))
-	qe := &QuorumError{Op: "held", Key: l.key, Quorum: q, Nodes: res, Elapsed: time.Since(start)}
+	qe := rd.quorumError(l.key)
 	if err := callerErr(ctx); err != nil { // the caller stopped waiting
 		return false, fmt.Errorf("%w: %w", qe, err)
 	}
 	return false, qe
 }
 
+// newLock makes the Lock of a won acquisition, registers it for Close and
+// hands it the acquiring round's late replies; it returns nil when Close has
+// begun (the caller rolls back).
+func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquisition) *Lock {
+	op := a.rd.op
+	l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), key: key, rkey: op.Key, token: op.Token, keyArg: op.KeyArg, tokenArg: op.TokenArg,
+		acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor), landing: a.rd.out, unsure: make([]bool, len(c.pools))}
+	if cfg.fencing {
+		l.fence = a.fence
+	}
+	if !c.track(l) {
+		return nil
+	}
+	a.rd.r.Finish(l.late)
+	if cfg.autoExtend {
+		l.extDone = make(chan struct{})
+		done := l.Done()
+		c.wg.Go(func() { l.autoExtend(done) })
+	}
+	if cfg.debug(ctx) {
+		cfg.logger.Debug("redlock: acquired", "key", key, "took", a.elapsed, "deadline", l.deadline)
+	}
+	if cfg.observer != nil {
+		cfg.observer.Acquired(l.event(a.elapsed, nil))
+	}
+	return l
+}
+
 // track registers a new lock for Close; it fails once Close has begun (Close
-// has taken its list of locks to release by then).
+// has taken its list of locks to release by then). Locks whose deadline has
+// passed are forgotten now and then (when the set has doubled since the last
+// sweep), so that locks left to expire are not kept forever.
 func (c *Client) track(l *Lock) bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		return false
 	}
 	c.held[l] = struct{}{}
+	var all []*Lock
+	if len(c.held) >= c.sweepAt {
+		all = slices.Collect(maps.Keys(c.held))
+		c.sweepAt = max(64, 2*len(c.held))
+	}
+	c.mu.Unlock()
+	if all != nil {
+		c.sweep(all)
+	}
 	return true
+}
+
+// sweep forgets the locks among all whose deadline has passed. It takes each
+// lock's mu without c.mu (the order elsewhere is l.mu, then c.mu).
+func (c *Client) sweep(all []*Lock) {
+	now := time.Now()
+	expired := all[:0]
+	for _, l := range all {
+		if !now.Before(l.Deadline()) {
+			expired = append(expired, l)
+		}
+	}
+	c.mu.Lock()
+	for _, l := range expired {
+		delete(c.held, l)
+	}
+	c.sweepAt = max(64, 2*len(c.held))
+	c.mu.Unlock()
 }
 
 func (c *Client) untrack(l *Lock) {

@@ -21,7 +21,7 @@ type Kind uint8
 
 // The operations, one per method of pool.Pool that changes or reads a lock.
 const (
-	Acquire       Kind = iota // SET key token NX PX ttl: Int 1 when set, 0 when taken
+	Acquire       Kind = iota // SET key token NX GET PX ttl: Int 1 when the key holds token, 0 when taken
 	AcquireFenced             // acquire script: Int = new counter, 0 when taken
 	RaiseFence                // raise-fence script: Int 1 while key holds token
 	Extend                    // extend script: Int 1 when the TTL was set
@@ -43,6 +43,12 @@ type Op struct {
 	// commands, so that it never holds them up.
 	Background bool
 
+	// Follow is how long after its deadline a command that was written is
+	// still waited for on its connection: the round has stopped waiting,
+	// but the command may still run, and only its reply tells whether it
+	// did (see Sender). 0: until the deadline only.
+	Follow time.Duration
+
 	// KeyArg and TokenArg are Key and Token as command arguments. Build
 	// boxes them when they are nil; an Op for the same key and token may
 	// take them from an earlier one, to save the allocations.
@@ -57,7 +63,7 @@ type Op struct {
 // Result is one node's answer to an Op.
 type Result struct {
 	Int int64  // Acquire..Release (see Kind)
-	Str string // Get
+	Str string // Get: the token; Acquire when taken: the holder's token
 	Err error  // the node gave no definite answer (see pool.Pool)
 }
 
@@ -73,9 +79,11 @@ type Receiver interface {
 type Sender interface {
 	// Send queues op and returns at once. The node's answer goes to
 	// rcv.Deliver(tag, ...) exactly once: the reply, an error (the node
-	// failed, the deadline passed during I/O, the Pool was closed), or
-	// ErrNotSent when the deadline passed before op was written. A reply is
-	// delivered even after the deadline when it arrived by then.
+	// failed, the connection broke, no reply came by deadline + op.Follow,
+	// the Pool was closed), or ErrNotSent when the deadline passed before op
+	// was written. A command that was written is followed on its own
+	// connection until deadline + op.Follow: its reply is delivered even
+	// after deadline, and the commands queued behind it are not held up.
 	Send(op *Op, deadline time.Time, rcv Receiver, tag int)
 }
 
@@ -114,7 +122,7 @@ func (o *Op) Build() {
 	a := o.argv[:0]
 	switch o.Kind {
 	case Acquire:
-		a = append(a, argSet, o.KeyArg, o.TokenArg, argPX, o.TTL.Milliseconds(), argNX)
+		a = append(a, argSet, o.KeyArg, o.TokenArg, argNX, argGet, argPX, o.TTL.Milliseconds())
 	case AcquireFenced:
 		a = append(a, argEvalSha, shaAcquireFenced, 2, o.KeyArg, o.FenceKey, o.TokenArg, o.TTL.Milliseconds())
 	case RaiseFence:

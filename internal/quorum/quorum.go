@@ -56,8 +56,9 @@ type Round struct {
 // asks all): through senders[i] when it is not nil, else through call on a
 // goroutine counted in wg. The round ends at timeout, or at parent's
 // deadline if that comes first, or when parent is cancelled; the nodes' work
-// goes on until their own deadline, and replies that arrive after the caller
-// decided are handed to Finish's late. wg counts every goroutine Start
+// goes on until their reply arrives or op.Follow after that deadline
+// (parent's cancellation does not stop it), and replies that arrive after
+// the caller decided are handed to Finish's late. wg counts every goroutine Start
 // starts and every round that Finish leaves waiting for replies: the caller
 // must hold a count of its own on wg while it calls Start and Finish.
 func Start(parent context.Context, wg *sync.WaitGroup, timeout time.Duration, n int, ask func(int) bool, senders []node.Sender, op *node.Op, call Call) *Round {
@@ -81,7 +82,11 @@ func Start(parent context.Context, wg *sync.WaitGroup, timeout time.Duration, n 
 			continue
 		}
 		if ctx == nil {
-			ctx, r.cancel = context.WithDeadline(parent, deadline)
+			// The call outlives the round's wait: it is followed until
+			// its own reply (or op.Follow past the deadline), and the
+			// caller's cancellation does not cut it off, since a call cut
+			// off may still run on the node and then nobody would know.
+			ctx, r.cancel = context.WithDeadline(context.WithoutCancel(parent), deadline.Add(op.Follow))
 		}
 		wg.Go(func() { r.Deliver(i, call(ctx, i, op)) })
 	}
@@ -124,6 +129,9 @@ func (r *Round) done() {
 		r.then()
 	}
 }
+
+// Deadline is when the round stops waiting (see Start).
+func (r *Round) Deadline() time.Time { return r.deadline }
 
 // Pending is the number of replies not yet taken by Next.
 func (r *Round) Pending() int { return r.pending }

@@ -77,12 +77,18 @@ func TestDeadlineEndsNext(t *testing.T) {
 }
 
 // TestParentCancel: cancelling the parent ends the round with Canceled.
+// TestParentCancel: the parent's cancellation ends the round's wait at once,
+// but not the calls: a call cut off could still run on its node, and then
+// nobody would learn its fate. They run to their own deadline and their
+// result goes to late.
 func TestParentCancel(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	ctx, cancel := context.WithCancel(context.Background())
-	r := Start(ctx, &wg, time.Minute, 2, nil, nil, &node.Op{}, func(ctx context.Context, i int, _ *node.Op) node.Result {
+	callErrs := make(chan error, 2)
+	r := Start(ctx, &wg, 100*time.Millisecond, 2, nil, nil, &node.Op{Follow: 50 * time.Millisecond}, func(ctx context.Context, i int, _ *node.Op) node.Result {
 		<-ctx.Done()
+		callErrs <- ctx.Err()
 		return node.Result{Err: ctx.Err()}
 	})
 	cancel()
@@ -92,9 +98,18 @@ func TestParentCancel(t *testing.T) {
 	if !errors.Is(r.Err(), context.Canceled) {
 		t.Fatalf("Err %v", r.Err())
 	}
-	r.Finish(nil)
+	late := make(chan error, 2)
+	r.Finish(func(rep Reply) { late <- rep.Err })
 	wg.Done()
 	wg.Wait()
+	for range 2 {
+		if err := <-callErrs; !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a call ended with %v, want its own deadline (not the parent's cancellation)", err)
+		}
+		if err := <-late; !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("late got %v", err)
+		}
+	}
 }
 
 func TestNoNodesAsked(t *testing.T) {

@@ -1,0 +1,183 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/quorum"
+)
+
+// Releases nobody waits for: the roll-back of a failed round, and every node
+// that may hold a token we no longer want (a reply that arrived after its
+// round was decided, a call whose fate stayed unknown). They are counted in
+// the Client's WaitGroup, so Close waits for them, and bounded by
+// cleanupTimeout.
+
+// rollback takes a failed round's token back: at once from the nodes that
+// said yes (their SET has landed), in parallel, bounded by the node timeout;
+// from the nodes still in flight when their reply arrives (late). It
+// returns when the nodes that said yes answered or the timeout passed.
+func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bool) {
+	rkey, token := rd.op.Key, rd.op.Token
+	rd.r.Finish(func(rep quorum.Reply) {
+		if rep.Int > 0 || mayHaveWritten(rep.Err) {
+			c.releaseUnsure(cfg, rep.Node, rkey, token, rep.Err)
+		}
+	})
+	rel := c.run(context.WithoutCancel(ctx), cfg, opRelease, nil, node.Op{Key: rkey, Token: token, KeyArg: rd.op.KeyArg, TokenArg: rd.op.TokenArg}, nil, func(i int) bool { return said[i] })
+	retry := func(rep quorum.Reply) {
+		switch {
+		case rep.Err == nil:
+		case mayHaveWritten(rep.Err):
+			c.releaseUnsure(cfg, rep.Node, rkey, token, rep.Err)
+		default:
+			cfg.logger.Warn("redlock: roll-back failed; the key expires with its TTL", "pool", c.pools[rep.Node].Name(), "key", rkey, "err", rep.Err)
+		}
+	}
+	for {
+		rep, ok := rel.r.Next()
+		if !ok {
+			break
+		}
+		retry(rep)
+	}
+	rel.r.Finish(retry)
+}
+
+// releaseNode releases rkey/token on node i when it may hold them and no
+// caller is waiting: after a reply that arrived after its round was decided.
+// It does not wait: the release is queued on the node's Pool (or runs on a
+// goroutine for Pools that do not queue), bounded by cleanupTimeout, and
+// counted in c.wg so that Close waits for it. The caller must hold a count
+// on c.wg (an enter(), or a round's).
+func (c *Client) releaseNode(cfg *config, i int, rkey, token string) {
+	c.releaseUnsure(cfg, i, rkey, token, nil)
+}
+
+// releaseUnsure is releaseNode after a call that failed with err (nil: it
+// answered yes). A call that failed without a reply may still land (a
+// command held in a proxy, in a frozen server's socket): when the release
+// finds nothing of ours, or fails, it is sent again after recheckDelay,
+// doubling, for as long as cleanupTimeout allows from now.
+func (c *Client) releaseUnsure(cfg *config, i int, rkey, token string, err error) {
+	bg := &background{c: c, cfg: cfg, rkey: rkey, token: token}
+	if err != nil {
+		bg.recheck = recheckDelay(cfg)
+		bg.horizon = time.Now().Add(cleanupTimeout(cfg))
+	}
+	c.sendRelease(bg, i)
+}
+
+// recheckDelay is the first wait before a release is sent again: a command
+// still in flight when its call failed arrives within one more one-way
+// latency of the link, below the node timeout on any link the lock can work
+// over; 100 ms at most.
+func recheckDelay(cfg *config) time.Duration {
+	return min(cfg.nodeTimeout, 100*time.Millisecond)
+}
+
+// sendRelease queues bg's release on node i (see releaseNode).
+func (c *Client) sendRelease(bg *background, i int) {
+	cfg := bg.cfg
+	op := node.New(node.Op{Kind: node.Release, Key: bg.rkey, Token: bg.token, Background: true})
+	deadline := time.Now().Add(cleanupTimeout(cfg))
+	if !bg.horizon.IsZero() && bg.horizon.Before(deadline) {
+		deadline = bg.horizon
+	}
+	c.wg.Add(1)
+	if s := c.senders[i]; s != nil {
+		s.Send(op, deadline, bg, i)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		defer cancel()
+		bg.Deliver(i, c.call(ctx, i, op))
+	}()
+}
+
+// background receives the result of a release nobody waits for.
+type background struct {
+	c       *Client
+	cfg     *config
+	rkey    string
+	token   string
+	recheck time.Duration // > 0: if nothing was released, try again after it
+	horizon time.Time     // no release is sent after it
+}
+
+func (b *background) Deliver(i int, r node.Result) {
+	defer b.c.wg.Done()
+	again := r.Err == nil && r.Int == 0 || mayHaveWritten(r.Err) || errors.Is(r.Err, node.ErrNotSent)
+	if again && b.recheck > 0 && time.Now().Add(b.recheck).Before(b.horizon) {
+		next := &background{c: b.c, cfg: b.cfg, rkey: b.rkey, token: b.token, recheck: 2 * b.recheck, horizon: b.horizon}
+		if !b.c.rechecks.after(&b.c.wg, b.recheck, func() { b.c.sendRelease(next, i) }) {
+			next.recheck = 0 // Close has begun: once more, now, and no more
+			b.c.sendRelease(next, i)
+		}
+		return
+	}
+	if r.Err != nil {
+		b.cfg.logger.Warn("redlock: releasing a late reply failed; the key expires with its TTL", "pool", b.c.pools[i].Name(), "key", b.rkey, "err", r.Err)
+	}
+}
+
+// rechecks are the releases waiting to be sent again. Close sends them at
+// once, one last time (and so does a release that answers after Close).
+type rechecks struct {
+	mu     sync.Mutex
+	closed bool
+	timers map[*time.Timer]func()
+}
+
+// after runs fn after d on a timer counted in wg, and reports whether it was
+// scheduled (not after stop).
+func (rc *rechecks) after(wg *sync.WaitGroup, d time.Duration, fn func()) bool {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.closed {
+		return false
+	}
+	if rc.timers == nil {
+		rc.timers = map[*time.Timer]func(){}
+	}
+	wg.Add(1)
+	var t *time.Timer
+	t = time.AfterFunc(d, func() {
+		defer wg.Done()
+		rc.mu.Lock()
+		delete(rc.timers, t) // after after has returned: it holds mu until t is set
+		rc.mu.Unlock()
+		fn()
+	})
+	rc.timers[t] = fn
+	return true
+}
+
+// stop refuses new rechecks and runs the pending ones now.
+func (rc *rechecks) stop(wg *sync.WaitGroup) {
+	rc.mu.Lock()
+	rc.closed = true
+	timers := rc.timers
+	rc.timers = nil
+	rc.mu.Unlock()
+	for t, fn := range timers {
+		if t.Stop() {
+			fn()
+			wg.Done()
+		}
+	}
+}
+
+// cleanupTimeout bounds a release nobody waits for, and how long a command
+// is followed after its round stopped waiting: longer than the node timeout,
+// because the node it goes to was slow or failing, so that a node that is
+// merely slow still gets it (a new connection may need connect, HELLO, the
+// restart guard's INFO, EVALSHA and perhaps EVAL); never longer than the
+// TTL. Close waits for these releases.
+func cleanupTimeout(cfg *config) time.Duration {
+	return min(cfg.ttl, max(10*cfg.nodeTimeout, 2*time.Second))
+}

@@ -1,0 +1,219 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/quorum"
+)
+
+// The round engine: every operation (acquire, fence write-back, extend,
+// release, held) is one entry of the table below and runs through run and
+// settle. A round sends one command to the nodes, counts their votes as the
+// replies arrive and stops as soon as the outcome is certain. The commands
+// it stopped waiting for are followed (node.Op.Follow): their replies still
+// arrive, and the operation's late handler decides what they mean
+// (docs/design.md, "Every command's fate").
+
+// opSpec is one operation as the engine runs it.
+type opSpec struct {
+	name string                               // in errors: "acquire", "extend", ...
+	kind node.Kind                            // the command
+	yes  func(rep quorum.Reply, l *Lock) bool // whether a reply confirms
+	no   Outcome                              // what a reply that does not confirm means
+	// decisive: keep reading while enough "no" replies could still
+	// arrive to prove the lock gone (extend, held); acquire and release
+	// stop once a quorum of yes is out of reach.
+	decisive bool
+}
+
+var (
+	opAcquire = &opSpec{name: "acquire", kind: node.Acquire, yes: intPositive, no: OutcomeTaken}
+	opFenced  = &opSpec{name: "acquire", kind: node.AcquireFenced, yes: intPositive, no: OutcomeTaken}
+	opRaise   = &opSpec{name: "acquire", kind: node.RaiseFence, yes: intPositive, no: OutcomeNotHeld}
+	opExtend  = &opSpec{name: "extend", kind: node.Extend, yes: intPositive, no: OutcomeNotHeld, decisive: true}
+	opRelease = &opSpec{name: "release", kind: node.Release, yes: intPositive, no: OutcomeNotHeld, decisive: true}
+	opHeld    = &opSpec{name: "held", kind: node.Get, yes: holdsToken, no: OutcomeNotHeld, decisive: true}
+)
+
+func intPositive(rep quorum.Reply, _ *Lock) bool { return rep.Int > 0 }
+
+func holdsToken(rep quorum.Reply, l *Lock) bool { return rep.Str == l.token }
+
+// round is one operation's fan-out and its tally. Owned by one goroutine.
+type round struct {
+	c     *Client
+	cfg   *config
+	spec  *opSpec
+	l     *Lock // the lock the round is about; nil for acquire rounds
+	r     *quorum.Round
+	op    *node.Op
+	res   []NodeResult
+	q     int
+	start time.Time
+	out   []bool // nodes asked whose reply settle has not taken
+	yes   int    // replies that confirmed
+	no    int    // replies that did not (spec.no)
+	fail  int    // errors
+}
+
+// follow is how long a command is followed after its round stopped
+// waiting: with the node timeout, as long as a release nobody waits for may
+// take (cleanupTimeout), which is what Close waits for at most.
+func follow(cfg *config) time.Duration { return max(0, cleanupTimeout(cfg)-cfg.nodeTimeout) }
+
+// run starts a round of spec's command o on the nodes ask selects (nil: all
+// verified nodes), with the per-node timeout. o is built in place when op is
+// not nil (a Lock's release reuses its storage).
+func (c *Client) run(ctx context.Context, cfg *config, spec *opSpec, l *Lock, o node.Op, op *node.Op, ask func(int) bool) *round {
+	return c.runWith(ctx, cfg, spec, l, o, op, ask, c.call)
+}
+
+// runWith is run with call for the Pools that do not queue commands.
+func (c *Client) runWith(ctx context.Context, cfg *config, spec *opSpec, l *Lock, o node.Op, op *node.Op, ask func(int) bool, call quorum.Call) *round {
+	rd := &round{c: c, cfg: cfg, spec: spec, l: l, res: c.newResults(), q: cfg.quorumOf(len(c.pools)), start: time.Now(), out: make([]bool, len(c.pools))}
+	o.Kind, o.Follow = spec.kind, follow(cfg)
+	if op == nil {
+		op = &node.Op{}
+	}
+	*op = o
+	op.Build()
+	rd.op = op
+	rd.r = quorum.Start(ctx, &c.wg, cfg.nodeTimeout, len(c.pools), rd.asking(ask), c.senders, op, call)
+	return rd
+}
+
+// asking combines ask with the identity check (unverified nodes are not
+// asked, and show as not asked) and records the nodes asked in rd.out.
+func (rd *round) asking(ask func(int) bool) func(int) bool {
+	ids := rd.c.ids.ask(rd.res)
+	return func(i int) bool {
+		rd.out[i] = (ask == nil || ask(i)) && (ids == nil || ids(i))
+		return rd.out[i]
+	}
+}
+
+// settle reads replies until the outcome is certain: a quorum confirmed, a
+// quorum can no longer confirm (for decisive specs: and no more "no"
+// replies could prove the lock gone), or the round ended. each, if not nil,
+// sees every reply settle takes, with whether it confirmed.
+func (rd *round) settle(each func(rep quorum.Reply, yes bool)) {
+	n, pending := len(rd.res), rd.r.Pending()
+	for pending > 0 && rd.yes < rd.q && rd.no <= n-rd.q {
+		if rd.yes+pending < rd.q && (!rd.spec.decisive || rd.no+pending <= n-rd.q) {
+			break
+		}
+		rep, ok := rd.r.Next()
+		if !ok {
+			break
+		}
+		pending--
+		rd.out[rep.Node] = false
+		yes := rep.Err == nil && rd.spec.yes(rep, rd.l)
+		switch {
+		case rep.Err != nil:
+			rd.res[rep.Node] = failed(rep.Node, rd.c, rep.Err, rep.Latency)
+			rd.fail++
+		case yes:
+			rd.res[rep.Node] = NodeResult{Node: rd.res[rep.Node].Node, Outcome: OutcomeOK, Latency: rep.Latency}
+			rd.yes++
+		default:
+			rd.res[rep.Node] = NodeResult{Node: rd.res[rep.Node].Node, Outcome: rd.spec.no, Latency: rep.Latency}
+			rd.no++
+		}
+		if each != nil {
+			each(rep, yes)
+		}
+	}
+}
+
+// won reports whether a quorum confirmed; gone whether so many nodes said
+// "no" that a quorum can never confirm.
+func (rd *round) won() bool  { return rd.yes >= rd.q }
+func (rd *round) gone() bool { return rd.no > len(rd.res)-rd.q }
+
+// quorumError describes the round's failure, marking the nodes that had not
+// answered when it ended.
+func (rd *round) quorumError(key string) *QuorumError {
+	elapsed := time.Since(rd.start)
+	markUnanswered(rd.res, rd.r.Err(), elapsed)
+	return &QuorumError{Op: rd.spec.name, Key: key, Quorum: rd.q, Nodes: rd.res, Elapsed: elapsed}
+}
+
+// callerErr is ctx.Err() after a round that ctx may have ended: also
+// context.DeadlineExceeded when ctx's deadline has passed but ctx has not
+// noticed yet. A round ends at the caller's deadline on a timer of its own,
+// which can fire just before the context's, and the error must still say
+// that the caller's time ran out.
+func callerErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// mayHaveWritten reports whether a call that failed with err may still have
+// changed the node: true unless the node itself answered with an error reply
+// (READONLY, OOM, NOPERM, WRONGTYPE...), which our scripts send only before
+// they write anything, or the command was never written: it waited in a
+// queue until its deadline (node.ErrNotSent), or no connection could be
+// made (a dial error).
+func mayHaveWritten(err error) bool {
+	if err == nil || errors.Is(err, node.ErrNotSent) {
+		return false
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return false
+	}
+	var op *net.OpError
+	return !errors.As(err, &op) || op.Op != "dial"
+}
+
+// newResults returns one NodeResult per pool, named and pending.
+func (c *Client) newResults() []NodeResult {
+	res := make([]NodeResult, len(c.pools))
+	for i, p := range c.pools {
+		res[i].Node = p.Name()
+	}
+	return res
+}
+
+// failed classifies a node's error as a timeout or an error.
+func failed(i int, c *Client, err error, latency time.Duration) NodeResult {
+	o := OutcomeError
+	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+		o = OutcomeTimeout
+	}
+	return NodeResult{Node: c.pools[i].Name(), Outcome: o, Err: err, Latency: latency}
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// markUnanswered sets the outcome of nodes still pending when the round ended:
+// timeout when its deadline passed, error when the caller's context was
+// cancelled; nodes merely not needed stay pending.
+func markUnanswered(res []NodeResult, roundErr error, elapsed time.Duration) {
+	for i := range res {
+		if res[i].Outcome != OutcomePending {
+			continue
+		}
+		switch {
+		case errors.Is(roundErr, context.DeadlineExceeded):
+			res[i].Outcome, res[i].Err, res[i].Latency = OutcomeTimeout, roundErr, elapsed
+		case roundErr != nil:
+			res[i].Outcome, res[i].Err = OutcomeError, roundErr
+		}
+	}
+}

@@ -1,0 +1,434 @@
+package integration
+
+// Late landings (issue 11, defects 1-3): the first rule of the design brief
+// says that a command's fate is unknown until its reply is seen. A command
+// whose call timed out may still run on its node after the caller moved on.
+// Each test here delays some nodes' commands for a short while: a "transient
+// delay" of lateDelay, switched on for lateWindow. The proxies still
+// deliver what they read during that window, lateDelay after reading it,
+// after the client gave up on it and closed its connection. Then the test
+// checks what the late commands did to the lock:
+//
+//	TestLateExtendNeverShortens    a late, shorter PEXPIRE landing after a longer extend
+//	TestLateSetOutlivesRelease     a late SET of a won round landing after its Release
+//	TestLateSetAfterFailedRound    late SETs of a failed round landing after its roll-back
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+const (
+	// lateDelay is how long the proxies hold what they read while the
+	// transient delay is on: four node timeouts, so that every call they
+	// carry has timed out long before its command lands.
+	lateDelay = 400 * time.Millisecond
+	// lateWindow is how long the transient delay stays on: shorter than
+	// the node timeout, so that what the client sends after a call timed
+	// out (a roll-back, another extend, a release) is not delayed.
+	lateWindow = 50 * time.Millisecond
+	// lateNodeTimeout is the node timeout of the clients whose commands
+	// are delayed.
+	lateNodeTimeout = 100 * time.Millisecond
+	// lateTTL is the TTL of the delayed locks: long against the test, so
+	// that a token left behind is obviously left behind.
+	lateTTL = 10 * time.Second
+	// lateSlack is how long after its due time a delayed command may take
+	// to be written and run on the busy test machine.
+	lateSlack = 300 * time.Millisecond
+)
+
+// lateDelayed is a transient delay on some nodes' proxies (delayBriefly).
+type lateDelayed struct {
+	t        *testing.T
+	offDone  chan struct{} // closed once the delay is off, at offAt
+	pings    chan error
+	n        int
+	once     sync.Once
+	offAt    time.Time
+	landedAt time.Time
+	errs     []error
+}
+
+// delayBriefly turns a transient delay on for the proxies of the nodes idx
+// and returns at once; the caller then starts the operation whose commands
+// are to land late. A goroutine sends, 20 ms later (once the operation's
+// commands have been read by the proxies) and while the delay is still on,
+// a PING through each of those proxies on the drainers' ready connections,
+// and turns the delay off lateWindow after it was turned on. The wait for
+// the landing also runs at the end of the test, so that no goroutine is
+// left behind.
+func delayBriefly(t *testing.T, ps []*redistest.Proxy, drainers []*redis.Client, idx []int) *lateDelayed {
+	t.Helper()
+	d := &lateDelayed{t: t, offDone: make(chan struct{}), pings: make(chan error, len(idx)), n: len(idx)}
+	for _, i := range idx {
+		ps[i].SetLatency(lateDelay)
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		for _, i := range idx {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := drainers[i].Ping(ctx).Err(); err != nil {
+					d.pings <- fmt.Errorf("PING through the proxy of node%d: %w", i, err)
+					return
+				}
+				d.pings <- nil
+			}()
+		}
+		time.Sleep(lateWindow - 20*time.Millisecond)
+		for _, i := range idx {
+			ps[i].SetLatency(0)
+		}
+		d.offAt = time.Now()
+		close(d.offDone)
+	}()
+	t.Cleanup(d.wait)
+	return d
+}
+
+func (d *lateDelayed) wait() {
+	d.once.Do(func() {
+		<-d.offDone
+		for range d.n {
+			if err := <-d.pings; err != nil {
+				d.errs = append(d.errs, err)
+			}
+		}
+		time.Sleep(time.Until(d.offAt.Add(lateDelay + lateSlack)))
+		d.landedAt = time.Now()
+	})
+}
+
+// off waits until the delay has been turned off; what the client sends
+// from then on is not delayed.
+func (d *lateDelayed) off() { <-d.offDone }
+
+// landed waits until everything the proxies read while the delay was on has
+// been delivered and run, and returns the time it did: everything read then
+// was due at most lateDelay after the delay was turned off, so it waits at
+// least that long plus lateSlack, and also until the PINGs have been
+// answered (each reached its node behind what its proxy read before it).
+// Calling it again returns the same time.
+func (d *lateDelayed) landed() time.Time {
+	d.t.Helper()
+	d.wait()
+	for _, err := range d.errs {
+		d.t.Fatal(err)
+	}
+	return d.landedAt
+}
+
+// holders returns, for every node that stores token under the lock key of
+// key, "node<i> (PTTL <ms>ms)".
+func holders(t *testing.T, admins []*redis.Client, key, token string) []string {
+	t.Helper()
+	var out []string
+	for i, cl := range admins {
+		if get(t, cl, rkey(key)) == token {
+			out = append(out, fmt.Sprintf("node%d (PTTL %dms)", i, pttl(t, cl, rkey(key))))
+		}
+	}
+	return out
+}
+
+// settle waits until no reply to the client's earlier calls is still on its
+// way. A round returns at its quorum, while the other nodes' replies may
+// still be in flight; if the delay came on now, those replies would be
+// held too, and a Pool runs a node's commands one batch at a time, so the
+// command the test means to delay would wait behind them until its
+// deadline and never be sent. Every call ends within the node timeout
+// (answered or timed out), so twice that is enough.
+func settle() { time.Sleep(2 * lateNodeTimeout) }
+
+// lateAttempts runs scenario until its premise holds, at most 3 times, on
+// the keys "k", "k-2", "k-3". The scenario returns false, after logging
+// why, when the machine was too slow for its premise (a node that should
+// answer at once missed the 100 ms node timeout); it reports the
+// property's violations with t.Error itself.
+func lateAttempts(t *testing.T, scenario func(key string) bool) {
+	t.Helper()
+	for n := 1; n <= 3; n++ {
+		key := "k"
+		if n > 1 {
+			key = fmt.Sprintf("k-%d", n)
+		}
+		if scenario(key) {
+			return
+		}
+		t.Logf("attempt %d on %q: the premise did not hold (see above); again on a fresh key", n, key)
+	}
+	t.Fatal("the premise did not hold in 3 attempts: the machine is too slow for a 100 ms node timeout")
+}
+
+// TestLateExtendNeverShortens (two holders): an extend to a short TTL that
+// timed out on every node must not, when its PEXPIREs land after a later,
+// longer extend succeeded, cut the key below the holder's deadline.
+//
+// A holds "k" with a 10 s TTL. With the transient delay on every node,
+// A.Extend(1s) times out everywhere (an error; the lock is not lost). With
+// the delay gone, A.Extend(10s) succeeds. Then the late PEXPIRE 1000s land.
+// From then on, for 2 s (well past the 1 s they would leave), as long as A
+// believes it holds the lock (Err() nil, Deadline ahead), a quorum of nodes
+// must keep A's token at least until A's deadline, and another client B must
+// never acquire "k".
+func TestLateExtendNeverShortens(t *testing.T) {
+	c := startCluster(t, lateTTL, "")
+	admins := c.admins(t)
+	ctx := ctxT(t, 60*time.Second)
+	ps, via := c.proxyEach(t)
+	drainers := c.drainers(t, ps)
+	a := c.newLockClient(t, "a", via, redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(lateNodeTimeout))
+	b := c.newLockClient(t, "b", c.direct, redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(patient))
+	warm(t, ctx, a)
+	warm(t, ctx, b)
+
+	lateAttempts(t, func(key string) bool {
+		l, err := a.TryLock(ctx, key)
+		if err != nil {
+			t.Logf("premise: a.TryLock(%q): %v", key, err)
+			return false
+		}
+		defer func() { _ = l.Release(ctx) }() // a broken premise, or b took it
+		// An extend with no delay: every node now has the extend
+		// script, so the late command below runs wherever it lands.
+		if err := l.Extend(ctx, lateTTL); err != nil {
+			t.Logf("premise: a.Extend(%v) with no delay: %v", lateTTL, err)
+			return false
+		}
+		settle()
+		if h := holders(t, admins, key, l.Token()); len(h) != nodes {
+			t.Logf("premise: a's token is only on %v", h)
+			return false
+		}
+
+		delayed := delayBriefly(t, ps, drainers, all())
+		err = l.Extend(ctx, time.Second)
+		t.Logf("a.Extend(1s) with the transient delay on every node: %v", err)
+		if err == nil {
+			t.Fatal("a.Extend(1s) with every node delayed by 400 ms (node timeout 100 ms) succeeded; want a timeout on every node")
+		}
+		if lerr := l.Err(); lerr != nil {
+			t.Fatalf("after an extend that only timed out, Err() = %v; want the lock still held", lerr)
+		}
+		// The second extend is sent after the delay is gone (it was,
+		// already, when the first one timed out) and before the late
+		// PEXPIREs land.
+		delayed.off()
+		if err := l.Extend(ctx, lateTTL); err != nil {
+			t.Logf("premise: a.Extend(%v) after the delay: %v", lateTTL, err)
+			delayed.landed()
+			return false
+		}
+		t.Logf("a.Extend(%v) succeeded; deadline in %v; the key on the nodes: %v", lateTTL, time.Until(l.Deadline()).Round(time.Millisecond), holders(t, admins, key, l.Token()))
+
+		at := delayed.landed()
+		t.Logf("the late PEXPIREs have landed; the key on the nodes: %v", holders(t, admins, key, l.Token()))
+
+		q := nodes/2 + 1
+		var short, stolen string // the first violation of each kind
+		for end := at.Add(2 * time.Second); time.Now().Before(end) && (short == "" || stolen == ""); time.Sleep(20 * time.Millisecond) {
+			if l.Err() != nil || !time.Now().Before(l.Deadline()) {
+				// Not a violation: the property holds while a believes
+				// it holds the lock, and it no longer does.
+				t.Logf("%v after the late PEXPIREs landed, a no longer believes it holds the lock (Err %v, deadline in %v): nothing left to check",
+					time.Since(at).Round(time.Millisecond), l.Err(), time.Until(l.Deadline()).Round(time.Millisecond))
+				break
+			}
+			if short == "" {
+				// A copy counts if it expires no earlier than a's
+				// deadline: it expires at or after the moment its PTTL
+				// was asked (Redis' 1 ms precision aside) plus the PTTL.
+				var good int
+				var seen []string
+				for i, cl := range admins {
+					left := time.Until(l.Deadline()).Milliseconds()
+					ms := pttl(t, cl, rkey(key))
+					ours := get(t, cl, rkey(key)) == l.Token()
+					seen = append(seen, fmt.Sprintf("node%d PTTL %dms (a's token: %v)", i, ms, ours))
+					if ours && ms+1 >= left {
+						good++
+					}
+				}
+				if good < q {
+					short = fmt.Sprintf("%v after the late PEXPIREs landed, only %d nodes keep a's token until a's deadline (%v ahead), fewer than a quorum of %d: %s",
+						time.Since(at).Round(time.Millisecond), good, time.Until(l.Deadline()).Round(time.Millisecond), q, strings.Join(seen, ", "))
+				}
+			}
+			if stolen == "" {
+				lb, err := b.TryLock(ctx, key)
+				if err != nil {
+					if !errors.Is(err, redlock.ErrNotAcquired) {
+						t.Errorf("b: TryLock: %v", err)
+					}
+					continue
+				}
+				if l.Err() == nil && time.Now().Before(l.Deadline()) {
+					stolen = fmt.Sprintf("%v after the late PEXPIREs landed, b acquired %q while a still holds it (Err nil, deadline %v ahead): two holders",
+						time.Since(at).Round(time.Millisecond), key, time.Until(l.Deadline()).Round(time.Millisecond))
+				}
+				if err := lb.Release(ctx); err != nil {
+					t.Errorf("b: Release: %v", err)
+				}
+			}
+		}
+		if short != "" {
+			t.Error(short)
+		}
+		if stolen != "" {
+			t.Error(stolen)
+		} else if err := l.Release(ctx); err != nil {
+			t.Errorf("a: Release: %v", err)
+		}
+		return true
+	})
+	a.closeAndCheck(t)
+	b.closeAndCheck(t)
+}
+
+// TestLateSetOutlivesRelease (released lock stays on nodes): a SET of a won
+// round that lands after the lock's Release must not keep the released
+// token on its node for the TTL.
+//
+// A's TryLock has its SETs to nodes 0 and 1 delayed by the transient delay:
+// it wins on the three fast nodes. 150 ms later A releases the lock, and
+// Release returns nil. Then the delayed SETs land on nodes 0 and 1, where
+// the key is free. Within 3 s after that, no node may hold A's token.
+func TestLateSetOutlivesRelease(t *testing.T) {
+	c := startCluster(t, lateTTL, "")
+	admins := c.admins(t)
+	ctx := ctxT(t, 60*time.Second)
+	ps, via := c.proxyEach(t)
+	drainers := c.drainers(t, ps)
+	a := c.newLockClient(t, "a", via, redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(lateNodeTimeout))
+	warm(t, ctx, a)
+
+	slow := []int{0, 1}
+	lateAttempts(t, func(key string) bool {
+		settle()
+		delayed := delayBriefly(t, ps, drainers, slow)
+		l, err := a.TryLock(ctx, key)
+		if err != nil {
+			t.Logf("premise: a.TryLock(%q) with nodes %v delayed: %v; want it to win on the three fast nodes", key, slow, err)
+			delayed.landed()
+			return false
+		}
+		for _, i := range slow {
+			if v := get(t, admins[i], rkey(key)); v != "" {
+				t.Fatalf("node%d holds %q right after TryLock returned: its SET was not delayed", i, v)
+			}
+		}
+		time.Sleep(150 * time.Millisecond)
+		if err := l.Release(ctx); err != nil {
+			t.Logf("premise: a.Release 150 ms after TryLock: %v", err)
+			delayed.landed()
+			return false
+		}
+		t.Logf("released; the token on the nodes: %v", holders(t, admins, key, l.Token()))
+
+		at := delayed.landed()
+		t.Logf("the delayed SETs have landed; the token on the nodes: %v", holders(t, admins, key, l.Token()))
+		for end := at.Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			left := holders(t, admins, key, l.Token())
+			if len(left) == 0 {
+				t.Logf("the released token was gone from every node %v after the delayed SETs landed", time.Since(at).Round(time.Millisecond))
+				break
+			}
+			if time.Now().After(end) {
+				t.Errorf("3 s after the delayed SETs landed, the token of the lock a released (Release returned nil) is still on %s: a released lock stays on the nodes for its TTL",
+					strings.Join(left, ", "))
+				break
+			}
+		}
+		return true
+	})
+	a.closeAndCheck(t)
+}
+
+// TestLateSetAfterFailedRound (a failed round blocks the key): the SETs of a
+// failed round that land after its roll-back must not keep the key blocked
+// for the TTL.
+//
+// A's TryLock has its SETs to nodes 0, 1 and 2 delayed by the transient
+// delay: only the two fast nodes say yes, and it fails, the slow ones timing
+// out. Then the delayed SETs land on the three nodes, a majority. Within 3 s
+// after that, the failed token must be gone from every node, and another
+// client B's TryLock on the key must succeed.
+func TestLateSetAfterFailedRound(t *testing.T) {
+	c := startCluster(t, lateTTL, "")
+	admins := c.admins(t)
+	ctx := ctxT(t, 60*time.Second)
+	ps, via := c.proxyEach(t)
+	drainers := c.drainers(t, ps)
+	a := c.newLockClient(t, "a", via, redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(lateNodeTimeout))
+	b := c.newLockClient(t, "b", c.direct, redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(patient))
+	warm(t, ctx, a)
+	warm(t, ctx, b)
+
+	slow := []int{0, 1, 2}
+	lateAttempts(t, func(key string) bool {
+		settle()
+		before := a.tokens.failed()
+		delayed := delayBriefly(t, ps, drainers, slow)
+		_, err := a.TryLock(ctx, key)
+		t.Logf("a.TryLock(%q) with nodes %v delayed: %v", key, slow, err)
+		checkFailedRound(t, err, slow, redlock.OutcomeTimeout)
+		var token string
+		for tok := range a.tokens.failed() {
+			if !before[tok] {
+				token = tok
+			}
+		}
+		if token == "" {
+			t.Fatal("the failed round's token is not in a's token log")
+		}
+
+		at := delayed.landed()
+		t.Logf("the delayed SETs have landed; the failed token on the nodes: %v", holders(t, admins, key, token))
+		var (
+			won     bool
+			lastErr error
+		)
+		for end := at.Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			left := holders(t, admins, key, token)
+			if !won {
+				lb, err := b.TryLock(ctx, key)
+				if err == nil {
+					won = true
+					t.Logf("b acquired %q %v after the delayed SETs landed", key, time.Since(at).Round(time.Millisecond))
+					if err := lb.Release(ctx); err != nil {
+						t.Errorf("b: Release: %v", err)
+					}
+				} else {
+					lastErr = err
+				}
+			}
+			if won && len(left) == 0 {
+				break
+			}
+			if time.Now().After(end) {
+				if len(left) > 0 {
+					t.Errorf("3 s after the delayed SETs landed, the token of a's FAILED round is still on %s", strings.Join(left, ", "))
+				}
+				if !won {
+					t.Errorf("3 s after the delayed SETs landed, b still cannot acquire %q: the failed round blocks the key; b's last TryLock: %v", key, lastErr)
+				}
+				break
+			}
+		}
+		return true
+	})
+	a.closeAndCheck(t)
+	b.closeAndCheck(t)
+}

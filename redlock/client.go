@@ -29,13 +29,14 @@ type Client struct {
 	mu      sync.RWMutex
 	closed  bool
 	held    map[*Lock]struct{} // locks neither released nor lost, for Close
-	sweepAt int                // sweep expired locks out of held at this size
+	sweepAt int                // sweep expired locks out of held at this size...
+	sweptAt time.Time          // ...or a second after the last sweep
 	wg      sync.WaitGroup     // every goroutine the Client started
 
 	ids      identities
 	gates    gates    // one acquisition round per key at a time
 	notes    notifier // wakes waiting Lock calls on releases
-	rechecks rechecks // releases to send again, cancelled by Close
+	rechecks rechecks // releases to send again; Close sends them at once
 }
 
 // New returns a Client over pools, one per independent Redis master. It
@@ -153,6 +154,7 @@ func (c *Client) Close() error {
 	for l := range c.held {
 		locks = append(locks, l)
 	}
+	c.held = nil
 	c.wg.Add(1) // Close's own share: the releases below add to wg
 	c.mu.Unlock()
 

@@ -429,7 +429,7 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 // track registers a new lock for Close; it fails once Close has begun (Close
 // has taken its list of locks to release by then). Locks whose deadline has
 // passed are forgotten now and then (when the set has doubled since the last
-// sweep), so that locks left to expire are not kept forever.
+// sweep, or a second has passed), so that locks left to expire are not kept.
 func (c *Client) track(l *Lock) bool {
 	c.mu.Lock()
 	if c.closed {
@@ -438,9 +438,9 @@ func (c *Client) track(l *Lock) bool {
 	}
 	c.held[l] = struct{}{}
 	var all []*Lock
-	if len(c.held) >= c.sweepAt {
+	if len(c.held) >= c.sweepAt || len(c.held) > 64 && time.Since(c.sweptAt) >= time.Second {
 		all = slices.Collect(maps.Keys(c.held))
-		c.sweepAt = max(64, 2*len(c.held))
+		c.sweepAt, c.sweptAt = max(64, 2*len(c.held)), time.Now()
 	}
 	c.mu.Unlock()
 	if all != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -190,5 +191,38 @@ func TestReleaseAfterUnwatchedExpiry(t *testing.T) {
 		if got := len(rec.of("lost")); got != 1 {
 			t.Errorf("watched %v: %d Lost events, want 1", watched, got)
 		}
+	}
+}
+
+// TestDuplicateAfterRestart (issue 11, defect 8): nodes 0 and 3 reach one
+// server. Node 3 is not answering at the first check, and the server
+// restarts (new run_id) before node 3 is checked again: the later check must
+// compare node 3 with node 0's new run_id, not with the one recorded before.
+func TestDuplicateAfterRestart(t *testing.T) {
+	e := newEnv(t, 5)
+	before, after := "run-id-before", "run-id-after"
+	setID := func(i int, id *string, err error) {
+		e.nodes[i].fault.mu.Lock()
+		e.nodes[i].fault.runID, e.nodes[i].fault.runIDErr = id, err
+		e.nodes[i].fault.mu.Unlock()
+	}
+	setID(0, &before, nil)
+	setID(3, nil, errConnRefused)
+	c := e.client(withRecheck(0))
+	if _, err := c.Locked(context.Background(), "dup"); err != nil {
+		t.Fatal(err)
+	}
+	setID(0, &after, nil) // the server restarted
+	setID(3, &after, nil) // and node 3 reaches it again
+	deadline := time.Now().Add(5 * time.Second)
+	for !c.ids.verified[3].Load() && c.ids.dup() == nil && time.Now().Before(deadline) {
+		_, _ = c.Locked(context.Background(), "poke") // each call may start a check
+		time.Sleep(time.Millisecond)
+	}
+	if c.ids.verified[3].Load() || c.ids.dup() == nil {
+		t.Fatalf("node 3 verified %v, duplicate error %v: one server counts twice", c.ids.verified[3].Load(), c.ids.dup())
+	}
+	if _, err := c.TryLock(context.Background(), "dup"); err == nil || !strings.Contains(err.Error(), "reach the same Redis server") {
+		t.Fatalf("TryLock = %v, want the duplicate-server error", err)
 	}
 }

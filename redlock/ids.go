@@ -85,11 +85,12 @@ func (v *identities) check(ctx context.Context, c *Client, cfg *config) error {
 	}
 	ch := make(chan struct{})
 	v.running = ch
-	var todo []int
-	for i := range c.pools {
-		if !v.verified[i].Load() {
-			todo = append(todo, i)
-		}
+	// Every node is asked, the verified ones too: a server restarted since
+	// it was verified has a new run_id, and a node verified now must be
+	// compared with that one, not with the old.
+	todo := make([]int, len(c.pools))
+	for i := range todo {
+		todo[i] = i
 	}
 	v.mu.Unlock()
 	if needed {
@@ -120,18 +121,20 @@ func (v *identities) run(ctx context.Context, c *Client, cfg *config, todo []int
 	defer v.mu.Unlock()
 	defer close(ch)
 	v.running, v.last = nil, time.Now()
+	for k, i := range todo { // fresh answers replace what verified nodes said before
+		if errs[k] == nil && v.verified[i].Load() {
+			v.ids[i] = ids[k]
+		}
+	}
 	for k, i := range todo {
+		if v.verified[i].Load() {
+			continue
+		}
 		if errs[k] != nil {
 			v.errs[i] = fmt.Errorf("identity (INFO server run_id) not verified: %w", errs[k])
 			continue
 		}
-		dup := -1
-		for j := range c.pools {
-			if ids[k] != "" && v.verified[j].Load() && v.ids[j] == ids[k] {
-				dup = j
-			}
-		}
-		if dup >= 0 { // never verified: it must not count twice
+		if dup := v.sameAs(i, ids[k]); dup >= 0 { // never verified: it must not count twice
 			err := fmt.Errorf("redlock: pools %q and %q reach the same Redis server (run_id %s): a server counted twice breaks the quorum; give the Client one pool per independent master", c.pools[dup].Name(), c.pools[i].Name(), ids[k])
 			v.dupErr.CompareAndSwap(nil, &err)
 			v.errs[i] = err
@@ -144,6 +147,17 @@ func (v *identities) run(ctx context.Context, c *Client, cfg *config, todo []int
 			v.allOK.Store(true)
 		}
 	}
+}
+
+// sameAs returns a verified node other than i whose run_id is id, or -1.
+// v.mu must be held.
+func (v *identities) sameAs(i int, id string) int {
+	for j := range v.ids {
+		if j != i && id != "" && v.verified[j].Load() && v.ids[j] == id {
+			return j
+		}
+	}
+	return -1
 }
 
 // ask returns the function that tells a round which nodes to ask (nil: all),

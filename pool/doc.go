@@ -18,8 +18,11 @@
 //
 // The lock coordinator does not call a Pool of this package once per node
 // and operation: it queues its commands, and one writer goroutine per node
-// writes what concurrent rounds queued as one pipeline. Pools also serve
-// one pub/sub subscription per redlock.Client for release notifications.
+// writes what concurrent rounds queued as one pipeline. A pipeline whose
+// replies are late is left to read them on its own connection (their
+// commands may still have run, and only the replies tell), while the next
+// ones go out on others. Pools also serve one pub/sub subscription per
+// redlock.Client for release notifications.
 //
 // Dial and DialURL check every new connection before use: the restart guard
 // (WithRestartGuard) refuses a server that restarted less than the guard's

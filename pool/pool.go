@@ -126,7 +126,10 @@ var _ Pool = (*redisPool)(nil)
 // Pool leaves the client open. The client should have ContextTimeoutEnabled
 // set and MaxRetries −1 (see the package doc): without them a call may
 // outlive the lock's per-node timeout. The coordinator still decides on time,
-// but the call ties up a connection until go-redis gives up.
+// but the call ties up a connection until go-redis gives up. Commands that
+// go-redis sends again are safe: an acquire whose first copy set the key
+// answers yes; a release sent again answers "not held" (the first copy
+// deleted the key), so Release may then report a failed quorum.
 //
 // New installs no connection hook on a client it did not create, so the
 // restart guard and the eviction check of Dial do not apply: to have them,

@@ -53,15 +53,9 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 		return nil, err
 	}
 	begin := time.Now()
-	var timer *time.Timer
+	s := &sleeper{c: c, rkey: c.redisKey(cfg, key)}
+	defer s.stop()
 	var last error // the previous attempt's error
-	var w *waiter  // registered for release notifications after a failed attempt
-	var rkey string
-	defer func() {
-		if w != nil {
-			c.notes.remove(rkey, w)
-		}
-	}()
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil && last != nil {
 			return nil, fmt.Errorf("redlock: acquire %q: stopped after %d attempts: %w; last attempt: %w", key, attempt, err, last)
@@ -89,31 +83,53 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 			}
 			delay = min(delay, left) // one last attempt when the budget ends
 		}
-		if w == nil {
-			rkey = c.redisKey(cfg, key)
-			w = c.notes.add(rkey)
-		}
-		if timer == nil {
-			timer = time.NewTimer(delay)
-			defer timer.Stop()
-		} else {
-			timer.Reset(delay)
-		}
-		c.notes.sleep(w, true)
-		select {
-		case <-timer.C:
-			c.notes.sleep(w, false)
-		case d := <-w.wake: // the key was released
-			if d > 0 {
-				timer.Reset(d)
-				select {
-				case <-timer.C:
-				case <-ctx.Done():
-				}
+		s.sleep(ctx, delay)
+	}
+}
+
+// sleeper is Lock's wait between attempts: a timer, cut short when a release
+// of the key wakes the waiter it registers after the first failed attempt.
+type sleeper struct {
+	c     *Client
+	rkey  string
+	w     *waiter
+	timer *time.Timer
+}
+
+// sleep waits for delay, a release of the key, or ctx's end.
+func (s *sleeper) sleep(ctx context.Context, delay time.Duration) {
+	if s.w == nil {
+		s.w = s.c.notes.add(s.rkey)
+	}
+	if s.timer == nil {
+		s.timer = time.NewTimer(delay)
+	} else {
+		s.timer.Reset(delay)
+	}
+	s.c.notes.sleep(s.w, true)
+	select {
+	case <-s.timer.C:
+		s.c.notes.sleep(s.w, false)
+	case d := <-s.w.wake: // the key was released
+		if d > 0 {
+			s.timer.Reset(d)
+			select {
+			case <-s.timer.C:
+			case <-ctx.Done():
 			}
-		case <-ctx.Done():
-			c.notes.sleep(w, false)
 		}
+	case <-ctx.Done():
+		s.c.notes.sleep(s.w, false)
+	}
+}
+
+// stop leaves the notifier and stops the timer.
+func (s *sleeper) stop() {
+	if s.w != nil {
+		s.c.notes.remove(s.rkey, s.w)
+	}
+	if s.timer != nil {
+		s.timer.Stop()
 	}
 }
 

@@ -45,9 +45,10 @@ type Lock struct {
 	rel              node.Op
 	// landing[i]: node i's acquire command has not answered yet; no other
 	// command of this lock goes to node i before it has (it could overtake
-	// the SET). unsure[i]: it failed without a reply, so it may still land.
-	// Guarded by mu.
+	// the SET): chained[i] holds the rounds waiting for it. unsure[i]: it
+	// failed without a reply, so it may still land. Guarded by mu.
 	landing, unsure []bool
+	chained         [][]*quorum.Round
 
 	// extDone is closed when the auto-extender has exited; nil without one.
 	// Set before the Lock is returned and never changed: read without mu.
@@ -132,7 +133,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 
-	rd := l.c.run(ctx, cfg, opExtend, l, node.Op{Key: l.rkey, Token: l.token, TTL: ttl, KeyArg: l.keyArg, TokenArg: l.tokenArg}, nil, l.answered())
+	rd := l.c.run(ctx, cfg, opExtend, l, node.Op{Key: l.rkey, Token: l.token, TTL: ttl, KeyArg: l.keyArg, TokenArg: l.tokenArg}, nil, nil)
 	rd.settle(nil)
 	err := l.extended(ctx, rd, start, ttl)
 	handed = true
@@ -198,19 +199,36 @@ func (l *Lock) extended(ctx context.Context, rd *round, start time.Time, ttl tim
 	return err
 }
 
-// answered returns the nodes a round about this lock may ask: those whose
-// acquire command has answered (or failed).
-func (l *Lock) answered() func(int) bool {
+// landingNow returns which nodes' acquire commands have not answered yet,
+// or nil when none.
+func (l *Lock) landingNow() []bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !slices.Contains(l.landing, true) {
 		return nil
 	}
-	ok := make([]bool, len(l.landing))
-	for i, landing := range l.landing {
-		ok[i] = !landing
+	return slices.Clone(l.landing)
+}
+
+// chain sends rd's command to each node it held back (hold[i] and asked)
+// once that node's acquire command has answered: now if it has meanwhile,
+// else from late.
+func (l *Lock) chain(rd *round, hold []bool) {
+	var now []int
+	l.mu.Lock()
+	for i, h := range hold {
+		switch {
+		case !h || !rd.out[i]:
+		case l.landing[i]:
+			l.chained[i] = append(l.chained[i], rd.r)
+		default:
+			now = append(now, i)
+		}
 	}
-	return func(i int) bool { return ok[i] }
+	l.mu.Unlock()
+	for _, i := range now {
+		rd.r.Send(i)
+	}
 }
 
 // usable returns why the lock can no longer be used at now, if it cannot: it
@@ -276,13 +294,13 @@ func (l *Lock) release(ctx context.Context) error {
 // releaseLocked releases the lock; l.op and an enter() count (or Close's
 // share of the WaitGroup) must be held.
 func (l *Lock) releaseLocked(ctx context.Context) error {
-	ask, unsure, err := l.endForRelease()
+	unsure, err := l.endForRelease()
 	if err != nil {
 		return err
 	}
 	c, cfg := l.c, l.cfg
 	c.untrack(l)
-	rd := c.run(context.WithoutCancel(ctx), cfg, opRelease, l, node.Op{Key: l.rkey, Token: l.token, KeyArg: l.keyArg, TokenArg: l.tokenArg}, &l.rel, ask)
+	rd := c.run(context.WithoutCancel(ctx), cfg, opRelease, l, node.Op{Key: l.rkey, Token: l.token, KeyArg: l.keyArg, TokenArg: l.tokenArg}, &l.rel, nil)
 	if c.queued {
 		// Each node runs the commands of a batch in order: a waiter's SET
 		// sent now most likely lands behind our delete, so it may try at
@@ -327,14 +345,13 @@ var errUnknownFate = errors.New("the acquire command's fate is unknown")
 
 // endForRelease marks the lock released (lost first, and reported, when its
 // deadline has passed unnoticed: a lock is lost the same way whether or not
-// its lease was watched) and returns the nodes to ask (those whose acquire
-// command has answered: the late replies of the others release themselves
-// from now on) and the nodes whose acquire failed without a reply.
-func (l *Lock) endForRelease() (ask func(int) bool, unsure []bool, err error) {
+// its lease was watched; from now on late replies release their node) and
+// returns the nodes whose acquire failed without a reply.
+func (l *Lock) endForRelease() (unsure []bool, err error) {
 	l.mu.Lock()
 	if l.released {
 		l.mu.Unlock()
-		return nil, nil, ErrReleased
+		return nil, ErrReleased
 	}
 	lost := !l.lost && !l.cfg.now().Before(l.deadline) && l.endLocked(true)
 	l.endLocked(false)
@@ -343,7 +360,7 @@ func (l *Lock) endForRelease() (ask func(int) bool, unsure []bool, err error) {
 	if lost {
 		l.c.observeLost(l, "validity ran out")
 	}
-	return l.answered(), unsure, nil
+	return unsure, nil
 }
 
 // late handles a reply to the acquiring round that arrived after the round
@@ -355,7 +372,12 @@ func (l *Lock) late(rep quorum.Reply) {
 	l.landing[rep.Node] = false
 	l.unsure[rep.Node] = mayHaveWritten(rep.Err)
 	keep := !l.released && !l.lost && l.cfg.now().Before(l.deadline)
+	waiting := l.chained[rep.Node]
+	l.chained[rep.Node] = nil
 	l.mu.Unlock()
+	for _, r := range waiting {
+		r.Send(rep.Node)
+	}
 	if !keep && (rep.Int > 0 || mayHaveWritten(rep.Err)) {
 		l.c.releaseUnsure(l.cfg, rep.Node, l.rkey, l.token, rep.Err)
 	}
@@ -381,7 +403,7 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 	if err := c.ids.check(ctx, c, cfg); err != nil {
 		return false, err
 	}
-	rd := c.run(ctx, cfg, opHeld, l, node.Op{Key: l.rkey, KeyArg: l.keyArg}, nil, l.answered())
+	rd := c.run(ctx, cfg, opHeld, l, node.Op{Key: l.rkey, KeyArg: l.keyArg}, nil, nil)
 	rd.settle(nil)
 	defer rd.r.Finish(nil)
 	switch {
@@ -404,7 +426,7 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquisition) *Lock {
 	op := a.rd.op
 	l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), key: key, rkey: op.Key, token: op.Token, keyArg: op.KeyArg, tokenArg: op.TokenArg,
-		acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor), landing: a.rd.out, unsure: make([]bool, len(c.pools))}
+		acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor), landing: a.rd.out, unsure: make([]bool, len(c.pools)), chained: make([][]*quorum.Round, len(c.pools))}
 	if cfg.fencing {
 		l.fence = a.fence
 	}

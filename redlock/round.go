@@ -74,7 +74,10 @@ func (c *Client) run(ctx context.Context, cfg *config, spec *opSpec, l *Lock, o 
 	return c.runWith(ctx, cfg, spec, l, o, op, ask, c.call)
 }
 
-// runWith is run with call for the Pools that do not queue commands.
+// runWith is run with call for the Pools that do not queue commands. A
+// round about a lock (l not nil) holds back the nodes whose acquire command
+// has not answered yet and sends to each as soon as it has (see Lock.chain):
+// no command of a lock overtakes its SET.
 func (c *Client) runWith(ctx context.Context, cfg *config, spec *opSpec, l *Lock, o node.Op, op *node.Op, ask func(int) bool, call quorum.Call) *round {
 	rd := &round{c: c, cfg: cfg, spec: spec, l: l, res: c.newResults(), q: cfg.quorumOf(len(c.pools)), start: time.Now(), out: make([]bool, len(c.pools))}
 	o.Kind, o.Follow = spec.kind, follow(cfg)
@@ -84,8 +87,22 @@ func (c *Client) runWith(ctx context.Context, cfg *config, spec *opSpec, l *Lock
 	*op = o
 	op.Build()
 	rd.op = op
-	rd.r = quorum.Start(ctx, &c.wg, cfg.nodeTimeout, len(c.pools), rd.asking(ask), c.senders, op, call)
+	var hold []bool
+	if l != nil {
+		hold = l.landingNow()
+	}
+	rd.r = quorum.StartHeld(ctx, &c.wg, cfg.nodeTimeout, len(c.pools), rd.asking(ask), held(hold), c.senders, op, call)
+	if hold != nil {
+		l.chain(rd, hold)
+	}
 	return rd
+}
+
+func held(hold []bool) func(int) bool {
+	if hold == nil {
+		return nil
+	}
+	return func(i int) bool { return hold[i] }
 }
 
 // asking combines ask with the identity check (unverified nodes are not

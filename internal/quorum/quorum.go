@@ -43,13 +43,17 @@ type Round struct {
 	pending  int   // replies not yet taken by Next (owner only)
 	err      error // why Next stopped early (owner only)
 	wg       *sync.WaitGroup
+	senders  []node.Sender
+	op       *node.Op
+	call     Call
 
 	mu       sync.Mutex
 	finished bool
 	left     int // sends not yet delivered, plus Finish's own share while it drains
 	late     func(Reply)
 	then     func()
-	cancel   context.CancelFunc // the context of calls on goroutines; nil if none
+	ctx      context.Context    // of calls on goroutines; nil until the first
+	cancel   context.CancelFunc // ctx's
 }
 
 // Start sends op to every node i in [0, n) for which ask(i) is true (ask nil
@@ -58,17 +62,23 @@ type Round struct {
 // deadline if that comes first, or when parent is cancelled; the nodes' work
 // goes on until their reply arrives or op.Follow after that deadline
 // (parent's cancellation does not stop it), and replies that arrive after
-// the caller decided are handed to Finish's late. wg counts every goroutine Start
-// starts and every round that Finish leaves waiting for replies: the caller
-// must hold a count of its own on wg while it calls Start and Finish.
+// the caller decided are handed to Finish's late. wg counts every goroutine
+// Start starts and every round that Finish leaves waiting for replies: the
+// caller must hold a count of its own on wg while it calls Start and Finish.
 func Start(parent context.Context, wg *sync.WaitGroup, timeout time.Duration, n int, ask func(int) bool, senders []node.Sender, op *node.Op, call Call) *Round {
+	return StartHeld(parent, wg, timeout, n, ask, nil, senders, op, call)
+}
+
+// StartHeld is Start, except that the nodes asked for which hold(i) is true
+// are not sent op yet: they count as pending until Send(i), which must be
+// called once for each of them (while a count is held on wg).
+func StartHeld(parent context.Context, wg *sync.WaitGroup, timeout time.Duration, n int, ask, hold func(int) bool, senders []node.Sender, op *node.Op, call Call) *Round {
 	start := time.Now()
 	deadline := start.Add(timeout)
 	if d, ok := parent.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	r := &Round{parent: parent, start: start, deadline: deadline, replies: make(chan Reply, n), wg: wg}
-	var ctx context.Context
+	r := &Round{parent: parent, start: start, deadline: deadline, replies: make(chan Reply, n), wg: wg, senders: senders, op: op, call: call}
 	for i := range n {
 		if ask != nil && !ask(i) {
 			continue
@@ -77,21 +87,40 @@ func Start(parent context.Context, wg *sync.WaitGroup, timeout time.Duration, n 
 		r.mu.Lock()
 		r.left++
 		r.mu.Unlock()
-		if senders != nil && senders[i] != nil {
-			senders[i].Send(op, deadline, r, i)
-			continue
+		if hold == nil || !hold(i) {
+			r.send(i)
 		}
-		if ctx == nil {
-			// The call outlives the round's wait: it is followed until
-			// its own reply (or op.Follow past the deadline), and the
-			// caller's cancellation does not cut it off, since a call cut
-			// off may still run on the node and then nobody would know.
-			ctx, r.cancel = context.WithDeadline(context.WithoutCancel(parent), deadline.Add(op.Follow))
-		}
-		wg.Go(func() { r.Deliver(i, call(ctx, i, op)) })
 	}
 	r.timer = time.NewTimer(time.Until(deadline))
 	return r
+}
+
+// Send sends op to node i, held back by StartHeld, now; or, once the round's
+// deadline has passed, delivers node.ErrNotSent for it without sending.
+func (r *Round) Send(i int) {
+	if !time.Now().Before(r.deadline) {
+		r.Deliver(i, node.Result{Err: node.ErrNotSent})
+		return
+	}
+	r.send(i)
+}
+
+func (r *Round) send(i int) {
+	if r.senders != nil && r.senders[i] != nil {
+		r.senders[i].Send(r.op, r.deadline, r, i)
+		return
+	}
+	r.mu.Lock()
+	if r.ctx == nil {
+		// The call outlives the round's wait: it is followed until its
+		// own reply (or op.Follow past the deadline), and the caller's
+		// cancellation does not cut it off, since a call cut off may
+		// still run on the node and then nobody would know.
+		r.ctx, r.cancel = context.WithDeadline(context.WithoutCancel(r.parent), r.deadline.Add(r.op.Follow))
+	}
+	ctx := r.ctx
+	r.mu.Unlock()
+	r.wg.Go(func() { r.Deliver(i, r.call(ctx, i, r.op)) })
 }
 
 // Deliver hands node i's result to the round (node.Receiver). It never
@@ -122,8 +151,11 @@ func (r *Round) done() {
 	if !last {
 		return
 	}
-	if r.cancel != nil {
-		r.cancel()
+	r.mu.Lock()
+	cancel := r.cancel
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
 	}
 	if r.then != nil {
 		r.then()

@@ -198,3 +198,42 @@ func TestSenderDeadline(t *testing.T) {
 	wg.Done()
 	wg.Wait()
 }
+
+// TestHeldNodes: a node held back by StartHeld counts as pending, is sent
+// nothing until Send, and is sent then; Send after the deadline delivers
+// node.ErrNotSent without sending.
+func TestHeldNodes(t *testing.T) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var calls sync.Map
+	call := func(ctx context.Context, i int, _ *node.Op) node.Result {
+		calls.Store(i, true)
+		return node.Result{Int: int64(i)}
+	}
+	r := StartHeld(context.Background(), &wg, 200*time.Millisecond, 3, nil, func(i int) bool { return i > 0 }, nil, &node.Op{}, call)
+	if r.Pending() != 3 {
+		t.Fatalf("Pending %d, want 3", r.Pending())
+	}
+	if rep, ok := r.Next(); !ok || rep.Node != 0 {
+		t.Fatalf("first reply %+v %v, want node 0", rep, ok)
+	}
+	if _, sent := calls.Load(1); sent {
+		t.Fatal("a held node was sent op before Send")
+	}
+	r.Send(1)
+	if rep, ok := r.Next(); !ok || rep.Node != 1 || rep.Err != nil {
+		t.Fatalf("after Send(1): %+v %v", rep, ok)
+	}
+	time.Sleep(250 * time.Millisecond) // past the deadline
+	r.Send(2)
+	late := make(chan Reply, 1)
+	r.Finish(func(rep Reply) { late <- rep })
+	if rep := <-late; rep.Node != 2 || !errors.Is(rep.Err, node.ErrNotSent) {
+		t.Fatalf("Send after the deadline: %+v, want ErrNotSent", rep)
+	}
+	if _, sent := calls.Load(2); sent {
+		t.Fatal("Send after the deadline sent op")
+	}
+	wg.Done()
+	wg.Wait()
+}

@@ -90,6 +90,40 @@ func TestSubscriptionSetupBudget(t *testing.T) {
 	}
 }
 
+// TestSubscriptionCloseEndsSetup: Close of a subscription of a Pool made by
+// Dial does not wait for a connection setup in progress, even one that only
+// a minute would end (the read timeout and the setup budget): it closes the
+// connection, and a subscription change waiting behind the setup returns
+// too. Both must return well within a safety bound of 20 s.
+func TestSubscriptionCloseEndsSetup(t *testing.T) {
+	addr, accepted := newCountingSilentServer(t)
+	p, err := Dial(&redis.Options{Addr: addr, ReadTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	s := p.(node.Subscriber).Subscribe(func(string, string) {}, time.Minute)
+	waitUntil(t, 10*time.Second, "the subscription dialled", func() bool { return accepted.Load() > 0 })
+	added := make(chan error, 1)
+	go func() { added <- s.Add(context.Background(), "k") }() // waits for the setup
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	safety := time.After(20 * time.Second)
+	for _, c := range []struct {
+		what string
+		ch   chan error
+	}{{"Close", closed}, {"Add", added}} {
+		select {
+		case err := <-c.ch:
+			if c.what == "Close" && err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		case <-safety:
+			t.Fatalf("%s did not return within 20 s: it waits for the connection setup", c.what)
+		}
+	}
+}
+
 // waitUntil polls cond every millisecond until it holds, and fails the
 // test if it does not within bound.
 func waitUntil(t *testing.T, bound time.Duration, what string, cond func() bool) {

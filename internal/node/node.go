@@ -149,7 +149,8 @@ type Subscriber interface {
 type Subscription interface {
 	Add(ctx context.Context, channels ...string) error
 	Remove(ctx context.Context, channels ...string) error
-	// Close ends the subscription and joins its goroutine. It waits for
-	// a connection setup in progress at most the setup bound.
+	// Close ends the subscription and joins its goroutine. It does not
+	// wait for a connection setup in progress to finish: it ends it, or,
+	// where the Pool cannot, waits at most for the setup bound.
 	Close() error
 }

@@ -182,7 +182,9 @@ func Dial(opt *redis.Options, opts ...Option) (Pool, error) {
 		return nil, err
 	}
 	newGuard(&cfg).install(&o)
-	return &redisPool{name: cfg.name, c: redis.NewClient(&o), owned: true}, nil
+	c := redis.NewClient(&o)
+	c.AddHook(dialHook{}) // lets Close of a subscription end its connection setup
+	return &redisPool{name: cfg.name, c: c, owned: true}, nil
 }
 
 // DialURL is Dial for a URL such as "redis://user:password@host:6379/0" or

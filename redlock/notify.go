@@ -188,9 +188,13 @@ func (n *notifier) changedLocked(rkey string) {
 		n.opened = true
 		n.subs = make([]node.Subscription, len(n.c.pools))
 		some := false
+		// A connection setup gets the time of a background command, which
+		// also dials anew: Close stays within its stated bound even where
+		// a Pool cannot end a setup early.
+		setup := cleanupTimeout(n.c.cfg)
 		for i, p := range n.c.pools {
 			if s, ok := p.(node.Subscriber); ok {
-				n.subs[i] = s.Subscribe(func(channel, message string) { n.published(channel, message) })
+				n.subs[i] = s.Subscribe(func(channel, message string) { n.published(channel, message) }, setup)
 				some = true
 			}
 		}
@@ -260,17 +264,21 @@ func (n *notifier) apply(s node.Subscription, add, remove []string) {
 	}
 }
 
-// close ends the subscriptions and joins their goroutines; later waiters
-// only poll.
+// close ends the subscriptions, in parallel, and joins their goroutines and
+// the syncing one; later waiters only poll. The subscriptions go first: the
+// syncing goroutine may be waiting for one of them to finish a connection
+// setup, which closing it ends.
 func (n *notifier) close() {
 	n.mu.Lock()
 	n.closed = true
 	subs := n.subs
 	n.mu.Unlock()
-	n.wg.Wait()
+	var wg sync.WaitGroup
 	for _, s := range subs {
 		if s != nil {
-			_ = s.Close()
+			wg.Go(func() { _ = s.Close() })
 		}
 	}
+	wg.Wait()
+	n.wg.Wait()
 }

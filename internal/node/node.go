@@ -144,8 +144,11 @@ func (o *Op) Build() {
 type Subscriber interface {
 	// Subscribe opens a subscription, subscribed to no channel yet, whose
 	// messages go to notify(channel, message) on a goroutine of the
-	// subscription; notify must not block. It does no I/O.
-	Subscribe(notify func(channel, message string)) Subscription
+	// subscription; notify must not block. The subscription connects in
+	// the background; setup bounds each of its connection setups (dial,
+	// handshake, the Pool's connection checks), after which it is dropped
+	// and tried again.
+	Subscribe(notify func(channel, message string), setup time.Duration) Subscription
 }
 
 // Subscription is one node's subscription, shared by all the waiters of a
@@ -154,6 +157,8 @@ type Subscriber interface {
 type Subscription interface {
 	Add(ctx context.Context, channels ...string) error
 	Remove(ctx context.Context, channels ...string) error
-	// Close ends the subscription and joins its goroutine.
+	// Close ends the subscription and joins its goroutine. It does not
+	// wait for a connection setup in progress to finish: it ends it, or,
+	// where the Pool cannot, waits at most for the setup bound.
 	Close() error
 }

@@ -17,6 +17,7 @@ type Proxy struct {
 
 	latency   atomic.Int64 // time.Duration
 	blackhole atomic.Bool
+	accepted  atomic.Int64
 
 	mu     sync.Mutex
 	conns  map[*proxyConn]struct{}
@@ -89,6 +90,11 @@ func (p *Proxy) Blackhole(on bool) {
 	}
 }
 
+// Accepted returns the number of connections the proxy has accepted since
+// it started, including those closed since. A client's dial through the
+// proxy has returned by the time it is counted.
+func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
+
 // Reset closes all current connections, on both sides, with a TCP RST
 // (SO_LINGER 0), so their users see "connection reset by peer". New
 // connections are accepted normally afterwards.
@@ -136,6 +142,7 @@ func (p *Proxy) acceptLoop() {
 			time.Sleep(10 * time.Millisecond) // e.g. EMFILE: back off, retry
 			continue
 		}
+		p.accepted.Add(1)
 		p.wg.Add(1)
 		go p.handle(c)
 	}

@@ -2,15 +2,12 @@ package pool
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/node"
-	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
 // idleExit is how long a Pool's writer goroutine waits for work before it
@@ -331,7 +328,7 @@ func (w *writer) run(batch []request) {
 	w.ctx.deadline = deadline
 	ctx := context.Context(&w.ctx)
 	for _, r := range w.reqs {
-		w.cmds = append(w.cmds, command(ctx, r.op))
+		w.cmds = append(w.cmds, r.op.Cmd(ctx))
 	}
 	if len(w.cmds) == 1 {
 		_ = w.p.c.Process(ctx, w.cmds[0])
@@ -342,9 +339,9 @@ func (w *writer) run(batch []request) {
 		_, _ = w.pipe.Exec(ctx)
 	}
 	for i, r := range w.reqs {
-		res := result(r.op, w.cmds[i])
-		if res.Err != nil && redis.HasErrorPrefix(res.Err, "NOSCRIPT") {
-			res = w.p.evalFallback(ctx, r.op) // after a restart or SCRIPT FLUSH
+		res := r.op.Result(w.cmds[i])
+		if node.NoScript(res) {
+			res = r.op.Eval(ctx, w.p.c) // after a restart or SCRIPT FLUSH
 		}
 		r.rcv.Deliver(r.tag, res)
 	}
@@ -359,63 +356,6 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// command is op as a go-redis command.
-func command(ctx context.Context, op *node.Op) redis.Cmder {
-	switch op.Kind {
-	case node.Acquire, node.Get:
-		return redis.NewStringCmd(ctx, op.Args...)
-	default:
-		return redis.NewIntCmd(ctx, op.Args...)
-	}
-}
-
-// result reads cmd's outcome as op's Result.
-func result(op *node.Op, cmd redis.Cmder) node.Result {
-	switch c := cmd.(type) {
-	case *redis.StringCmd:
-		if op.Kind == node.Acquire {
-			return acquired(c, op.Token)
-		}
-		s, err := c.Result()
-		if errors.Is(err, redis.Nil) {
-			err = nil
-		}
-		return node.Result{Str: s, Err: err}
-	case *redis.IntCmd:
-		n, err := c.Result()
-		if err == nil && op.Kind == node.AcquireFenced && n < 0 {
-			err = fmt.Errorf("pool: fencing counter %q is negative (%d): it was changed outside quorumlock", op.FenceKey, n)
-		}
-		return node.Result{Int: n, Err: err}
-	}
-	return node.Result{Err: fmt.Errorf("pool: unexpected command %T", cmd)}
-}
-
-// evalFallback runs op's script with EVAL, which also loads it.
-func (p *redisPool) evalFallback(ctx context.Context, op *node.Op) node.Result {
-	var s *redis.Script
-	keys := []string{op.Key}
-	var args []any
-	switch op.Kind {
-	case node.AcquireFenced:
-		s, keys, args = scripts.AcquireFenced, append(keys, op.FenceKey), []any{op.Token, op.TTL.Milliseconds()}
-	case node.RaiseFence:
-		s, keys, args = scripts.RaiseFence, append(keys, op.FenceKey), []any{op.Token, op.Fence}
-	case node.Extend:
-		s, args = scripts.Extend, []any{op.Token, op.TTL.Milliseconds()}
-	case node.Release:
-		s, args = scripts.Release, []any{op.Token}
-	default:
-		return node.Result{Err: fmt.Errorf("pool: NOSCRIPT for a command that is not a script")}
-	}
-	cmd := s.Eval(ctx, p.c, keys, args...)
-	n, err := cmd.Int64()
-	ic := redis.NewIntCmd(ctx)
-	ic.SetVal(n)
-	ic.SetErr(err)
-	return result(op, ic)
-}
-
 // deadlineCtx is a context with a deadline and nothing else: no channel, no
 // timer. go-redis turns the deadline into the connection's I/O deadline.
 // Done is nil: it is never cancelled, only its deadline passes.
@@ -425,19 +365,3 @@ func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
 func (c *deadlineCtx) Done() <-chan struct{}       { return nil }
 func (c *deadlineCtx) Err() error                  { return nil }
 func (c *deadlineCtx) Value(any) any               { return nil }
-
-// acquired reads the reply to SET key token NX GET: nil when it set the key,
-// else the value that was there; that value is our token when a copy of the
-// command set it first (a command sent again), which counts as set.
-func acquired(cmd *redis.StringCmd, token string) node.Result {
-	v, err := cmd.Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return node.Result{Int: 1}
-	case err != nil:
-		return node.Result{Err: err}
-	case v == token:
-		return node.Result{Int: 1}
-	}
-	return node.Result{Str: v}
-}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/internal/scripts"
+	"github.com/quorumlock/quorumlock/internal/node"
 )
 
 // Pool is one independent Redis master as the lock coordinator sees it.
@@ -222,47 +222,50 @@ func addrOf(c redis.UniversalClient) string {
 
 func (p *redisPool) Name() string { return p.name }
 
-func (p *redisPool) Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
-	cmd := redis.NewStringCmd(ctx, "set", key, token, "nx", "get", "px", ttl.Milliseconds())
+// run runs op on the node synchronously: the path of callers that do not
+// queue (the Pool methods below), with the same wire format as the queue.
+func (p *redisPool) run(ctx context.Context, o node.Op) node.Result {
+	op := node.New(o)
+	cmd := op.Cmd(ctx)
 	_ = p.c.Process(ctx, cmd)
-	r := acquired(cmd, token)
+	r := op.Result(cmd)
+	if node.NoScript(r) {
+		r = op.Eval(ctx, p.c) // after a restart or SCRIPT FLUSH
+	}
+	return r
+}
+
+func (p *redisPool) Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	r := p.run(ctx, node.Op{Kind: node.Acquire, Key: key, Token: token, TTL: ttl})
 	return r.Int == 1, r.Err
 }
 
 func (p *redisPool) AcquireFenced(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (uint64, error) {
-	n, err := scripts.AcquireFenced.Run(ctx, p.c, []string{key, fenceKey}, token, ttl.Milliseconds()).Int64()
-	if err != nil {
-		return 0, err
+	r := p.run(ctx, node.Op{Kind: node.AcquireFenced, Key: key, FenceKey: fenceKey, Token: token, TTL: ttl})
+	if r.Err != nil {
+		return 0, r.Err
 	}
-	if n < 0 {
-		return 0, fmt.Errorf("pool: fencing counter %q is negative (%d): it was changed outside quorumlock", fenceKey, n)
-	}
-	return uint64(n), nil
+	return uint64(r.Int), nil
 }
 
 func (p *redisPool) RaiseFence(ctx context.Context, key, fenceKey, token string, fence uint64) (bool, error) {
-	return ran(scripts.RaiseFence.Run(ctx, p.c, []string{key, fenceKey}, token, fence))
+	r := p.run(ctx, node.Op{Kind: node.RaiseFence, Key: key, FenceKey: fenceKey, Token: token, Fence: fence})
+	return r.Int == 1, r.Err
 }
 
 func (p *redisPool) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
-	return ran(scripts.Extend.Run(ctx, p.c, []string{key}, token, ttl.Milliseconds()))
+	r := p.run(ctx, node.Op{Kind: node.Extend, Key: key, Token: token, TTL: ttl})
+	return r.Int == 1, r.Err
 }
 
 func (p *redisPool) Release(ctx context.Context, key, token string) (bool, error) {
-	return ran(scripts.Release.Run(ctx, p.c, []string{key}, token))
-}
-
-func ran(cmd *redis.Cmd) (bool, error) {
-	n, err := cmd.Int64()
-	return n == 1, err
+	r := p.run(ctx, node.Op{Kind: node.Release, Key: key, Token: token})
+	return r.Int == 1, r.Err
 }
 
 func (p *redisPool) Get(ctx context.Context, key string) (string, error) {
-	v, err := p.c.Get(ctx, key).Result()
-	if errors.Is(err, redis.Nil) {
-		return "", nil
-	}
-	return v, err
+	r := p.run(ctx, node.Op{Kind: node.Get, Key: key})
+	return r.Str, r.Err
 }
 
 func (p *redisPool) RunID(ctx context.Context) (string, error) {

@@ -12,8 +12,6 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
 // Kind names the lock operation an Op runs.
@@ -91,50 +89,11 @@ type Sender interface {
 // a Pool's queue: it was never written, so it changed nothing on the node.
 var ErrNotSent = errors.New("not sent: the deadline passed while the command waited to be written")
 
-// Boxed constants of the commands, so that building Args does not allocate
-// for them.
-var (
-	argSet, argPX, argNX, argGet, argEvalSha any = "set", "px", "nx", "get", "evalsha"
-
-	shaAcquireFenced any = scripts.AcquireFenced.Hash()
-	shaRaiseFence    any = scripts.RaiseFence.Hash()
-	shaExtend        any = scripts.Extend.Hash()
-	shaRelease       any = scripts.Release.Hash()
-)
-
 // New returns op with its Args built.
 func New(op Op) *Op {
 	o := &op
 	o.Build()
 	return o
-}
-
-// Build fills in o.Args (and KeyArg and TokenArg when nil), in o's own
-// storage: an Op embedded in a longer-lived struct costs no allocation of
-// its own.
-func (o *Op) Build() {
-	if o.KeyArg == nil {
-		o.KeyArg = o.Key
-	}
-	if o.TokenArg == nil && o.Kind != Get {
-		o.TokenArg = o.Token
-	}
-	a := o.argv[:0]
-	switch o.Kind {
-	case Acquire:
-		a = append(a, argSet, o.KeyArg, o.TokenArg, argNX, argGet, argPX, o.TTL.Milliseconds())
-	case AcquireFenced:
-		a = append(a, argEvalSha, shaAcquireFenced, 2, o.KeyArg, o.FenceKey, o.TokenArg, o.TTL.Milliseconds())
-	case RaiseFence:
-		a = append(a, argEvalSha, shaRaiseFence, 2, o.KeyArg, o.FenceKey, o.TokenArg, o.Fence)
-	case Extend:
-		a = append(a, argEvalSha, shaExtend, 1, o.KeyArg, o.TokenArg, o.TTL.Milliseconds())
-	case Release:
-		a = append(a, argEvalSha, shaRelease, 1, o.KeyArg, o.TokenArg)
-	case Get:
-		a = append(a, argGet, o.KeyArg)
-	}
-	o.Args = a
 }
 
 // Subscriber is implemented by Pools that can deliver the release

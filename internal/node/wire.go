@@ -1,0 +1,145 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/scripts"
+)
+
+// An operation's wire format, in one table: the command (a script, run
+// with EVALSHA and again with EVAL when the server answers NOSCRIPT, or a
+// plain command), its keys and arguments, and how its reply reads as a
+// Result. Pools run Ops only through Cmd, Result and Eval.
+type wire struct {
+	script *redis.Script     // nil: a plain command, args only
+	keys   func(o *Op) int   // how many leading args are keys (scripts)
+	args   func(o *Op) []any // built into o.argv
+	reply  func(ctx context.Context, args ...any) redis.Cmder
+	read   func(o *Op, c redis.Cmder) Result
+}
+
+var wires = [...]wire{
+	Acquire: {args: func(o *Op) []any {
+		return append(o.argv[:0], argSet, o.KeyArg, o.TokenArg, argNX, argGet, argPX, o.TTL.Milliseconds())
+	}, reply: stringCmd, read: readAcquire},
+	AcquireFenced: {script: scripts.AcquireFenced, args: func(o *Op) []any {
+		return o.script(2, o.KeyArg, o.FenceKey, o.TokenArg, o.TTL.Milliseconds())
+	}, reply: intCmd, read: readCounter},
+	RaiseFence: {script: scripts.RaiseFence, args: func(o *Op) []any {
+		return o.script(2, o.KeyArg, o.FenceKey, o.TokenArg, o.Fence)
+	}, reply: intCmd, read: readInt},
+	Extend: {script: scripts.Extend, args: func(o *Op) []any {
+		return o.script(1, o.KeyArg, o.TokenArg, o.TTL.Milliseconds())
+	}, reply: intCmd, read: readInt},
+	Release: {script: scripts.Release, args: func(o *Op) []any {
+		return o.script(1, o.KeyArg, o.TokenArg)
+	}, reply: intCmd, read: readInt},
+	Get: {args: func(o *Op) []any { return append(o.argv[:0], argGet, o.KeyArg) }, reply: stringCmd, read: readGet},
+}
+
+// Boxed constants of the commands, so that building Args does not allocate
+// for them.
+var (
+	argSet, argPX, argNX, argGet, argEvalSha any          = "set", "px", "nx", "get", "evalsha"
+	shas                                     [Get + 1]any // per Kind, for scripts
+)
+
+func init() {
+	for k, w := range wires {
+		if w.script != nil {
+			shas[k] = w.script.Hash()
+		}
+	}
+}
+
+// script returns EVALSHA sha numkeys keys... args... in o's storage.
+func (o *Op) script(numkeys int, keysAndArgs ...any) []any {
+	a := append(o.argv[:0], argEvalSha, shas[o.Kind], numkeys)
+	return append(a, keysAndArgs...)
+}
+
+// Build fills in o.Args (and KeyArg and TokenArg when nil), in o's own
+// storage: an Op embedded in a longer-lived struct costs no allocation of
+// its own.
+func (o *Op) Build() {
+	if o.KeyArg == nil {
+		o.KeyArg = o.Key
+	}
+	if o.TokenArg == nil && o.Kind != Get {
+		o.TokenArg = o.Token
+	}
+	o.Args = wires[o.Kind].args(o)
+}
+
+// Cmd returns o as a go-redis command bound to ctx, to be processed.
+func (o *Op) Cmd(ctx context.Context) redis.Cmder { return wires[o.Kind].reply(ctx, o.Args...) }
+
+// Result reads a processed Cmd as o's Result. A NOSCRIPT error means the
+// server has lost its script cache: run Eval.
+func (o *Op) Result(c redis.Cmder) Result { return wires[o.Kind].read(o, c) }
+
+// NoScript reports whether r asks for Eval.
+func NoScript(r Result) bool { return r.Err != nil && redis.HasErrorPrefix(r.Err, "NOSCRIPT") }
+
+// Eval runs o's script with EVAL, which also loads it, and reads its reply.
+func (o *Op) Eval(ctx context.Context, c redis.Scripter) Result {
+	w := wires[o.Kind]
+	if w.script == nil {
+		return Result{Err: errors.New("node: NOSCRIPT for a command that is not a script")}
+	}
+	n := o.Args[2].(int) // EVALSHA sha numkeys keys... args...
+	keys := make([]string, n)
+	for i, k := range o.Args[3 : 3+n] {
+		keys[i] = fmt.Sprint(k)
+	}
+	cmd := w.script.Eval(ctx, c, keys, o.Args[3+n:]...)
+	ic := redis.NewIntCmd(ctx)
+	v, err := cmd.Int64()
+	ic.SetVal(v)
+	ic.SetErr(err)
+	return o.Result(ic)
+}
+
+func stringCmd(ctx context.Context, args ...any) redis.Cmder { return redis.NewStringCmd(ctx, args...) }
+func intCmd(ctx context.Context, args ...any) redis.Cmder    { return redis.NewIntCmd(ctx, args...) }
+
+// readAcquire reads the reply to SET key token NX GET: nil when it set the
+// key, else the value that was there; that value is our token when a copy of
+// the command set it first (a command sent again), which counts as set.
+func readAcquire(o *Op, c redis.Cmder) Result {
+	v, err := c.(*redis.StringCmd).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return Result{Int: 1}
+	case err != nil:
+		return Result{Err: err}
+	case v == o.Token:
+		return Result{Int: 1}
+	}
+	return Result{Str: v}
+}
+
+func readGet(_ *Op, c redis.Cmder) Result {
+	v, err := c.(*redis.StringCmd).Result()
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	return Result{Str: v, Err: err}
+}
+
+func readInt(_ *Op, c redis.Cmder) Result {
+	n, err := c.(*redis.IntCmd).Result()
+	return Result{Int: n, Err: err}
+}
+
+func readCounter(o *Op, c redis.Cmder) Result {
+	r := readInt(o, c)
+	if r.Err == nil && r.Int < 0 {
+		r.Err = fmt.Errorf("pool: fencing counter %q is negative (%d): it was changed outside quorumlock", o.FenceKey, r.Int)
+	}
+	return r
+}

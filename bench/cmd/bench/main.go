@@ -75,6 +75,10 @@ func main() {
 		return
 	}
 	sc.warm = *warm
+	// A closed stdout or stderr (bench | head) must not kill this process
+	// before its deferred clean-up: with SIGPIPE caught, such writes just
+	// fail, and the servers, burners and client child are still stopped.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -9,6 +9,15 @@
 // with one node 2 ms slower (an in-process proxy delays its replies).
 //
 //	go run ./cmd/bench -d 10s -passes 3 -md ../docs/performance.md -png ../docs/performance.png
+//
+// The starved scenario (issue 11: timeout storms under a starved client) runs
+// only when named, once per implementation (quorumlock and redsync unless
+// -impls says otherwise), whatever -passes says: 16 workers on distinct keys
+// in a child process at nice +15, an unstarved baseline, then -burners
+// busy-loop processes for -starve-d, then a recovery phase (see starved.go).
+//
+//	go run ./cmd/bench -scenarios starved                                          # 60 s starved per implementation
+//	go run ./cmd/bench -scenarios starved -starve-d 5s -starve-base 2s -starve-recover 4s # smoke test
 package main
 
 import (
@@ -32,23 +41,56 @@ func main() {
 	dur := flag.Duration("d", 10*time.Second, "measured duration of each run")
 	warm := flag.Duration("warm", time.Second, "warm-up before each run's measured window")
 	passes := flag.Int("passes", 3, "interleaved passes over every scenario and implementation")
-	only := flag.String("scenarios", "", "comma-separated scenario ids to run (w1,w16,try1,block1,slow); empty: all")
+	only := flag.String("scenarios", "", "comma-separated scenario ids to run (w1,w16,try1,block1,slow,starved); empty: all but starved, which ignores -d and -passes (see -starve-*)")
 	which := flag.String("impls", "", "comma-separated implementations to run (quorumlock,redsync,raw); empty: all")
 	bin := flag.String("redis-server", "redis-server", "the redis-server binary")
 	md := flag.String("md", "", "write the results table into this Markdown file, between the bench markers")
 	png := flag.String("png", "", "draw the chart into this PNG file")
+	var sc starvedCfg
+	flag.DurationVar(&sc.starve, "starve-d", time.Minute, "starved: how long the burners run, per implementation")
+	flag.DurationVar(&sc.base, "starve-base", 5*time.Second, "starved: the unstarved baseline before the burners start")
+	flag.DurationVar(&sc.recover, "starve-recover", 10*time.Second, "starved: how long to watch the recovery after the burners stop")
+	flag.IntVar(&sc.burners, "burners", 16, "starved: busy-loop burner processes")
+	flag.IntVar(&sc.nice, "nice", 15, "starved: the client child runs at this much lower priority (nice -n) than the servers and burners")
+	// Internal: the starved scenario re-execs this command as its client
+	// child and as its burners.
+	child := flag.Bool("starved-child", false, "internal: run as the starved scenario's client")
+	childImpl := flag.String("starved-impl", "", "internal")
+	childAddrs := flag.String("starved-addrs", "", "internal")
+	childMax := flag.Duration("starved-max", 0, "internal")
+	childNice := flag.Int("starved-nice", 0, "internal")
+	burnFlag := flag.Bool("burn", false, "internal: spin as a starved-scenario burner")
+	burnMax := flag.Duration("burn-max", time.Minute, "internal")
 	flag.Parse()
+
+	switch {
+	case *burnFlag:
+		burn(*burnMax)
+		return
+	case *child:
+		if err := starvedChild(*childImpl, *childAddrs, *warm, *childMax, *childNice); err != nil {
+			fmt.Fprintln(os.Stderr, "bench (starved client):", err)
+			os.Exit(1)
+		}
+		return
+	}
+	sc.warm = *warm
+	// A closed stdout or stderr (bench | head) must not kill this process
+	// before its deferred clean-up: with SIGPIPE caught, such writes just
+	// fail, and the servers, burners and client child are still stopped.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *dur, *warm, *passes, *only, *which, *bin, *md, *png); err != nil {
+	if err := run(ctx, *dur, *warm, *passes, *only, *which, *bin, *md, *png, sc); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, bin, md, png string) error {
+func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, bin, md, png string, sc starvedCfg) error {
 	scs := scenarios
+	starved := slices.Contains(strings.Split(only, ","), starvedID)
 	if only != "" {
 		scs = nil
 		for _, s := range scenarios {
@@ -58,16 +100,21 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 		}
 	}
 	ims := impls
+	starvedImpls := []string{oursName, base}
 	if which != "" {
-		ims = ims[:0:0]
+		ims, starvedImpls = ims[:0:0], nil
 		for _, im := range impls {
 			if slices.Contains(strings.Split(which, ","), im.name) {
 				ims = append(ims, im)
+				starvedImpls = append(starvedImpls, im.name)
 			}
 		}
 	}
-	if len(scs) == 0 || len(ims) == 0 || passes < 1 {
+	if (len(scs) == 0 && !starved) || len(ims) == 0 || passes < 1 {
 		return fmt.Errorf("nothing to run")
+	}
+	if starved && (sc.starve <= 0 || sc.base < bucket*recoverWindow || sc.recover < bucket*recoverWindow || sc.burners < 1 || sc.nice < 1) {
+		return fmt.Errorf("starved: -starve-d and -burners must be positive, -nice at least 1, -starve-base and -starve-recover at least %v", bucket*recoverWindow)
 	}
 
 	srvs, err := startServers(ctx, bin, 5)
@@ -79,8 +126,26 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 	for i, s := range srvs {
 		addrs[i] = s.addr
 	}
-	fmt.Fprintf(os.Stderr, "bench: 5 redis-server on %s; %d pass(es) of %d scenario(s) × %d implementation(s), %v each (+%v warm-up)\n",
-		strings.Join(addrs, " "), passes, len(scs), len(ims), dur, warm)
+	if len(scs) > 0 {
+		fmt.Fprintf(os.Stderr, "bench: 5 redis-server on %s; %d pass(es) of %d scenario(s) × %d implementation(s), %v each (+%v warm-up)\n",
+			strings.Join(addrs, " "), passes, len(scs), len(ims), dur, warm)
+	}
+	if starved {
+		text, err := runStarved(ctx, srvs, starvedImpls, sc)
+		if err != nil {
+			return err
+		}
+		text = environment(bin) + "\n" + text
+		fmt.Println(text)
+		if md != "" {
+			if err := writeBetween(md, starvedBegin, starvedEnd, text); err != nil {
+				return err
+			}
+		}
+		if len(scs) == 0 {
+			return nil
+		}
+	}
 
 	all := map[string]map[string][]result{} // scenario → impl → per pass
 	for p := range passes {
@@ -211,11 +276,19 @@ func environment(bin string) string {
 const (
 	beginMarker = "<!-- bench:begin (written by bench/cmd/bench -md) -->"
 	endMarker   = "<!-- bench:end -->"
+	// The starved scenario has markers of its own, so that a run of it
+	// alone leaves the other scenarios' results in place.
+	starvedBegin = "<!-- bench-starved:begin (written by bench/cmd/bench -scenarios starved -md) -->"
+	starvedEnd   = "<!-- bench-starved:end -->"
 )
 
 // writeBetweenMarkers replaces what lies between the markers in path (or
 // appends both markers and text when the file has none).
 func writeBetweenMarkers(path, text string) error {
+	return writeBetween(path, beginMarker, endMarker, text)
+}
+
+func writeBetween(path, beginMarker, endMarker, text string) error {
 	old, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
 		return err

@@ -11,21 +11,16 @@ import (
 	"github.com/quorumlock/quorumlock/internal/quorum"
 )
 
-// TryLock makes one attempt to acquire key and does not wait.
-//
-// It sends SET NX PX to every node in parallel and returns as soon as the
-// outcome is certain: success once a quorum agreed (and validity is left),
-// failure once too few nodes remain to reach one; no slow node delays the
-// answer by more than the per-node timeout. On failure it removes its token,
-// before returning, from every node that answered and may hold it (a second
-// round, bounded by the per-node timeout too, on a context detached from
-// ctx); nodes still in flight are cleaned up when they answer, and deletes
-// that timed out are sent again, after TryLock has returned (Close waits
-// for both). Nodes that answered "taken" or with an error reply cost no
-// second round trip. On the first use of a Client, the nodes' identities
-// are checked first (see New). Rounds of one Client for one key run one at a time (a TryLock first waits for the round in flight,
-// which is bounded like its own): concurrent rounds would split the nodes'
-// votes so that neither wins.
+// TryLock makes one attempt to acquire key and does not wait for it to be
+// free. It returns as soon as the outcome is certain: the Lock once a quorum
+// of nodes took the key with validity left, a failure once too few nodes
+// can still agree (no slow node delays it by more than the per-node
+// timeout). A failed attempt leaves nothing behind: its token is taken back
+// from the nodes that answered before TryLock returns, and from the others
+// when their replies arrive, however late (Close waits for that work;
+// docs/design.md states the bound). The nodes' identities are checked on a
+// Client's first use (see New). Rounds of one Client for one key run one at
+// a time: TryLock first waits for the Client's round in flight on the key.
 //
 // Errors: a *QuorumError (matching ErrNotAcquired) when the lock is taken or
 // too few nodes answered; an error matching both ErrNotAcquired and

@@ -96,9 +96,13 @@ func StartHeld(parent context.Context, wg *sync.WaitGroup, timeout time.Duration
 }
 
 // Send sends op to node i, held back by StartHeld, now; or, once the round's
-// deadline has passed, delivers node.ErrNotSent for it without sending.
+// deadline has passed or Finish was called (nobody waits for the reply any
+// more), delivers node.ErrNotSent for it without sending.
 func (r *Round) Send(i int) {
-	if !time.Now().Before(r.deadline) {
+	r.mu.Lock()
+	finished := r.finished
+	r.mu.Unlock()
+	if finished || !time.Now().Before(r.deadline) {
 		r.Deliver(i, node.Result{Err: node.ErrNotSent})
 		return
 	}

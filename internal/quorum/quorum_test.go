@@ -200,7 +200,7 @@ func TestSenderDeadline(t *testing.T) {
 }
 
 // TestHeldNodes: a node held back by StartHeld counts as pending, is sent
-// nothing until Send, and is sent then; Send after the deadline delivers
+// nothing until Send, and is sent then; Send after Finish delivers
 // node.ErrNotSent without sending.
 func TestHeldNodes(t *testing.T) {
 	var wg sync.WaitGroup
@@ -224,15 +224,14 @@ func TestHeldNodes(t *testing.T) {
 	if rep, ok := r.Next(); !ok || rep.Node != 1 || rep.Err != nil {
 		t.Fatalf("after Send(1): %+v %v", rep, ok)
 	}
-	time.Sleep(250 * time.Millisecond) // past the deadline
-	r.Send(2)
 	late := make(chan Reply, 1)
 	r.Finish(func(rep Reply) { late <- rep })
+	r.Send(2) // nobody waits any more
 	if rep := <-late; rep.Node != 2 || !errors.Is(rep.Err, node.ErrNotSent) {
-		t.Fatalf("Send after the deadline: %+v, want ErrNotSent", rep)
+		t.Fatalf("Send after Finish: %+v, want ErrNotSent", rep)
 	}
 	if _, sent := calls.Load(2); sent {
-		t.Fatal("Send after the deadline sent op")
+		t.Fatal("Send after Finish sent op")
 	}
 	wg.Done()
 	wg.Wait()

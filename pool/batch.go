@@ -21,7 +21,7 @@ const idleExit = 100 * time.Millisecond
 // the writer then goes on with another executor, on another connection. A
 // node that stalls holds at most this many connections; what is queued
 // behind them waits, and is never written if its deadline passes first.
-const maxExecutors = 4
+const maxExecutors = 2
 
 // batcher coalesces the commands that concurrent rounds send to one node:
 // one writer goroutine takes everything queued and hands it to an executor,

@@ -729,13 +729,14 @@ func (f *faulter) inject() {
 		f.count("late " + scope.String())
 		// Always past the node timeout, so that what was held timed out.
 		// Half the time it lands within 1.5 s, while the client may still
-		// be cleaning up after it; half the time after 2.5–6 s, when the
-		// clean-up is over (the sweeps judge a key only once the clean-up
-		// bound has passed since its call, and it expires a TTL after it
-		// landed).
+		// be cleaning up after it; half the time after 3.5–7 s, when the
+		// clean-up is over: a sweep judges a key only once the clean-up
+		// bound (4.3 s here) has passed since its call returned, and the
+		// key expires a TTL after it landed, so only a landing more than
+		// 2.3 s after the call can be judged during the run.
 		d := ms(int((f.nodeTimeout+100*time.Millisecond)/time.Millisecond), 1500)
 		if f.rng.IntN(2) == 0 {
-			d = ms(2500, 6000)
+			d = ms(3500, 7000)
 		}
 		f.hold(fmt.Sprintf("%s late (%s) to nodes %v for %v", cc.name, scope, nodes, d), d, func() {
 			n := 0

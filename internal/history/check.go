@@ -539,18 +539,32 @@ func checkL2(s snapshot, cfg Config, r *Report) {
 		r.note("L2: %d sweeps during the run not judged: no clean-up bound (Config.Cleanup)", s.sweeps)
 		return
 	}
-	reported := map[[2]string]bool{} // node, token
-	early := 0
+	// A key that landed in time (by its call's end + one node timeout)
+	// is gone a TTL later: one found after that landed late, judged or not.
+	var maxTTL time.Duration
+	for _, op := range s.ops {
+		maxTTL = max(maxTTL, op.TTL)
+	}
+	landedLate := cfg.NodeTimeout + maxTTL + allowance(maxTTL, cfg)
+	type nodeToken struct {
+		node  int
+		token string
+	}
+	reported := map[nodeToken]bool{}
+	early, late := map[nodeToken]bool{}, map[nodeToken]bool{}
 	for _, l := range s.swept {
 		g, ok := tokens[l.Token]
 		if !ok {
 			continue
 		}
+		k := nodeToken{l.Node, l.Token}
+		if l.At-g.end > landedLate {
+			late[k] = true
+		}
 		if l.At < g.end+cfg.Cleanup {
-			early++
+			early[k] = true
 			continue
 		}
-		k := [2]string{fmt.Sprint(l.Node), l.Token}
 		if reported[k] {
 			continue
 		}
@@ -558,5 +572,15 @@ func checkL2(s snapshot, cfg Config, r *Report) {
 		r.add(L2, l.Key, "node%d held the token %q of %s at %v, %v after the call returned at %v (clean-up bound %v; PTTL %dms)",
 			l.Node, l.Token, g.what, us(l.At), us(l.At-g.end), us(g.end), cfg.Cleanup, l.PTTL)
 	}
-	r.note("L2: %d sweeps during the run; %d keys of ours they found were within the clean-up bound (%v) of their call, not judged", s.sweeps, early, cfg.Cleanup)
+	unjudged, unjudgedLate := 0, 0
+	for k := range early {
+		if !reported[k] {
+			unjudged++
+			if late[k] {
+				unjudgedLate++
+			}
+		}
+	}
+	r.note("L2: %d sweeps during the run; %d keys of ours they found only within the clean-up bound (%v) of their call were not judged, %d of them seen more than node timeout + TTL after it (they landed late)",
+		s.sweeps, unjudged, cfg.Cleanup, unjudgedLate)
 }

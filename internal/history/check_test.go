@@ -352,6 +352,17 @@ func TestL2Sweeps(t *testing.T) {
 	sweep(b, 400, Leftover{Node: 2, Key: "quorumlock:{j}", Token: "td", PTTL: 500}) // dead holder: L1
 	want(t, check(t, b, c), map[Property]int{L2: 2})
 
+	// A key seen more than node timeout + TTL after its call landed late:
+	// noted even while the clean-up bound has not passed.
+	c.Cleanup = 2 * time.Second
+	b = clean()
+	sweep(b, 1123, Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: 900})
+	r = check(t, b, c)
+	want(t, r, nil)
+	if !strings.Contains(strings.Join(r.Notes, "\n"), "1 keys of ours they found only within the clean-up bound (2s) of their call were not judged, 1 of them") {
+		t.Errorf("the late landing is not noted: %q", r.Notes)
+	}
+
 	// Without a bound, sweeps are noted, not judged.
 	b = clean()
 	sweep(b, 5000, Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: 600})

@@ -166,8 +166,9 @@ func (p *Proxy) Hold(scope HoldScope) {
 // after. It returns the number of bytes written. Data the client writes
 // after Deliver started is forwarded as usual, after the held data of its
 // connection. Commands on different connections are not ordered by TCP: the
-// node usually runs them in the order written, but need not. Without a hold
-// in force, Deliver does nothing and returns 0.
+// node usually runs them in the order written, but need not (behind Docker's
+// port forwarder, itself a proxy with a goroutine per connection, less so).
+// Without a hold in force, Deliver does nothing and returns 0.
 func (p *Proxy) Deliver() int {
 	p.mu.Lock()
 	h := p.hold

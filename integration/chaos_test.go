@@ -457,17 +457,23 @@ func newFaulter(t *testing.T, c *cluster, clients []*chaosClient, ttl, nodeTimeo
 }
 
 // run injects a fault every 1–3 s until stop is closed, then waits until
-// every fault is healed.
+// every fault is healed. The first fault is a late delivery, so that even
+// the short run of `make test` (15 s, about 7 faults drawn from 6 kinds)
+// always has one; the others are drawn at random.
 func (f *faulter) run() {
 	defer f.wg.Wait()
-	for {
+	for n := 0; ; n++ {
 		gap := time.Second + time.Duration(f.rng.IntN(2000))*time.Millisecond
 		select {
 		case <-f.stop:
 			return
 		case <-time.After(gap):
 		}
-		f.inject()
+		kind := f.rng.IntN(faultKinds)
+		if n == 0 {
+			kind = faultLate
+		}
+		f.inject(kind)
 	}
 }
 
@@ -628,11 +634,18 @@ func readLockKeys(cl *redis.Client, h *hist.History, i int, keys []string) (foun
 	return found, true
 }
 
-func (f *faulter) inject() {
+// The kinds of fault inject draws from; faultLate is late delivery.
+const (
+	faultKinds = 6
+	faultLate  = 5
+)
+
+// inject starts one fault of the given kind (0 to faultKinds-1).
+func (f *faulter) inject(kind int) {
 	ms := func(lo, hi int) time.Duration { return time.Duration(lo+f.rng.IntN(hi-lo)) * time.Millisecond }
 	k := f.rng.IntN(len(f.clients))
 	cc := f.clients[k]
-	switch f.rng.IntN(6) {
+	switch kind {
 	case 0: // kill, restart with the data after more than the TTL
 		i, ok := f.freeNode()
 		if !ok {
@@ -708,7 +721,7 @@ func (f *faulter) inject() {
 			}
 			f.linksDone(k, nodes)
 		})
-	case 5: // late delivery on 1–3 of one client's links
+	case faultLate: // late delivery on 1–3 of one client's links
 		nodes := f.links(k, 1+f.rng.IntN(3))
 		if len(nodes) == 0 {
 			return

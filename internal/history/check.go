@@ -527,8 +527,14 @@ func checkL2(s snapshot, cfg Config, r *Report) {
 		}
 	}
 	r.Checked[L2] = len(tokens)
+	type nodeToken struct {
+		node  int
+		token string
+	}
+	reported := map[nodeToken]bool{} // one violation per key, however often it is seen
 	for _, l := range s.leftovers {
 		if g, ok := tokens[l.Token]; ok {
+			reported[nodeToken{l.Node, l.Token}] = true
 			r.add(L2, l.Key, "node%d still holds the token %q of %s (call returned at %v) after the run (PTTL %dms)", l.Node, l.Token, g.what, us(g.end), l.PTTL)
 		}
 	}
@@ -546,11 +552,6 @@ func checkL2(s snapshot, cfg Config, r *Report) {
 		maxTTL = max(maxTTL, op.TTL)
 	}
 	landedLate := cfg.NodeTimeout + maxTTL + allowance(maxTTL, cfg)
-	type nodeToken struct {
-		node  int
-		token string
-	}
-	reported := map[nodeToken]bool{}
 	early, late := map[nodeToken]bool{}, map[nodeToken]bool{}
 	for _, l := range s.swept {
 		g, ok := tokens[l.Token]

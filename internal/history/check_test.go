@@ -352,6 +352,12 @@ func TestL2Sweeps(t *testing.T) {
 	sweep(b, 400, Leftover{Node: 2, Key: "quorumlock:{j}", Token: "td", PTTL: 500}) // dead holder: L1
 	want(t, check(t, b, c), map[Property]int{L2: 2})
 
+	// A key seen by a sweep and by the final scan is one violation.
+	b = clean()
+	sweep(b, 400, Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: 600})
+	b.h.AddLeftovers(Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: 500})
+	want(t, check(t, b, c), map[Property]int{L2: 1})
+
 	// A key seen more than node timeout + TTL after its call landed late:
 	// noted even while the clean-up bound has not passed.
 	c.Cleanup = 2 * time.Second

@@ -414,50 +414,66 @@ func probe(ctx context.Context, admins []*redis.Client, h *hist.History, l *redl
 
 // faulter injects faults at random until stopped, and heals each after a
 // while: node kills (restarted with their data after more than the TTL),
-// pauses, per-client partitions (blackholes), connection resets and
-// latency. It never has more than maxNodeFaults nodes killed, paused or
-// kept out by the clients' restart guard at once. Every fault runs on a goroutine that heals it when its time is up,
-// or at once when the faulter stops.
+// pauses, per-client partitions (blackholes), connection resets, latency
+// and late delivery (what a client wrote to a node is held past the node
+// timeout, then lands). It never has more than maxNodeFaults nodes killed,
+// paused or kept out by the clients' restart guard at once. Every fault
+// runs on a goroutine that heals it when its time is up, or at once when
+// the faulter stops.
 type faulter struct {
-	t       *testing.T
-	c       *cluster
-	clients []*chaosClient
-	ttl     time.Duration
-	guard   time.Duration // the clients' restart guard
-	rng     *rand.Rand
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	t           *testing.T
+	c           *cluster
+	clients     []*chaosClient
+	ttl         time.Duration
+	nodeTimeout time.Duration // the clients' per-node timeout
+	guard       time.Duration // the clients' restart guard
+	rng         *rand.Rand
+	stop        chan struct{}
+	wg          sync.WaitGroup
+	// After a late delivery, sweeps read keys on the nodes it went to
+	// through admins and record what they find in h (L2).
+	admins []*redis.Client
+	h      *hist.History
+	keys   []string
 
 	mu        sync.Mutex
 	nodeBusy  map[int]bool
-	linkBusy  map[[2]int]bool // (client, node) with a blackhole or latency
+	linkBusy  map[[2]int]bool // (client, node) with a blackhole, latency or late delivery
+	held      map[[2]int]bool // (client, node) with late delivery: resets spare them
 	active    map[int]string
 	next      int
 	counts    map[string]int
 	maxFaults int
+	lateBytes int // bytes held by late faults and delivered
 }
 
 const maxNodeFaults = 2 // a quorum of 3 of 5 nodes stays up
 
-func newFaulter(t *testing.T, c *cluster, clients []*chaosClient, ttl, guard time.Duration, seed uint64) *faulter {
+func newFaulter(t *testing.T, c *cluster, clients []*chaosClient, ttl, nodeTimeout, guard time.Duration, seed uint64) *faulter {
 	return &faulter{
-		t: t, c: c, clients: clients, ttl: ttl, guard: guard, rng: rand.New(rand.NewPCG(seed, 7)), stop: make(chan struct{}),
-		nodeBusy: map[int]bool{}, linkBusy: map[[2]int]bool{}, active: map[int]string{}, counts: map[string]int{},
+		t: t, c: c, clients: clients, ttl: ttl, nodeTimeout: nodeTimeout, guard: guard, rng: rand.New(rand.NewPCG(seed, 7)), stop: make(chan struct{}),
+		nodeBusy: map[int]bool{}, linkBusy: map[[2]int]bool{}, held: map[[2]int]bool{}, active: map[int]string{}, counts: map[string]int{},
 	}
 }
 
 // run injects a fault every 1–3 s until stop is closed, then waits until
-// every fault is healed.
+// every fault is healed. The first fault is a late delivery, so that even
+// the short run of `make test` (15 s, about 7 faults drawn from 6 kinds)
+// always has one; the others are drawn at random.
 func (f *faulter) run() {
 	defer f.wg.Wait()
-	for {
+	for n := 0; ; n++ {
 		gap := time.Second + time.Duration(f.rng.IntN(2000))*time.Millisecond
 		select {
 		case <-f.stop:
 			return
 		case <-time.After(gap):
 		}
-		f.inject()
+		kind := f.rng.IntN(faultKinds)
+		if n == 0 {
+			kind = faultLate
+		}
+		f.inject(kind)
 	}
 }
 
@@ -548,11 +564,88 @@ func (f *faulter) linksDone(k int, nodes []int) {
 	f.mu.Unlock()
 }
 
-func (f *faulter) inject() {
+// setHeld marks client k's links to nodes as held (late delivery) or not.
+func (f *faulter) setHeld(k int, nodes []int, on bool) {
+	f.mu.Lock()
+	for _, i := range nodes {
+		if on {
+			f.held[[2]int{k, i}] = true
+		} else {
+			delete(f.held, [2]int{k, i})
+		}
+	}
+	f.mu.Unlock()
+}
+
+func (f *faulter) isHeld(k, i int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.held[[2]int{k, i}]
+}
+
+// sweep reads our lock keys on nodes, directly, right after a late
+// delivery and then every 200 ms until every key it can have set has
+// expired (TTL + allowance), or the faulter stops (the final scan takes
+// over), and records what it finds (L2).
+func (f *faulter) sweep(nodes []int) {
+	until := time.Now().Add(f.ttl + drift.Allowance(f.ttl, drift.DefaultFactor) + 100*time.Millisecond)
+	for {
+		for _, i := range nodes {
+			if found, ok := readLockKeys(f.admins[i], f.h, i, f.keys); ok {
+				f.h.AddSweep(found...)
+			}
+		}
+		if time.Now().After(until) {
+			return
+		}
+		select {
+		case <-f.stop:
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// readLockKeys reads keys' lock keys on node i through cl (GET and PTTL in
+// one transaction, so that they agree), stamped with the time of the read;
+// ok is false when the node did not answer in time (killed or paused).
+func readLockKeys(cl *redis.Client, h *hist.History, i int, keys []string) (found []hist.Leftover, ok bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	at := h.Now()
+	gets := make([]*redis.StringCmd, len(keys))
+	pttls := make([]*redis.Cmd, len(keys))
+	_, err := cl.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for j, k := range keys {
+			gets[j] = p.Get(ctx, rkey(k))
+			pttls[j] = p.Do(ctx, "PTTL", rkey(k))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, false
+	}
+	for j, k := range keys {
+		if tok := gets[j].Val(); tok != "" {
+			ms, _ := pttls[j].Int64()
+			found = append(found, hist.Leftover{Node: i, Key: rkey(k), Token: tok, PTTL: ms, At: at})
+		}
+	}
+	return found, true
+}
+
+// The kinds of fault inject draws from; faultLate is late delivery.
+const (
+	faultKinds = 6
+	faultLate  = 5
+)
+
+// inject starts one fault of the given kind (0 to faultKinds-1).
+func (f *faulter) inject(kind int) {
 	ms := func(lo, hi int) time.Duration { return time.Duration(lo+f.rng.IntN(hi-lo)) * time.Millisecond }
 	k := f.rng.IntN(len(f.clients))
 	cc := f.clients[k]
-	switch f.rng.IntN(5) {
+	switch kind {
 	case 0: // kill, restart with the data after more than the TTL
 		i, ok := f.freeNode()
 		if !ok {
@@ -607,7 +700,9 @@ func (f *faulter) inject() {
 		})
 	case 3: // reset one client's connections to 1–5 nodes
 		for _, i := range f.rng.Perm(f.c.Len())[:1+f.rng.IntN(f.c.Len())] {
-			cc.proxies[i].Reset()
+			if !f.isHeld(k, i) { // a reset would lose the held bytes: they must land
+				cc.proxies[i].Reset()
+			}
 		}
 		f.count("reset")
 	case 4: // latency on 1–2 of one client's links
@@ -626,6 +721,52 @@ func (f *faulter) inject() {
 			}
 			f.linksDone(k, nodes)
 		})
+	case faultLate: // late delivery on 1–3 of one client's links
+		nodes := f.links(k, 1+f.rng.IntN(3))
+		if len(nodes) == 0 {
+			return
+		}
+		// HoldOpen: what is in flight, and what the client writes on its
+		// open connections until it drops them, lands late; its new
+		// connections work (a retried command or a roll-back overtakes
+		// the late one). HoldAll: nothing it writes lands before the end.
+		scope := redistest.HoldOpen
+		if f.rng.IntN(2) == 0 {
+			scope = redistest.HoldAll
+		}
+		f.setHeld(k, nodes, true)
+		for _, i := range nodes {
+			cc.proxies[i].Hold(scope)
+		}
+		f.count("late")
+		f.count("late " + scope.String())
+		// Always past the node timeout, so that what was held timed out.
+		// Half the time it lands within 1.5 s, while the client may still
+		// be cleaning up after it; half the time after 3.5–7 s, when the
+		// clean-up is over: a sweep judges a key only once the clean-up
+		// bound (4.3 s here) has passed since its call returned, and the
+		// key expires a TTL after it landed, so only a landing more than
+		// 2.3 s after the call can be judged during the run.
+		d := ms(int((f.nodeTimeout+100*time.Millisecond)/time.Millisecond), 1500)
+		if f.rng.IntN(2) == 0 {
+			d = ms(3500, 7000)
+		}
+		f.hold(fmt.Sprintf("%s late (%s) to nodes %v for %v", cc.name, scope, nodes, d), d, func() {
+			n := 0
+			for _, i := range nodes {
+				n += cc.proxies[i].Deliver()
+			}
+			f.mu.Lock()
+			f.lateBytes += n
+			if n > 0 {
+				f.counts["late landed"]++
+			}
+			f.mu.Unlock()
+			f.t.Logf("chaos: %s late (%s) to nodes %v: %d bytes held for up to %v landed", cc.name, scope, nodes, n, d)
+			f.setHeld(k, nodes, false)
+			f.linksDone(k, nodes)
+			f.sweep(nodes)
+		})
 	}
 }
 
@@ -643,10 +784,11 @@ func (f *faulter) status() (active []string, counts map[string]int) {
 func faultSummary(counts map[string]int) string {
 	var parts []string
 	total := 0
-	for _, k := range []string{"kill", "pause", "partition", "reset", "latency"} {
+	for _, k := range []string{"kill", "pause", "partition", "reset", "latency", "late"} {
 		parts = append(parts, fmt.Sprintf("%d %s", counts[k], k))
 		total += counts[k]
 	}
+	parts[len(parts)-1] += fmt.Sprintf(" (%d open, %d all; %d delivered something)", counts["late open"], counts["late all"], counts["late landed"])
 	return fmt.Sprintf("%d faults: %s", total, strings.Join(parts, ", "))
 }
 
@@ -698,10 +840,24 @@ func startAudit(t *testing.T, c *cluster, allowExternal bool) (*hist.Audit, func
 	return a, stop
 }
 
+// cleanupBound is the bound docs/design.md states for the clean-up of a
+// failed acquire call or a Release ("Deciding early, cleaning up late"): a
+// node's reply may come up to one node timeout after the call returned; its
+// background release gets min(TTL, max(10 × node timeout, 2 s)); when that
+// release finds nothing, it is sent once more after min(node timeout,
+// 100 ms), with the same time. After this, no key of the call may be left
+// (L2 sweeps).
+func cleanupBound(ttl, nodeTimeout time.Duration) time.Duration {
+	bg := min(ttl, max(10*nodeTimeout, 2*time.Second))
+	return nodeTimeout + bg + min(nodeTimeout, 100*time.Millisecond) + bg
+}
+
 // TestChaosMixed runs 16 independent clients, each behind its own proxies,
 // contending for 3 keys with fencing, a guarded counter and a fenced
 // register, while nodes are killed (and restarted with their data after more
-// than the TTL), paused, cut off from single clients, reset and slowed.
+// than the TTL), paused, cut off from single clients, reset and slowed, and
+// single clients' commands are held past the node timeout and then land
+// (late delivery, swept for leftovers afterwards).
 // Holders extend, release, and sometimes die. Every operation is recorded,
 // every node's MONITOR stream is audited, and at the end the history is
 // checked for S1–S5, L1, L2 and linearizability. QUORUMLOCK_CHAOS_DURATION
@@ -804,7 +960,8 @@ func TestChaosMixed(t *testing.T) {
 		})
 	}
 
-	f := newFaulter(t, c, clients, ttl, guard, uint64(time.Now().UnixNano()))
+	f := newFaulter(t, c, clients, ttl, nodeTimeout, guard, uint64(time.Now().UnixNano()))
+	f.admins, f.h, f.keys = admins, h, keys
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); f.run() }()
 
@@ -843,13 +1000,13 @@ func TestChaosMixed(t *testing.T) {
 	stopAudit()
 
 	start := time.Now()
-	r := hist.Check(h, hist.Config{Nodes: nodes, NodeTimeout: nodeTimeout, Fencing: true, Replies: true, Audit: audit})
+	r := hist.Check(h, hist.Config{Nodes: nodes, NodeTimeout: nodeTimeout, Cleanup: cleanupBound(ttl, nodeTimeout), Fencing: true, Replies: true, Audit: audit})
 	_, counts := f.status()
 	t.Logf("checked in %v:\n%s", time.Since(start).Round(time.Millisecond), r)
 	for _, v := range r.Violations {
 		t.Errorf("%s", v)
 	}
-	t.Logf("chaos summary (max %d faults at once; go-redis logged %d failed dials)", f.maxFaults, quiet.n.Load())
+	t.Logf("chaos summary (max %d faults at once; %d bytes delivered late; go-redis logged %d failed dials)", f.maxFaults, f.lateBytes, quiet.n.Load())
 	t.Logf("acquire calls that won: %s", durations(lat.get(true)))
 	t.Logf("acquire calls that failed: %s; their last rounds' node answers: %s", durations(lat.get(false)), why.all())
 	t.Logf("| scenario | faults | properties checked | operations | violations |")

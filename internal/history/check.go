@@ -50,6 +50,15 @@ type Config struct {
 	// flight when its round ended can land up to this long after the
 	// round started (L1).
 	NodeTimeout time.Duration
+	// Cleanup is the bound the library states for its clean-up: how long
+	// after a failed acquire call or a Release returned it may still be
+	// removing that call's keys in the background (L2). A key found by a
+	// sweep (History.AddSweep) holding the token of a failed round or of a
+	// released lock is a violation when the sweep read it at least Cleanup
+	// after that call returned; with 0, sweeps are not judged. The final
+	// scan needs no bound: it comes after every client was closed (which
+	// waits for its clean-up) and every fault healed.
+	Cleanup time.Duration
 	// Fencing says every client used redlock.WithFencing(true): S2 then
 	// requires a quorum for the write-back, and S4 is checked.
 	Fencing bool
@@ -192,7 +201,7 @@ func Check(h *History, cfg Config) *Report {
 	checkS4(byKey, s.sections, holds, cfg, r)
 	checkS5(s, holds, r)
 	checkL1(s, cfg, r)
-	checkL2(s, r)
+	checkL2(s, cfg, r)
 	checkLinearizable(byKey, s.sections, holds, cfg, r)
 	return r
 }
@@ -481,10 +490,13 @@ func checkL1(s snapshot, cfg Config, r *Report) {
 }
 
 // checkL2: no key found by the final scan holds the token of a round that
-// did not win.
-func checkL2(s snapshot, r *Report) {
-	if !s.scanned {
-		r.Skipped[L2] = "no final scan of the nodes"
+// did not win or of a lock that was released; and no key found by a sweep
+// does, when the sweep came at least cfg.Cleanup after the call that should
+// have removed it (the failed acquire call, the Release) returned. A late
+// SET or PEXPIRE that lands after the clean-up gave up is what this finds.
+func checkL2(s snapshot, cfg Config, r *Report) {
+	if !s.scanned && s.sweeps == 0 {
+		r.Skipped[L2] = "no final scan of the nodes and no sweep"
 		return
 	}
 	won := map[string]bool{}
@@ -493,18 +505,83 @@ func checkL2(s snapshot, r *Report) {
 			won[op.Token] = true
 		}
 	}
-	failed := map[string]string{} // token -> client
+	// gone: token -> what should have removed it and when that returned
+	type gone struct {
+		what string
+		end  time.Duration
+	}
+	tokens := map[string]gone{}
 	for _, op := range s.ops {
 		for _, tok := range op.Tried {
 			if !won[tok] {
-				failed[tok] = op.Client
+				tokens[tok] = gone{fmt.Sprintf("a failed acquisition by %s", op.Client), op.End}
 			}
 		}
 	}
-	r.Checked[L2] = len(failed)
-	for _, l := range s.leftovers {
-		if who, ok := failed[l.Token]; ok {
-			r.add(L2, l.Key, "node%d still holds the token %q of a failed acquisition by %s (PTTL %dms)", l.Node, l.Token, who, l.PTTL)
+	for _, op := range s.ops {
+		if op.Kind != Release || op.Token == "" {
+			continue
+		}
+		if g, ok := tokens[op.Token]; !ok || op.End > g.end {
+			tokens[op.Token] = gone{fmt.Sprintf("%s's released lock", op.Client), op.End}
 		}
 	}
+	r.Checked[L2] = len(tokens)
+	type nodeToken struct {
+		node  int
+		token string
+	}
+	reported := map[nodeToken]bool{} // one violation per key, however often it is seen
+	for _, l := range s.leftovers {
+		if g, ok := tokens[l.Token]; ok {
+			reported[nodeToken{l.Node, l.Token}] = true
+			r.add(L2, l.Key, "node%d still holds the token %q of %s (call returned at %v) after the run (PTTL %dms)", l.Node, l.Token, g.what, us(g.end), l.PTTL)
+		}
+	}
+	if s.sweeps == 0 {
+		return
+	}
+	if cfg.Cleanup <= 0 {
+		r.note("L2: %d sweeps during the run not judged: no clean-up bound (Config.Cleanup)", s.sweeps)
+		return
+	}
+	// A key that landed in time (by its call's end + one node timeout)
+	// is gone a TTL later: one found after that landed late, judged or not.
+	var maxTTL time.Duration
+	for _, op := range s.ops {
+		maxTTL = max(maxTTL, op.TTL)
+	}
+	landedLate := cfg.NodeTimeout + maxTTL + allowance(maxTTL, cfg)
+	early, late := map[nodeToken]bool{}, map[nodeToken]bool{}
+	for _, l := range s.swept {
+		g, ok := tokens[l.Token]
+		if !ok {
+			continue
+		}
+		k := nodeToken{l.Node, l.Token}
+		if l.At-g.end > landedLate {
+			late[k] = true
+		}
+		if l.At < g.end+cfg.Cleanup {
+			early[k] = true
+			continue
+		}
+		if reported[k] {
+			continue
+		}
+		reported[k] = true
+		r.add(L2, l.Key, "node%d held the token %q of %s at %v, %v after the call returned at %v (clean-up bound %v; PTTL %dms)",
+			l.Node, l.Token, g.what, us(l.At), us(l.At-g.end), us(g.end), cfg.Cleanup, l.PTTL)
+	}
+	unjudged, unjudgedLate := 0, 0
+	for k := range early {
+		if !reported[k] {
+			unjudged++
+			if late[k] {
+				unjudgedLate++
+			}
+		}
+	}
+	r.note("L2: %d sweeps during the run; %d keys of ours they found only within the clean-up bound (%v) of their call were not judged, %d of them seen more than node timeout + TTL after it (they landed late)",
+		s.sweeps, unjudged, cfg.Cleanup, unjudgedLate)
 }

@@ -301,7 +301,7 @@ func TestL1(t *testing.T) {
 
 	b = clean()
 	b.h.AddLeftovers(Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc", PTTL: -1})
-	want(t, check(t, b, cfg), map[Property]int{L1: 1})
+	want(t, check(t, b, cfg), map[Property]int{L1: 1, L2: 1}) // tc was released, too
 }
 
 func TestL2(t *testing.T) {
@@ -309,9 +309,74 @@ func TestL2(t *testing.T) {
 	b.h.AddLeftovers(Leftover{Node: 3, Key: "quorumlock:{k}", Token: "tc-1", PTTL: 800})
 	want(t, check(t, b, cfg), map[Property]int{L2: 1})
 
+	// A released lock's key left after the run: a late SET (or a release
+	// that never reached a node) outlived the Release.
 	b = clean()
-	b.h.AddLeftovers(Leftover{Node: 3, Key: "quorumlock:{k}", Token: "tc", PTTL: 800}) // the winner's: not L2
+	b.h.AddLeftovers(Leftover{Node: 3, Key: "quorumlock:{k}", Token: "tc", PTTL: 800})
+	want(t, check(t, b, cfg), map[Property]int{L2: 1})
+
+	// A dead holder's key is not released: L1's business, not L2's.
+	b = clean()
+	b.h.AddLeftovers(Leftover{Node: 3, Key: "quorumlock:{j}", Token: "td", PTTL: 800})
 	want(t, check(t, b, cfg), nil)
+}
+
+// Sweeps during the run judge a key of a failed round or a released lock
+// only once the clean-up bound after its call has passed.
+func TestL2Sweeps(t *testing.T) {
+	c := cfg
+	c.Cleanup = ms(300)
+	// tc-1's failed call returned at 23 ms; ta was released at 18 ms.
+	sweep := func(b *builder, at int, ls ...Leftover) {
+		for i := range ls {
+			ls[i].At = ms(at)
+		}
+		b.h.AddSweep(ls...)
+	}
+
+	b := clean()
+	sweep(b, 100, Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: 900}) // within the bound
+	sweep(b, 200, Leftover{Node: 1, Key: "quorumlock:{k}", Token: "ta", PTTL: 900})
+	sweep(b, 250)
+	r := check(t, b, c)
+	want(t, r, nil)
+	if !strings.Contains(strings.Join(r.Notes, "\n"), "3 sweeps") {
+		t.Errorf("the sweeps are not noted: %q", r.Notes)
+	}
+
+	b = clean()
+	sweep(b, 323, Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: 600})
+	sweep(b, 400, Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: 500}) // the same key again: one violation
+	sweep(b, 400, Leftover{Node: 2, Key: "quorumlock:{k}", Token: "ta", PTTL: 500})
+	sweep(b, 330, Leftover{Node: 2, Key: "quorumlock:{k}", Token: "tc", PTTL: 500}) // released at 35 ms: within the bound
+	sweep(b, 400, Leftover{Node: 2, Key: "quorumlock:{j}", Token: "td", PTTL: 500}) // dead holder: L1
+	want(t, check(t, b, c), map[Property]int{L2: 2})
+
+	// A key seen by a sweep and by the final scan is one violation.
+	b = clean()
+	sweep(b, 400, Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: 600})
+	b.h.AddLeftovers(Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: 500})
+	want(t, check(t, b, c), map[Property]int{L2: 1})
+
+	// A key seen more than node timeout + TTL after its call landed late:
+	// noted even while the clean-up bound has not passed.
+	c.Cleanup = 2 * time.Second
+	b = clean()
+	sweep(b, 1123, Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: 900})
+	r = check(t, b, c)
+	want(t, r, nil)
+	if !strings.Contains(strings.Join(r.Notes, "\n"), "1 keys of ours they found only within the clean-up bound (2s) of their call were not judged, 1 of them") {
+		t.Errorf("the late landing is not noted: %q", r.Notes)
+	}
+
+	// Without a bound, sweeps are noted, not judged.
+	b = clean()
+	sweep(b, 5000, Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: 600})
+	r = check(t, b, cfg)
+	want(t, r, nil)
+	if !strings.Contains(strings.Join(r.Notes, "\n"), "not judged") {
+		t.Errorf("unjudged sweeps are not noted: %q", r.Notes)
+	}
 }
 
 func TestSkipped(t *testing.T) {

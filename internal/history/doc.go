@@ -14,7 +14,9 @@
 //     sections that incremented it;
 //   - L1: a lock whose holder died is free again within TTL + drift, and no
 //     lock key outlives the longest TTL;
-//   - L2: no key of a failed acquisition is left on a node;
+//   - L2: no key of a failed acquisition, and none of a released lock, is
+//     left on a node once the library's clean-up is over: at the end of
+//     the run, and in sweeps during it (late deliveries included);
 //   - LIN: the history of acquisitions, releases and guarded increments is
 //     linearizable against a mutex-plus-counter model
 //     (github.com/anishathalye/porcupine).

@@ -184,13 +184,16 @@ type Probe struct {
 	Nodes     []ProbeNode
 }
 
-// Leftover is a lock key found on a node by the scan at the end of a run,
-// after every client was closed and every fault healed.
+// Leftover is a lock key found on a node: by the scan at the end of a run,
+// after every client was closed and every fault healed (AddLeftovers), or by
+// a sweep during the run (AddSweep).
 type Leftover struct {
 	Node  int
 	Key   string // the Redis key
 	Token string // its value
 	PTTL  int64  // ms; -1 when the key has no TTL
+	// At is when the node was read (sweeps; not needed for the final scan).
+	At time.Duration
 }
 
 // History is the record of one test run. Its zero value is not usable; make
@@ -205,6 +208,8 @@ type History struct {
 	nreplies  int
 	probes    []Probe
 	leftovers []Leftover
+	swept     []Leftover
+	sweeps    int
 	counters  map[string]int64
 	scanned   bool
 	acquired  int
@@ -277,6 +282,18 @@ func (h *History) AddLeftovers(ls ...Leftover) {
 	h.mu.Unlock()
 }
 
+// AddSweep records what one read of one or more nodes during the run found
+// (L2): every lock key, with the time it was read (Leftover.At), which may be
+// none. A key that holds the token of a failed round or of a released lock
+// is a violation when it was read at least Config.Cleanup after the call
+// that should have removed it returned.
+func (h *History) AddSweep(ls ...Leftover) {
+	h.mu.Lock()
+	h.swept = append(h.swept, ls...)
+	h.sweeps++
+	h.mu.Unlock()
+}
+
 // SetCounter records the final value of the counter guarded by key's lock
 // (S5). Keys whose counter was never set are not checked.
 func (h *History) SetCounter(key string, v int64) {
@@ -305,6 +322,8 @@ type snapshot struct {
 	probes    []Probe
 	leftovers []Leftover
 	scanned   bool
+	swept     []Leftover
+	sweeps    int
 	counters  map[string]int64
 }
 
@@ -318,6 +337,8 @@ func (h *History) snapshot() snapshot {
 		probes:    append([]Probe(nil), h.probes...),
 		leftovers: append([]Leftover(nil), h.leftovers...),
 		scanned:   h.scanned,
+		swept:     append([]Leftover(nil), h.swept...),
+		sweeps:    h.sweeps,
 		counters:  make(map[string]int64, len(h.counters)),
 	}
 	for k, v := range h.replies {

@@ -10,7 +10,13 @@ import (
 // Proxy is an in-process TCP proxy from 127.0.0.1:<random port> to one node,
 // for injecting faults between one client and one node. Each accepted
 // connection gets its own upstream connection; when either side closes, the
-// other is closed too. All methods are safe for concurrent use.
+// other is closed too, once what was read from the client (held data
+// included, see Hold) has been written to the node. All methods are safe
+// for concurrent use.
+//
+// The faults: SetLatency (slow link), Blackhole (lost packets), Reset (TCP
+// RST), and Hold / Deliver (late delivery: what the client wrote reaches the
+// node only after the client gave up on it).
 type Proxy struct {
 	target string
 	ln     net.Listener
@@ -21,6 +27,7 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	conns  map[*proxyConn]struct{}
+	hold   *hold // the hold in force, nil when none
 	closed bool
 
 	wg        sync.WaitGroup
@@ -33,12 +40,63 @@ type proxyConn struct {
 	dropped          atomic.Bool // data was discarded by a blackhole
 	done             chan struct{}
 	once             sync.Once
+	hold             *hold // guarded by Proxy.mu: the hold that keeps what the client writes
 }
 
-// chunk is data read from one side, to be written to the other at due.
+// chunk is data read from one side, to be written to the other at due (and,
+// if held, not before Deliver released it).
 type chunk struct {
 	data []byte
 	due  time.Time
+	held *heldChunk
+}
+
+// HoldScope says which connections a hold applies to (see Proxy.Hold).
+type HoldScope uint8
+
+const (
+	// HoldOpen holds the connections open when Hold is called: the
+	// commands in flight on them, and everything the client writes on them
+	// until it gives up on them, land late; connections the client opens
+	// afterwards work normally. This is a TCP connection whose segments
+	// are retransmitted late, or a stalled path, while a new connection
+	// gets through: a command sent again, or a clean-up sent on a new
+	// connection, overtakes the late one.
+	HoldOpen HoldScope = iota + 1
+	// HoldAll also holds every connection opened while the hold is on:
+	// nothing the client writes reaches the node before Deliver (a link
+	// that buffers everything, or a client-side stall).
+	HoldAll
+)
+
+// String returns "open" or "all".
+func (s HoldScope) String() string {
+	switch s {
+	case HoldOpen:
+		return "open"
+	case HoldAll:
+		return "all"
+	}
+	return "HoldScope(?)"
+}
+
+// hold is one late-delivery fault: the data read from the client on the
+// connections it applies to, in the order it was read, until Deliver.
+type hold struct {
+	all        bool // new connections are held too (HoldAll)
+	delivering bool // Deliver has started: data read now is not held
+	queue      []*heldChunk
+	bytes      int
+}
+
+// heldChunk is one held read. Deliver closes ready to let the connection's
+// writer write it; the writer closes done after writing it (written says
+// whether it was written: a connection reset meanwhile loses it).
+type heldChunk struct {
+	pc          *proxyConn
+	n           int
+	ready, done chan struct{}
+	written     atomic.Bool
 }
 
 func newProxy(target string) (*Proxy, error) {
@@ -64,6 +122,97 @@ func (p *Proxy) SetLatency(d time.Duration) {
 		d = 0
 	}
 	p.latency.Store(int64(d))
+}
+
+// Hold makes the link deliver late: from now on, data read from the client
+// on the connections scope names is kept, in order, and not forwarded to
+// the node until Deliver; it is never dropped, and replies (to what was sent
+// before, or pushed by the node) flow back normally. A connection the client
+// closes (or that a client's timeout made it abandon) while its data is held
+// stays open towards the node until Deliver has written that data: the
+// bytes were sent, the client gave up, and they land anyway. Calling Hold
+// again while a hold is in force adds the connections now open (and, with
+// HoldAll, those opened later) to it.
+//
+// SetLatency also delivers late what it read, but it delays both directions
+// and every connection alike, by a set duration, so a clean-up sent on a new
+// connection still lands after the command it cleans up. Hold models the
+// case that breaks naive clean-up: a command that was written, timed out,
+// and runs on the node at a moment the test chooses (Deliver), after the
+// client's clean-up and on a link whose new connections work (HoldOpen).
+//
+// Reset, Close and a Blackhole that lost data on a connection discard what
+// it held (a reset connection loses what it had not delivered).
+func (p *Proxy) Hold(scope HoldScope) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hold == nil {
+		p.hold = &hold{}
+	}
+	h := p.hold
+	if scope == HoldAll {
+		h.all = true
+	}
+	for pc := range p.conns {
+		if pc.hold == nil || pc.hold.delivering {
+			pc.hold = h
+		}
+	}
+}
+
+// Deliver ends the hold in force: it writes everything held to the node, in
+// the order the proxy read it (across connections too, one read at a time,
+// each after the one before was written), including the data of connections
+// the client has closed meanwhile, which are closed towards the node right
+// after. It returns the number of bytes written. Data the client writes
+// after Deliver started is forwarded as usual, after the held data of its
+// connection. Commands on different connections are not ordered by TCP: the
+// node usually runs them in the order written, but need not (behind Docker's
+// port forwarder, itself a proxy with a goroutine per connection, less so).
+// Without a hold in force, Deliver does nothing and returns 0.
+func (p *Proxy) Deliver() int {
+	p.mu.Lock()
+	h := p.hold
+	p.hold = nil
+	if h == nil {
+		p.mu.Unlock()
+		return 0
+	}
+	h.delivering = true
+	queue := h.queue
+	h.queue = nil
+	p.mu.Unlock()
+
+	n := 0
+	for _, c := range queue {
+		close(c.ready)
+		select {
+		case <-c.done:
+		case <-c.pc.done: // reset meanwhile: its data is lost
+		}
+		if c.written.Load() {
+			n += c.n
+		}
+	}
+	p.mu.Lock()
+	for pc := range p.conns {
+		if pc.hold == h {
+			pc.hold = nil
+		}
+	}
+	p.mu.Unlock()
+	return n
+}
+
+// Held returns the number of bytes the hold in force keeps (0 when there is
+// none).
+func (p *Proxy) Held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hold == nil {
+		return 0
+	}
+	return p.hold.bytes
 }
 
 // Blackhole, while on, keeps accepting connections (and connecting them
@@ -163,13 +312,16 @@ func (p *Proxy) handle(client net.Conn) {
 		pc.close(true)
 		return
 	}
+	if p.hold != nil && p.hold.all {
+		pc.hold = p.hold
+	}
 	p.conns[pc] = struct{}{}
 	p.mu.Unlock()
 
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pipe(pc, client, up) }()
-	go func() { defer wg.Done(); p.pipe(pc, up, client) }()
+	go func() { defer wg.Done(); p.pipe(pc, client, up, true) }()
+	go func() { defer wg.Done(); p.pipe(pc, up, client, false) }()
 	wg.Wait()
 
 	p.mu.Lock()
@@ -179,15 +331,25 @@ func (p *Proxy) handle(client net.Conn) {
 
 // pipe forwards src to dst until either fails or pc is closed. A reader
 // stamps each chunk with its due time; a writer delivers it then, so
-// latency does not accumulate across chunks.
-func (p *Proxy) pipe(pc *proxyConn, src, dst net.Conn) {
+// latency does not accumulate across chunks. From the client (up), a chunk
+// read while pc is held waits for Deliver as well.
+//
+// When the client side ends (EOF, an error, or the node's reply could not
+// be written to it), the client-to-node pipe still writes what it read,
+// held data included, before both sides are closed: a command the client
+// wrote is not lost because the client stopped waiting for its reply.
+func (p *Proxy) pipe(pc *proxyConn, src, dst net.Conn, up bool) {
 	ch := make(chan chunk, 64)
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
 		timer := time.NewTimer(0)
 		<-timer.C
+		failed := false
 		for c := range ch {
+			if failed { // node to client: the client is gone, discard
+				continue
+			}
 			if wait := time.Until(c.due); wait > 0 {
 				timer.Reset(wait)
 				select {
@@ -197,13 +359,34 @@ func (p *Proxy) pipe(pc *proxyConn, src, dst net.Conn) {
 					return
 				}
 			}
+			if c.held != nil {
+				select {
+				case <-c.held.ready:
+				case <-pc.done:
+					return
+				}
+			}
 			if p.blackhole.Load() { // turned on while the chunk was delayed
 				pc.dropped.Store(true)
+				if c.held != nil {
+					close(c.held.done)
+				}
 				continue
 			}
-			if _, err := dst.Write(c.data); err != nil {
-				pc.close(false)
-				return
+			_, err := dst.Write(c.data)
+			if c.held != nil {
+				c.held.written.Store(err == nil)
+				close(c.held.done)
+			}
+			if err != nil {
+				if up {
+					pc.close(false)
+					return
+				}
+				// The client is gone: close its side, so that the
+				// client-to-node pipe ends after delivering what it read.
+				_ = pc.client.Close()
+				failed = true
 			}
 		}
 	}()
@@ -217,6 +400,15 @@ func (p *Proxy) pipe(pc *proxyConn, src, dst net.Conn) {
 			} else {
 				c := chunk{data: append([]byte(nil), buf[:n]...)}
 				c.due = time.Now().Add(time.Duration(p.latency.Load()))
+				if up {
+					p.mu.Lock()
+					if h := pc.hold; h != nil && !h.delivering {
+						c.held = &heldChunk{pc: pc, n: n, ready: make(chan struct{}), done: make(chan struct{})}
+						h.queue = append(h.queue, c.held)
+						h.bytes += n
+					}
+					p.mu.Unlock()
+				}
 				select {
 				case ch <- c:
 				case <-pc.done:

@@ -216,6 +216,35 @@ func scenario(t *testing.T, c *Cluster, backend string) {
 			t.Fatalf("PING on a new connection after Reset: %v", err)
 		}
 
+		// Late delivery: a SET written while the link is held times out
+		// for the client, which drops the connection; a new connection
+		// works meanwhile (HoldOpen); the SET lands on Deliver.
+		direct := cls[4]
+		p.Hold(HoldOpen)
+		if err := pc.Set(ctxT(t, 200*time.Millisecond), "late", "v", 0).Err(); !isTimeout(err) {
+			t.Fatalf("SET through a held link: %v, want a timeout", err)
+		}
+		if err := pc.Ping(ctxT(t, 2*time.Second)).Err(); err != nil {
+			t.Fatalf("PING on a new connection while the old one is held: %v", err)
+		}
+		if n, err := direct.Exists(ctxT(t, 2*time.Second), "late").Result(); err != nil || n != 0 {
+			t.Fatalf("EXISTS late before Deliver = %d, %v; want 0", n, err)
+		}
+		if n := p.Deliver(); n == 0 {
+			t.Fatal("Deliver wrote nothing: the timed-out SET was not held")
+		}
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			got, err := direct.Get(ctxT(t, 2*time.Second), "late").Result()
+			if err == nil && got == "v" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("GET late after Deliver = %q, %v; want the late SET's v", got, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+
 		// A killed node refuses through the proxy too.
 		if err := n.Kill(); err != nil {
 			t.Fatal(err)

@@ -61,12 +61,12 @@ func (c *Client) releaseNode(cfg *config, i int, rkey, token string) {
 // answered yes). A call that failed without a reply may still land (a
 // command held in a proxy, in a frozen server's socket): when the release
 // finds nothing of ours, or fails, it is sent again after recheckDelay,
-// doubling, for as long as cleanupTimeout allows from now.
+// doubling up to maxRecheck, and a last time at recheckHorizon from now.
 func (c *Client) releaseUnsure(cfg *config, i int, rkey, token string, err error) {
 	bg := &background{c: c, cfg: cfg, rkey: rkey, token: token}
 	if err != nil {
 		bg.recheck = recheckDelay(cfg)
-		bg.horizon = time.Now().Add(cleanupTimeout(cfg))
+		bg.horizon = time.Now().Add(recheckHorizon(cfg))
 	}
 	c.sendRelease(bg, i)
 }
@@ -79,14 +79,19 @@ func recheckDelay(cfg *config) time.Duration {
 	return min(cfg.nodeTimeout, 100*time.Millisecond)
 }
 
+// maxRecheck is the longest wait between two re-sends.
+const maxRecheck = time.Second
+
+// recheckHorizon is how long a release of unknown fate is re-sent: a SET
+// that lands within it is gone within maxRecheck (docs/design.md, the
+// leftover bound); one that lands later lives its TTL.
+func recheckHorizon(cfg *config) time.Duration { return cfg.ttl + cleanupTimeout(cfg) }
+
 // sendRelease queues bg's release on node i (see releaseNode).
 func (c *Client) sendRelease(bg *background, i int) {
 	cfg := bg.cfg
 	op := node.New(node.Op{Kind: node.Release, Key: bg.rkey, Token: bg.token, Background: true})
 	deadline := time.Now().Add(cleanupTimeout(cfg))
-	if !bg.horizon.IsZero() && bg.horizon.Before(deadline) {
-		deadline = bg.horizon
-	}
 	c.wg.Add(1)
 	if s := c.senders[i]; s != nil {
 		s.Send(op, deadline, bg, i)
@@ -106,15 +111,15 @@ type background struct {
 	rkey    string
 	token   string
 	recheck time.Duration // > 0: if nothing was released, try again after it
-	horizon time.Time     // no release is sent after it
+	horizon time.Time     // no re-send is scheduled after it
 }
 
 func (b *background) Deliver(i int, r node.Result) {
 	defer b.c.wg.Done()
 	again := r.Err == nil && r.Int == 0 || mayHaveWritten(r.Err) || errors.Is(r.Err, node.ErrNotSent)
-	if again && b.recheck > 0 && time.Now().Add(b.recheck).Before(b.horizon) {
-		next := &background{c: b.c, cfg: b.cfg, rkey: b.rkey, token: b.token, recheck: 2 * b.recheck, horizon: b.horizon}
-		if !b.c.rechecks.after(&b.c.wg, b.recheck, func() { b.c.sendRelease(next, i) }) {
+	if wait := min(b.recheck, time.Until(b.horizon)); again && b.recheck > 0 && wait > 0 {
+		next := &background{c: b.c, cfg: b.cfg, rkey: b.rkey, token: b.token, recheck: min(2*b.recheck, maxRecheck), horizon: b.horizon}
+		if !b.c.rechecks.after(&b.c.wg, wait, func() { b.c.sendRelease(next, i) }) {
 			next.recheck = 0 // Close has begun: once more, now, and no more
 			b.c.sendRelease(next, i)
 		}

@@ -413,3 +413,36 @@ func TestLinearizabilityScales(t *testing.T) {
 		t.Errorf("%d segments, want %d", r.Checked[LIN], n)
 	}
 }
+
+// TestL2Horizon: with a horizon, a key is judged by when it landed (the
+// lock TTL less its PTTL before it was read): one that landed within the
+// horizon must be gone Recheck after it landed; one that landed after the
+// horizon is left to its TTL and only noted.
+func TestL2Horizon(t *testing.T) {
+	c := cfg
+	c.Cleanup, c.Horizon, c.Recheck = ms(300), ms(2000), ms(500)
+	ttl := ms(1000) // the longest TTL of clean()'s operations
+	sweep := func(b *builder, at, pttl int, token string) {
+		b.h.AddSweep(Leftover{Node: 1, Key: "quorumlock:{k}", Token: token, PTTL: int64(pttl), At: ms(at)})
+	}
+	// tc-1's failed call returned at 23 ms. Landed at 1400 ms (within the
+	// horizon), seen 100 ms later: not yet judged; seen 700 ms later: a
+	// violation.
+	b := clean()
+	sweep(b, 1500, int(ttl/time.Millisecond)-100, "tc-1")
+	want(t, check(t, b, c), nil)
+	b = clean()
+	sweep(b, 2100, int(ttl/time.Millisecond)-700, "tc-1")
+	want(t, check(t, b, c), map[Property]int{L2: 1})
+
+	// Landed at 2500 ms, after the horizon: left to its TTL, noted, in a
+	// sweep and in the final scan alike.
+	b = clean()
+	sweep(b, 2900, int(ttl/time.Millisecond)-400, "tc-1")
+	b.h.AddLeftovers(Leftover{Node: 2, Key: "quorumlock:{k}", Token: "tc-1", PTTL: int64(ttl/time.Millisecond) - 500, At: ms(3000)})
+	r := check(t, b, c)
+	want(t, r, nil)
+	if !strings.Contains(strings.Join(r.Notes, "\n"), "2 keys of ours landed later than the library's horizon") {
+		t.Errorf("the keys beyond the horizon are not noted: %q", r.Notes)
+	}
+}

@@ -192,7 +192,8 @@ type Leftover struct {
 	Key   string // the Redis key
 	Token string // its value
 	PTTL  int64  // ms; -1 when the key has no TTL
-	// At is when the node was read (sweeps; not needed for the final scan).
+	// At is when the node was read (with PTTL, it tells when the key
+	// landed; see Config.Horizon).
 	At time.Duration
 }
 

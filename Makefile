@@ -30,7 +30,9 @@ fuzz:
 # own so that users never pull redsync), interleaved, and prints medians and
 # ratios. BENCH_D is the measured time per run, BENCH_PASSES the number of
 # interleaved passes; BENCH_FLAGS adds flags (e.g. -scenarios w1,w16, or
-# -md ../docs/performance.md -png ../docs/performance.png to update the docs).
+# -md ../docs/performance.md -png ../docs/performance.png to update the docs;
+# -scenarios starved runs the starved-client scenario, ours vs redsync: 16
+# workers while 16 busy loops run and the client is at nice 15).
 BENCH_D ?= 10s
 BENCH_PASSES ?= 3
 BENCH_FLAGS ?=

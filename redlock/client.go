@@ -211,44 +211,46 @@ func (c *Client) Locked(ctx context.Context, key string, opts ...Option) (bool, 
 	if err := c.ids.check(ctx, c, cfg); err != nil {
 		return false, err
 	}
-	rkey := c.redisKey(cfg, key)
-	n, q := len(c.pools), cfg.quorumOf(len(c.pools))
-	res := c.newResults()
-	r := quorum.Start(ctx, &c.wg, cfg.nodeTimeout, n, c.ids.ask(res), c.senders, node.New(node.Op{Kind: node.Get, Key: rkey}), c.call)
-	defer r.Finish(nil)
-	start := time.Now()
+	rd := c.run(ctx, cfg, opLocked, nil, node.Op{Key: c.redisKey(cfg, key)}, nil, nil)
+	defer rd.r.Finish(nil)
+	best, answered := rd.tallyTokens()
+	n := len(c.pools)
+	switch {
+	case best >= rd.q:
+		return true, nil
+	case best+n-answered < rd.q: // no token can be on a quorum
+		return false, nil
+	}
+	qe := rd.quorumError(key)
+	if err := callerErr(ctx); err != nil { // the caller stopped waiting
+		return false, fmt.Errorf("%w: %w", qe, err)
+	}
+	return false, qe
+}
+
+// tallyTokens is Locked's vote: it reads GET replies until settled (one
+// token on a quorum; no token can be on one even if every unsure node held
+// it; or neither can change any more) and returns the most nodes that hold
+// one token and how many nodes answered.
+func (rd *round) tallyTokens() (best, answered int) {
+	n, q, pending := len(rd.res), rd.q, rd.r.Pending()
 	tally := make(map[string]int, 2)
-	// Read until settled: one token on a quorum (true), no token can be on
-	// one even if every unsure node held it (false), or neither can change
-	// any more (too many nodes failed).
-	best, answered, pending := 0, 0, r.Pending()
 	for pending > 0 && best < q && best+n-answered >= q && (best+pending >= q || best+n-answered-pending < q) {
-		rep, ok := r.Next()
+		rep, ok := rd.r.Next()
 		if !ok {
 			break
 		}
 		pending--
 		if rep.Err != nil {
-			res[rep.Node] = failed(rep.Node, c, rep.Err, rep.Latency)
+			rd.res[rep.Node] = failed(rep.Node, rd.c, rep.Err, rep.Latency)
 			continue
 		}
 		answered++
-		res[rep.Node] = NodeResult{Node: res[rep.Node].Node, Outcome: OutcomeOK, Latency: rep.Latency}
+		rd.res[rep.Node] = NodeResult{Node: rd.res[rep.Node].Node, Outcome: OutcomeOK, Latency: rep.Latency}
 		if rep.Str != "" {
 			tally[rep.Str]++
 			best = max(best, tally[rep.Str])
 		}
 	}
-	if best >= q {
-		return true, nil
-	}
-	if best+n-answered >= q { // the nodes that did not answer could still make a quorum
-		markUnanswered(res, r.Err(), time.Since(start))
-		qe := &QuorumError{Op: "locked", Key: key, Quorum: q, Nodes: res, Elapsed: time.Since(start)}
-		if err := callerErr(ctx); err != nil { // the caller stopped waiting
-			return false, fmt.Errorf("%w: %w", qe, err)
-		}
-		return false, qe
-	}
-	return false, nil
+	return best, answered
 }

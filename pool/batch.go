@@ -31,9 +31,10 @@ const maxExecutors = 2
 // its executor and goes on. Commands of one batch run on the node in the
 // order they were sent, but for one case: when the server has lost its
 // script cache (restart, SCRIPT FLUSH), the scripts of a batch answer
-// NOSCRIPT and run again with EVAL after it, in their order. Batches on
-// different executors are not ordered: a round that needs a command to run
-// after another waits for the first one's reply (see internal/node).
+// NOSCRIPT and run again with EVAL after it, in their order, so the batch's
+// plain commands (GET) ran before them. Batches on different executors are
+// not ordered. No round depends on either: a lock's later commands wait for
+// its acquire's reply (see internal/quorum.StartHeld).
 type batcher struct {
 	mu      sync.Mutex
 	queue   []request

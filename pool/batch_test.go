@@ -1,8 +1,10 @@
 package pool
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"sync"
 	"testing"
 	"time"
@@ -49,9 +51,16 @@ func (b *inbox) wait(t *testing.T) map[int]node.Result {
 }
 
 // TestSendConcurrent: many goroutines send at once; every command gets its
-// own answer, and the commands of one goroutine run in the order sent.
+// own answer, and the commands of one goroutine run in the order sent (with
+// the scripts loaded: after a script-cache loss, a batch's scripts run again
+// with EVAL after its plain commands; see batcher).
 func TestSendConcurrent(t *testing.T) {
-	_, _, p := newPool(t)
+	_, rdb, p := newPool(t)
+	for _, sc := range []*redis.Script{scripts.Acquire, scripts.Release} {
+		if err := sc.Load(context.Background(), rdb).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s := p.(node.Sender)
 	const senders, each = 16, 20
 	box := newInbox(senders * each * 3)

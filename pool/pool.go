@@ -33,7 +33,7 @@ type Pool interface {
 	// with WithName. Names of the pools of one redlock.Client are unique.
 	Name() string
 	// Acquire sets key to token with the given TTL (whole milliseconds)
-	// only if key does not exist (SET NX GET PX, Redis 7). It reports
+	// only if key does not exist (SET NX PX in a script). It reports
 	// whether key holds token: also true when a copy of this call had set
 	// it already (a command sent again must not answer "taken" to its own
 	// token); false means another value is there.

@@ -3,6 +3,7 @@ package pool
 import (
 	"bytes"
 	"context"
+	"github.com/quorumlock/quorumlock/internal/scripts"
 	"io"
 	"net"
 	"sync"
@@ -16,11 +17,12 @@ import (
 	"github.com/quorumlock/quorumlock/internal/node"
 )
 
-// dropFirstSetReply forwards connections to target, but closes the first
-// connection that carries a SET right after forwarding it, before the reply:
+// dropFirstAcquireReply forwards connections to target, but closes the first
+// connection that carries an acquire (the token "tok": SET NX before, the
+// acquire script now) right after forwarding it, before the reply:
 // the command ran, the client sees a broken connection (EOF) and go-redis,
 // with its default MaxRetries, sends it again on a new connection.
-func dropFirstSetReply(t *testing.T, target string) string {
+func dropFirstAcquireReply(t *testing.T, target string) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -29,7 +31,7 @@ func dropFirstSetReply(t *testing.T, target string) string {
 	var dropped atomic.Bool
 	t.Cleanup(func() {
 		if !dropped.Load() {
-			t.Error("no SET was seen: the test did not drop a reply")
+			t.Error("no acquire was seen: the test did not drop a reply")
 		}
 	})
 	var wg sync.WaitGroup
@@ -52,7 +54,7 @@ func dropFirstSetReply(t *testing.T, target string) string {
 					n, err := c.Read(buf)
 					if n > 0 {
 						_, _ = up.Write(buf[:n])
-						if bytes.Contains(bytes.ToLower(buf[:n]), []byte("\r\nset\r\n")) && dropped.CompareAndSwap(false, true) {
+						if bytes.Contains(buf[:n], []byte("\r\ntok\r\n")) && dropped.CompareAndSwap(false, true) {
 							_ = c.Close()                     // before the reply can come back
 							time.Sleep(50 * time.Millisecond) // the server runs it
 							_ = up.Close()
@@ -79,7 +81,12 @@ func dropFirstSetReply(t *testing.T, target string) string {
 func TestAcquireRetriedByGoRedis(t *testing.T) {
 	for _, queued := range []bool{false, true} {
 		m := miniredis.RunT(t)
-		rdb := redis.NewClient(&redis.Options{Addr: dropFirstSetReply(t, m.Addr())}) // MaxRetries: default (3)
+		direct := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		if err := scripts.Acquire.Load(context.Background(), direct).Err(); err != nil { // so that the dropped command runs
+			t.Fatal(err)
+		}
+		_ = direct.Close()
+		rdb := redis.NewClient(&redis.Options{Addr: dropFirstAcquireReply(t, m.Addr())}) // MaxRetries: default (3)
 		t.Cleanup(func() { _ = rdb.Close() })
 		p, err := New(rdb, WithName("retried"))
 		if err != nil {

@@ -47,18 +47,13 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 	rel.r.Finish(retry)
 }
 
-// releaseNode releases rkey/token on node i when it may hold them and no
-// caller is waiting: after a reply that arrived after its round was decided.
-// It does not wait: the release is queued on the node's Pool (or runs on a
-// goroutine for Pools that do not queue), bounded by cleanupTimeout, and
-// counted in c.wg so that Close waits for it. The caller must hold a count
-// on c.wg (an enter(), or a round's).
-func (c *Client) releaseNode(cfg *config, i int, rkey, token string) {
-	c.releaseUnsure(cfg, i, rkey, token, nil)
-}
-
-// releaseUnsure is releaseNode after a call that failed with err (nil: it
-// answered yes). A call that failed without a reply may still land (a
+// releaseUnsure releases rkey/token on node i when it may hold them and no
+// caller is waiting: after a yes that arrived after its round was decided
+// (err nil), or a call that failed with err. It does not wait: the release
+// is queued on the node's Pool (or runs on a goroutine for Pools that do not
+// queue), bounded by cleanupTimeout, and counted in c.wg so that Close waits
+// for it; the caller must hold a count on c.wg. A call that failed without
+// a reply may still land (a
 // command held in a proxy, in a frozen server's socket): when the release
 // finds nothing of ours, or fails, it is sent again after recheckDelay,
 // doubling up to maxRecheck, and a last time at recheckHorizon from now.
@@ -87,7 +82,7 @@ const maxRecheck = time.Second
 // leftover bound); one that lands later lives its TTL.
 func recheckHorizon(cfg *config) time.Duration { return cfg.ttl + cleanupTimeout(cfg) }
 
-// sendRelease queues bg's release on node i (see releaseNode).
+// sendRelease queues bg's release on node i (see releaseUnsure).
 func (c *Client) sendRelease(bg *background, i int) {
 	cfg := bg.cfg
 	op := node.New(node.Op{Kind: node.Release, Key: bg.rkey, Token: bg.token, Background: true})

@@ -46,7 +46,8 @@ type Lock struct {
 	// landing[i]: node i's acquire command has not answered yet; no other
 	// command of this lock goes to node i before it has (it could overtake
 	// the SET): chained[i] holds the rounds waiting for it. unsure[i]: it
-	// failed without a reply, so it may still land. Guarded by mu.
+	// failed without a reply, so it may still land. chained and unsure are
+	// nil until needed. Guarded by mu.
 	landing, unsure []bool
 	chained         [][]*quorum.Round
 
@@ -220,6 +221,9 @@ func (l *Lock) chain(rd *round, hold []bool) {
 		switch {
 		case !h || !rd.out[i]:
 		case l.landing[i]:
+			if l.chained == nil {
+				l.chained = make([][]*quorum.Round, len(l.landing))
+			}
 			l.chained[i] = append(l.chained[i], rd.r)
 		default:
 			now = append(now, i)
@@ -318,7 +322,7 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 		switch {
 		case mayHaveWritten(rep.Err):
 			c.releaseUnsure(cfg, rep.Node, l.rkey, l.token, rep.Err)
-		case rep.Err == nil && rep.Int == 0 && unsure[rep.Node]:
+		case rep.Err == nil && rep.Int == 0 && unsure != nil && unsure[rep.Node]:
 			c.releaseUnsure(cfg, rep.Node, l.rkey, l.token, errUnknownFate)
 		}
 	}
@@ -355,7 +359,7 @@ func (l *Lock) endForRelease() (unsure []bool, err error) {
 	}
 	lost := !l.lost && !l.cfg.now().Before(l.deadline) && l.endLocked(true)
 	l.endLocked(false)
-	unsure = slices.Clone(l.unsure)
+	unsure = slices.Clone(l.unsure) // nil unless some acquire's fate is unknown
 	l.mu.Unlock()
 	if lost {
 		l.c.observeLost(l, "validity ran out")
@@ -370,10 +374,17 @@ func (l *Lock) endForRelease() (unsure []bool, err error) {
 func (l *Lock) late(rep quorum.Reply) {
 	l.mu.Lock()
 	l.landing[rep.Node] = false
-	l.unsure[rep.Node] = mayHaveWritten(rep.Err)
+	if mayHaveWritten(rep.Err) {
+		if l.unsure == nil {
+			l.unsure = make([]bool, len(l.landing))
+		}
+		l.unsure[rep.Node] = true
+	}
 	keep := !l.released && !l.lost && l.cfg.now().Before(l.deadline)
-	waiting := l.chained[rep.Node]
-	l.chained[rep.Node] = nil
+	var waiting []*quorum.Round
+	if l.chained != nil {
+		waiting, l.chained[rep.Node] = l.chained[rep.Node], nil
+	}
 	l.mu.Unlock()
 	for _, r := range waiting {
 		r.Send(rep.Node)
@@ -426,7 +437,7 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquisition) *Lock {
 	op := a.rd.op
 	l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), key: key, rkey: op.Key, token: op.Token, keyArg: op.KeyArg, tokenArg: op.TokenArg,
-		acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor), landing: a.rd.out, unsure: make([]bool, len(c.pools)), chained: make([][]*quorum.Round, len(c.pools))}
+		acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor), landing: a.rd.out}
 	if cfg.fencing {
 		l.fence = a.fence
 	}

@@ -58,9 +58,10 @@ type round struct {
 	q     int
 	start time.Time
 	out   []bool // nodes asked whose reply settle has not taken
-	yes   int    // replies that confirmed
-	no    int    // replies that did not (spec.no)
-	fail  int    // errors
+	outv  [8]bool
+	yes   int // replies that confirmed
+	no    int // replies that did not (spec.no)
+	fail  int // errors
 }
 
 // follow is how long a command is followed after its round stopped
@@ -80,7 +81,12 @@ func (c *Client) run(ctx context.Context, cfg *config, spec *opSpec, l *Lock, o 
 // has not answered yet and sends to each as soon as it has (see Lock.chain):
 // no command of a lock overtakes its SET.
 func (c *Client) runWith(ctx context.Context, cfg *config, spec *opSpec, l *Lock, o node.Op, op *node.Op, ask func(int) bool, call quorum.Call) *round {
-	rd := &round{c: c, cfg: cfg, spec: spec, l: l, res: c.newResults(), q: cfg.quorumOf(len(c.pools)), start: time.Now(), out: make([]bool, len(c.pools))}
+	rd := &round{c: c, cfg: cfg, spec: spec, l: l, res: c.newResults(), q: cfg.quorumOf(len(c.pools)), start: time.Now()}
+	if n := len(c.pools); n <= len(rd.outv) {
+		rd.out = rd.outv[:n]
+	} else {
+		rd.out = make([]bool, n)
+	}
 	o.Kind, o.Follow = spec.kind, follow(cfg)
 	if op == nil {
 		op = &node.Op{}
@@ -110,6 +116,12 @@ func held(hold []bool) func(int) bool {
 // asked, and show as not asked) and records the nodes asked in rd.out.
 func (rd *round) asking(ask func(int) bool) func(int) bool {
 	ids := rd.c.ids.ask(rd.res)
+	if ask == nil && ids == nil { // every node: no function to call
+		for i := range rd.out {
+			rd.out[i] = true
+		}
+		return nil
+	}
 	return func(i int) bool {
 		rd.out[i] = (ask == nil || ask(i)) && (ids == nil || ids(i))
 		return rd.out[i]

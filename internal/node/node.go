@@ -19,7 +19,7 @@ type Kind uint8
 
 // The operations, one per method of pool.Pool that changes or reads a lock.
 const (
-	Acquire       Kind = iota // SET key token NX GET PX ttl: Int 1 when the key holds token, 0 when taken
+	Acquire       Kind = iota // acquire script: Int 1 when the key holds token, 0 when taken
 	AcquireFenced             // acquire script: Int = new counter, 0 when taken
 	RaiseFence                // raise-fence script: Int 1 while key holds token
 	Extend                    // extend script: Int 1 when the TTL was set
@@ -61,7 +61,7 @@ type Op struct {
 // Result is one node's answer to an Op.
 type Result struct {
 	Int int64  // Acquire..Release (see Kind)
-	Str string // Get: the token; Acquire when taken: the holder's token
+	Str string // Get: the token
 	Err error  // the node gave no definite answer (see pool.Pool)
 }
 

@@ -15,17 +15,16 @@ import (
 // plain command), its keys and arguments, and how its reply reads as a
 // Result. Pools run Ops only through Cmd, Result and Eval.
 type wire struct {
-	script *redis.Script     // nil: a plain command, args only
-	keys   func(o *Op) int   // how many leading args are keys (scripts)
-	args   func(o *Op) []any // built into o.argv
+	script *redis.Script     // nil: a plain command
+	args   func(o *Op) []any // the command, built into o.argv
 	reply  func(ctx context.Context, args ...any) redis.Cmder
 	read   func(o *Op, c redis.Cmder) Result
 }
 
 var wires = [...]wire{
-	Acquire: {args: func(o *Op) []any {
-		return append(o.argv[:0], argSet, o.KeyArg, o.TokenArg, argNX, argGet, argPX, o.TTL.Milliseconds())
-	}, reply: stringCmd, read: readAcquire},
+	Acquire: {script: scripts.Acquire, args: func(o *Op) []any {
+		return o.script(1, o.KeyArg, o.TokenArg, o.TTL.Milliseconds())
+	}, reply: intCmd, read: readInt},
 	AcquireFenced: {script: scripts.AcquireFenced, args: func(o *Op) []any {
 		return o.script(2, o.KeyArg, o.FenceKey, o.TokenArg, o.TTL.Milliseconds())
 	}, reply: intCmd, read: readCounter},
@@ -44,8 +43,8 @@ var wires = [...]wire{
 // Boxed constants of the commands, so that building Args does not allocate
 // for them.
 var (
-	argSet, argPX, argNX, argGet, argEvalSha any          = "set", "px", "nx", "get", "evalsha"
-	shas                                     [Get + 1]any // per Kind, for scripts
+	argGet, argEvalSha any          = "get", "evalsha"
+	shas               [Get + 1]any // per Kind, for scripts
 )
 
 func init() {
@@ -106,22 +105,6 @@ func (o *Op) Eval(ctx context.Context, c redis.Scripter) Result {
 
 func stringCmd(ctx context.Context, args ...any) redis.Cmder { return redis.NewStringCmd(ctx, args...) }
 func intCmd(ctx context.Context, args ...any) redis.Cmder    { return redis.NewIntCmd(ctx, args...) }
-
-// readAcquire reads the reply to SET key token NX GET: nil when it set the
-// key, else the value that was there; that value is our token when a copy of
-// the command set it first (a command sent again), which counts as set.
-func readAcquire(o *Op, c redis.Cmder) Result {
-	v, err := c.(*redis.StringCmd).Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return Result{Int: 1}
-	case err != nil:
-		return Result{Err: err}
-	case v == o.Token:
-		return Result{Int: 1}
-	}
-	return Result{Str: v}
-}
 
 func readGet(_ *Op, c redis.Cmder) Result {
 	v, err := c.(*redis.StringCmd).Result()

@@ -16,6 +16,8 @@ var (
 	releaseSrc string
 	//go:embed extend.lua
 	extendSrc string
+	//go:embed acquire.lua
+	acquireSrc string
 	//go:embed acquire_fenced.lua
 	acquireFencedSrc string
 	//go:embed raise_fence.lua
@@ -30,6 +32,9 @@ var (
 	// Extend sets the TTL of KEYS[1] to ARGV[2] ms if it holds ARGV[1];
 	// it returns 1 if it did, else 0. It never creates the key.
 	Extend = redis.NewScript(extendSrc)
+	// Acquire sets KEYS[1] to ARGV[1] NX PX ARGV[2]; it returns 1 when the
+	// key holds ARGV[1] (also when a copy of the call set it), 0 when taken.
+	Acquire = redis.NewScript(acquireSrc)
 	// AcquireFenced sets KEYS[1] to ARGV[1] NX PX ARGV[2] and, if it did,
 	// increments KEYS[2]; it returns the new counter, or 0 when taken.
 	AcquireFenced = redis.NewScript(acquireFencedSrc)

@@ -207,19 +207,23 @@ func (c *Client) vote(ctx context.Context, cfg *config, rkey, token string) *acq
 		call = a.noteLanded(c)
 	}
 	a.rd = c.runWith(ctx, cfg, spec, nil, o, nil, nil, call)
-	a.rd.settle(func(rep quorum.Reply, yes bool) {
-		switch {
-		case yes:
-			a.said[rep.Node] = true
-			a.fence = max(a.fence, uint64(rep.Int))
-		case mayHaveWritten(rep.Err):
-			c.releaseUnsure(cfg, rep.Node, rkey, token, rep.Err)
-		}
-	})
+	a.rd.settle(a)
 	a.elapsed = cfg.now().Sub(a.start)
 	a.validity = drift.Validity(cfg.ttl, a.elapsed, cfg.driftFactor)
 	a.won = a.rd.won() && a.validity > 0
 	return a
+}
+
+// vote notes a yes, and releases at once a node whose call failed in a way
+// that may still have set the key.
+func (a *acquisition) vote(rep quorum.Reply, yes bool) {
+	switch {
+	case yes:
+		a.said[rep.Node] = true
+		a.fence = max(a.fence, uint64(rep.Int))
+	case mayHaveWritten(rep.Err):
+		a.rd.c.releaseUnsure(a.rd.cfg, rep.Node, a.rd.op.Key, a.rd.op.Token, rep.Err)
+	}
 }
 
 // noteLanded returns c.call, noting in a.landed when each node's call has

@@ -45,11 +45,12 @@ type Lock struct {
 	rel              node.Op
 	// landing[i]: node i's acquire command has not answered yet; no other
 	// command of this lock goes to node i before it has (it could overtake
-	// the SET): chained[i] holds the rounds waiting for it. unsure[i]: it
-	// failed without a reply, so it may still land. chained and unsure are
-	// nil until needed. Guarded by mu.
+	// the SET): chained holds the rounds waiting for it. unsure[i]: it
+	// failed without a reply, so it may still land (nil until needed).
+	// Guarded by mu.
 	landing, unsure []bool
-	chained         [][]*quorum.Round
+	chained         []chainedSend
+	chainv          [4]chainedSend // chained's first storage
 
 	// extDone is closed when the auto-extender has exited; nil without one.
 	// Set before the Lock is returned and never changed: read without mu.
@@ -200,6 +201,13 @@ func (l *Lock) extended(ctx context.Context, rd *round, start time.Time, ttl tim
 	return err
 }
 
+// chainedSend is a round's command held back for a node until the node's
+// acquire command has answered.
+type chainedSend struct {
+	node int
+	r    *quorum.Round
+}
+
 // landingNow returns which nodes' acquire commands have not answered yet,
 // or nil when none.
 func (l *Lock) landingNow() []bool {
@@ -222,9 +230,9 @@ func (l *Lock) chain(rd *round, hold []bool) {
 		case !h || !rd.out[i]:
 		case l.landing[i]:
 			if l.chained == nil {
-				l.chained = make([][]*quorum.Round, len(l.landing))
+				l.chained = l.chainv[:0]
 			}
-			l.chained[i] = append(l.chained[i], rd.r)
+			l.chained = append(l.chained, chainedSend{node: i, r: rd.r})
 		default:
 			now = append(now, i)
 		}
@@ -381,10 +389,18 @@ func (l *Lock) late(rep quorum.Reply) {
 		l.unsure[rep.Node] = true
 	}
 	keep := !l.released && !l.lost && l.cfg.now().Before(l.deadline)
-	var waiting []*quorum.Round
-	if l.chained != nil {
-		waiting, l.chained[rep.Node] = l.chained[rep.Node], nil
+	var buf [4]*quorum.Round
+	waiting := buf[:0]
+	kept := l.chained[:0]
+	for _, cs := range l.chained {
+		if cs.node == rep.Node {
+			waiting = append(waiting, cs.r)
+		} else {
+			kept = append(kept, cs)
+		}
 	}
+	clear(l.chained[len(kept):])
+	l.chained = kept
 	l.mu.Unlock()
 	for _, r := range waiting {
 		r.Send(rep.Node)

@@ -98,18 +98,11 @@ func (c *Client) runWith(ctx context.Context, cfg *config, spec *opSpec, l *Lock
 	if l != nil {
 		hold = l.landingNow()
 	}
-	rd.r = quorum.StartHeld(ctx, &c.wg, cfg.nodeTimeout, len(c.pools), rd.asking(ask), held(hold), c.senders, op, call)
+	rd.r = quorum.StartHeld(ctx, &c.wg, cfg.nodeTimeout, len(c.pools), rd.asking(ask), hold, c.senders, op, call)
 	if hold != nil {
 		l.chain(rd, hold)
 	}
 	return rd
-}
-
-func held(hold []bool) func(int) bool {
-	if hold == nil {
-		return nil
-	}
-	return func(i int) bool { return hold[i] }
 }
 
 // asking combines ask with the identity check (unverified nodes are not
@@ -128,11 +121,16 @@ func (rd *round) asking(ask func(int) bool) func(int) bool {
 	}
 }
 
+// voter sees every reply settle takes, with whether it confirmed.
+type voter interface {
+	vote(rep quorum.Reply, yes bool)
+}
+
 // settle reads replies until the outcome is certain: a quorum confirmed, a
 // quorum can no longer confirm (for decisive specs: and no more "no"
 // replies could prove the lock gone), or the round ended. each, if not nil,
-// sees every reply settle takes, with whether it confirmed.
-func (rd *round) settle(each func(rep quorum.Reply, yes bool)) {
+// sees every reply settle takes.
+func (rd *round) settle(each voter) {
 	n, pending := len(rd.res), rd.r.Pending()
 	for pending > 0 && rd.yes < rd.q && rd.no <= n-rd.q {
 		if rd.yes+pending < rd.q && (!rd.spec.decisive || rd.no+pending <= n-rd.q) {
@@ -157,7 +155,7 @@ func (rd *round) settle(each func(rep quorum.Reply, yes bool)) {
 			rd.no++
 		}
 		if each != nil {
-			each(rep, yes)
+			each.vote(rep, yes)
 		}
 	}
 }

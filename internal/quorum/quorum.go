@@ -69,10 +69,10 @@ func Start(parent context.Context, wg *sync.WaitGroup, timeout time.Duration, n 
 	return StartHeld(parent, wg, timeout, n, ask, nil, senders, op, call)
 }
 
-// StartHeld is Start, except that the nodes asked for which hold(i) is true
+// StartHeld is Start, except that the nodes asked for which hold[i] is true
 // are not sent op yet: they count as pending until Send(i), which must be
 // called once for each of them (while a count is held on wg).
-func StartHeld(parent context.Context, wg *sync.WaitGroup, timeout time.Duration, n int, ask, hold func(int) bool, senders []node.Sender, op *node.Op, call Call) *Round {
+func StartHeld(parent context.Context, wg *sync.WaitGroup, timeout time.Duration, n int, ask func(int) bool, hold []bool, senders []node.Sender, op *node.Op, call Call) *Round {
 	start := time.Now()
 	deadline := start.Add(timeout)
 	if d, ok := parent.Deadline(); ok && d.Before(deadline) {
@@ -87,7 +87,7 @@ func StartHeld(parent context.Context, wg *sync.WaitGroup, timeout time.Duration
 		r.mu.Lock()
 		r.left++
 		r.mu.Unlock()
-		if hold == nil || !hold(i) {
+		if hold == nil || !hold[i] {
 			r.send(i)
 		}
 	}

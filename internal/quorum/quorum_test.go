@@ -210,7 +210,7 @@ func TestHeldNodes(t *testing.T) {
 		calls.Store(i, true)
 		return node.Result{Int: int64(i)}
 	}
-	r := StartHeld(context.Background(), &wg, 200*time.Millisecond, 3, nil, func(i int) bool { return i > 0 }, nil, &node.Op{}, call)
+	r := StartHeld(context.Background(), &wg, 200*time.Millisecond, 3, nil, []bool{false, true, true}, nil, &node.Op{}, call)
 	if r.Pending() != 3 {
 		t.Fatalf("Pending %d, want 3", r.Pending())
 	}

@@ -329,7 +329,7 @@ func (w *writer) run(batch []request) {
 	w.ctx.deadline = deadline
 	ctx := context.Context(&w.ctx)
 	for _, r := range w.reqs {
-		w.cmds = append(w.cmds, r.op.Cmd(ctx))
+		w.cmds = append(w.cmds, w.p.cmd(ctx, r.op))
 	}
 	if len(w.cmds) == 1 {
 		_ = w.p.c.Process(ctx, w.cmds[0])

@@ -116,6 +116,10 @@ type redisPool struct {
 	name  string
 	c     client
 	owned bool
+	// exact: the client never sends a command twice (no retries), so
+	// an acquire can be the bare SET NX, cheaper than the script whose
+	// answer to a copy of itself a retrying client needs.
+	exact bool
 	b     batcher // commands sent by a redlock.Client's rounds
 	bg    batcher // background commands (node.Op.Background)
 }
@@ -149,7 +153,7 @@ func New(c redis.UniversalClient, opts ...Option) (Pool, error) {
 	if cfg.name == "" {
 		return nil, fmt.Errorf("pool: New: cannot tell the address of a %T; name the pool with pool.WithName", c)
 	}
-	return &redisPool{name: cfg.name, c: c}, nil
+	return &redisPool{name: cfg.name, c: c, exact: !retries(c)}, nil
 }
 
 // Dial returns a Pool with a client of its own for the server that opt
@@ -226,13 +230,29 @@ func (p *redisPool) Name() string { return p.name }
 // queue (the Pool methods below), with the same wire format as the queue.
 func (p *redisPool) run(ctx context.Context, o node.Op) node.Result {
 	op := node.New(o)
-	cmd := op.Cmd(ctx)
+	cmd := p.cmd(ctx, op)
 	_ = p.c.Process(ctx, cmd)
 	r := op.Result(cmd)
 	if node.NoScript(r) {
 		r = op.Eval(ctx, p.c) // after a restart or SCRIPT FLUSH
 	}
 	return r
+}
+
+// cmd is op as the command this Pool sends.
+func (p *redisPool) cmd(ctx context.Context, op *node.Op) redis.Cmder {
+	if p.exact && op.Plain != nil {
+		return op.PlainCmd(ctx)
+	}
+	return op.Cmd(ctx)
+}
+
+// retries reports whether go-redis may send a command of c twice: any client
+// but a *redis.Client without retries (MaxRetries −1 in its options, which
+// go-redis keeps as 0).
+func retries(c redis.UniversalClient) bool {
+	rc, ok := c.(*redis.Client)
+	return !ok || rc.Options().MaxRetries > 0
 }
 
 func (p *redisPool) Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {

@@ -204,8 +204,9 @@ func (l *Lock) extended(ctx context.Context, rd *round, start time.Time, ttl tim
 // chainedSend is a round's command held back for a node until the node's
 // acquire command has answered.
 type chainedSend struct {
-	node int
-	r    *quorum.Round
+	node    int
+	r       *quorum.Round
+	release bool // a release round: when sent, the node needs no other
 }
 
 // landingNow returns which nodes' acquire commands have not answered yet,
@@ -232,7 +233,7 @@ func (l *Lock) chain(rd *round, hold []bool) {
 			if l.chained == nil {
 				l.chained = l.chainv[:0]
 			}
-			l.chained = append(l.chained, chainedSend{node: i, r: rd.r})
+			l.chained = append(l.chained, chainedSend{node: i, r: rd.r, release: rd.spec == opRelease})
 		default:
 			now = append(now, i)
 		}
@@ -389,12 +390,12 @@ func (l *Lock) late(rep quorum.Reply) {
 		l.unsure[rep.Node] = true
 	}
 	keep := !l.released && !l.lost && l.cfg.now().Before(l.deadline)
-	var buf [4]*quorum.Round
+	var buf [4]chainedSend
 	waiting := buf[:0]
 	kept := l.chained[:0]
 	for _, cs := range l.chained {
 		if cs.node == rep.Node {
-			waiting = append(waiting, cs.r)
+			waiting = append(waiting, cs)
 		} else {
 			kept = append(kept, cs)
 		}
@@ -402,10 +403,15 @@ func (l *Lock) late(rep quorum.Reply) {
 	clear(l.chained[len(kept):])
 	l.chained = kept
 	l.mu.Unlock()
-	for _, r := range waiting {
-		r.Send(rep.Node)
+	releasing := false // a chained release goes to the node now
+	for _, cs := range waiting {
+		if cs.r.Send(rep.Node) && cs.release {
+			releasing = true
+		}
 	}
-	if !keep && (rep.Int > 0 || mayHaveWritten(rep.Err)) {
+	// A definite yes is covered by a chained release sent now; an unknown
+	// fate needs the release that re-checks.
+	if !keep && (rep.Int > 0 && !releasing || mayHaveWritten(rep.Err)) {
 		l.c.releaseUnsure(l.cfg, rep.Node, l.rkey, l.token, rep.Err)
 	}
 }

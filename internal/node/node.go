@@ -56,6 +56,12 @@ type Op struct {
 	// Build and shared by the nodes' commands.
 	Args []any
 	argv [7]any // Args' storage
+
+	// Plain is an Acquire as a bare SET key token PX ttl NX, built with
+	// Args: for Pools whose client never sends a command twice (no go-redis
+	// retries), which do not need the script's answer to a copy.
+	Plain  []any
+	plainv [6]any
 }
 
 // Result is one node's answer to an Op.

@@ -95,18 +95,20 @@ func StartHeld(parent context.Context, wg *sync.WaitGroup, timeout time.Duration
 	return r
 }
 
-// Send sends op to node i, held back by StartHeld, now; or, once the round's
-// deadline has passed or Finish was called (nobody waits for the reply any
-// more), delivers node.ErrNotSent for it without sending.
-func (r *Round) Send(i int) {
+// Send sends op to node i, held back by StartHeld, now and reports true; or,
+// once the round's deadline has passed or Finish was called (nobody waits
+// for the reply any more), delivers node.ErrNotSent for it without sending
+// and reports false.
+func (r *Round) Send(i int) bool {
 	r.mu.Lock()
 	finished := r.finished
 	r.mu.Unlock()
 	if finished || !time.Now().Before(r.deadline) {
 		r.Deliver(i, node.Result{Err: node.ErrNotSent})
-		return
+		return false
 	}
 	r.send(i)
+	return true
 }
 
 func (r *Round) send(i int) {

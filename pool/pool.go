@@ -188,7 +188,7 @@ func Dial(opt *redis.Options, opts ...Option) (Pool, error) {
 	newGuard(&cfg).install(&o)
 	c := redis.NewClient(&o)
 	c.AddHook(dialHook{}) // lets Close of a subscription end its connection setup
-	return &redisPool{name: cfg.name, c: c, owned: true}, nil
+	return &redisPool{name: cfg.name, c: c, owned: true, exact: true}, nil
 }
 
 // DialURL is Dial for a URL such as "redis://user:password@host:6379/0" or

@@ -499,6 +499,18 @@ func checkL1(s snapshot, cfg Config, r *Report) {
 	}
 }
 
+// gone is what should have removed a token, and when that call returned.
+type gone struct {
+	what string
+	end  time.Duration
+}
+
+// nodeToken is one key of ours on one node.
+type nodeToken struct {
+	node  int
+	token string
+}
+
 // checkL2: no key found by the final scan holds the token of a round that
 // did not win or of a lock that was released; and no key found by a sweep
 // does, when the sweep came at least cfg.Cleanup after the call that should
@@ -514,11 +526,6 @@ func checkL2(s snapshot, cfg Config, r *Report) {
 		if op.Kind == Acquire && op.Outcome == OK {
 			won[op.Token] = true
 		}
-	}
-	// gone: token -> what should have removed it and when that returned
-	type gone struct {
-		what string
-		end  time.Duration
 	}
 	tokens := map[string]gone{}
 	for _, op := range s.ops {
@@ -537,10 +544,6 @@ func checkL2(s snapshot, cfg Config, r *Report) {
 		}
 	}
 	r.Checked[L2] = len(tokens)
-	type nodeToken struct {
-		node  int
-		token string
-	}
 	reported := map[nodeToken]bool{} // one violation per key, however often it is seen
 	var maxTTL time.Duration
 	for _, op := range s.ops {
@@ -567,6 +570,12 @@ func checkL2(s snapshot, cfg Config, r *Report) {
 			r.note("L2: %d keys of ours landed later than the library's horizon (%v) after their call and were left to their TTL, as it states", len(beyond), cfg.Horizon)
 		}
 	}()
+	judgeSweeps(s, cfg, r, tokens, maxTTL, reported, landedBeyond)
+
+}
+
+// judgeSweeps is checkL2's part for the keys found by sweeps during the run.
+func judgeSweeps(s snapshot, cfg Config, r *Report, tokens map[string]gone, maxTTL time.Duration, reported map[nodeToken]bool, landedBeyond func(Leftover, gone) bool) {
 	if s.sweeps == 0 {
 		return
 	}

@@ -33,10 +33,12 @@ type Pool interface {
 	// with WithName. Names of the pools of one redlock.Client are unique.
 	Name() string
 	// Acquire sets key to token with the given TTL (whole milliseconds)
-	// only if key does not exist (SET NX PX in a script). It reports
-	// whether key holds token: also true when a copy of this call had set
-	// it already (a command sent again must not answer "taken" to its own
-	// token); false means another value is there.
+	// only if key does not exist (SET NX PX) and reports whether it did;
+	// false means another value is there. Through a client that may send a
+	// command twice (go-redis retries), it runs as a script that also
+	// answers true when a copy of the call had set the key already, so a
+	// retry never answers "taken" to its own token; Pools whose client never
+	// retries (all of Dial's) send the bare command.
 	Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error)
 	// AcquireFenced is Acquire with a fencing counter: only if it sets key,
 	// it increments the counter fenceKey in the same atomic step and returns

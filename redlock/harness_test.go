@@ -229,8 +229,8 @@ func (f *faultPool) RunID(ctx context.Context) (string, error) {
 	return f.Pool.RunID(ctx)
 }
 
-// errConnRefused stands for a network failure: the node may or may not have
-// run the command.
+// errConnRefused stands for a node that cannot be reached: a failed dial,
+// so the command was never written (no clean-up needed).
 var errConnRefused = &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
 
 // manualClock is an injected clock that moves only when told to.

@@ -38,10 +38,13 @@ type Round struct {
 	parent   context.Context
 	start    time.Time
 	deadline time.Time
+	timeout  time.Duration
 	replies  chan Reply
 	timer    *time.Timer
-	pending  int   // replies not yet taken by Next (owner only)
-	err      error // why Next stopped early (owner only)
+	fireAt   time.Time // when timer is due (owner only)
+	expired  bool      // timer has fired since it was last set (owner only)
+	pending  int       // replies not yet taken by Next (owner only)
+	err      error     // why Next stopped early (owner only)
 	wg       *sync.WaitGroup
 	senders  []node.Sender
 	op       *node.Op
@@ -78,7 +81,7 @@ func StartHeld(parent context.Context, wg *sync.WaitGroup, timeout time.Duration
 	if d, ok := parent.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	r := &Round{parent: parent, start: start, deadline: deadline, replies: make(chan Reply, n), wg: wg, senders: senders, op: op, call: call}
+	r := &Round{parent: parent, start: start, deadline: deadline, timeout: timeout, replies: make(chan Reply, n), wg: wg, senders: senders, op: op, call: call}
 	for i := range n {
 		if ask != nil && !ask(i) {
 			continue
@@ -91,7 +94,7 @@ func StartHeld(parent context.Context, wg *sync.WaitGroup, timeout time.Duration
 			r.send(i)
 		}
 	}
-	r.timer = time.NewTimer(time.Until(deadline))
+	r.timer, r.fireAt = time.NewTimer(time.Until(deadline)), deadline
 	return r
 }
 
@@ -176,21 +179,54 @@ func (r *Round) Pending() int { return r.pending }
 
 // Next returns the next reply to arrive. It returns false when no reply is
 // pending or the round has ended first (its deadline passed or the parent
-// was cancelled); Err then tells which.
+// was cancelled); Err then tells which. A reply delivered by the time the
+// owner sees the deadline pass is still returned; and when the owner sees
+// it late by a quarter timeout or more (its process was not running: the
+// scheduler starved it, or the runtime stopped it), the round waits one
+// more timeout for replies that may have been read but not yet handed over,
+// as long as that does not go past the parent's deadline or op.Follow after
+// the round's.
 func (r *Round) Next() (Reply, bool) {
-	if r.pending == 0 || r.err != nil {
-		return Reply{}, false
-	}
-	select {
-	case rep := <-r.replies:
-		r.pending--
-		return rep, true
-	case <-r.timer.C:
-		r.err = context.DeadlineExceeded
-	case <-r.parent.Done():
-		r.err = r.parent.Err()
+	for r.pending > 0 && r.err == nil {
+		if !r.expired {
+			select {
+			case rep := <-r.replies:
+				r.pending--
+				return rep, true
+			case <-r.timer.C:
+				r.expired = true
+			case <-r.parent.Done():
+				r.err = r.parent.Err()
+				return Reply{}, false
+			}
+		}
+		select {
+		case rep := <-r.replies:
+			r.pending--
+			return rep, true
+		default:
+		}
+		if !r.grace() {
+			r.err = context.DeadlineExceeded
+		}
 	}
 	return Reply{}, false
+}
+
+// grace re-arms the timer for one more timeout when the owner saw it fire
+// late (see Next) and reports whether it did.
+func (r *Round) grace() bool {
+	now := time.Now()
+	end := now.Add(r.timeout)
+	if now.Sub(r.fireAt) < r.timeout/4 || end.After(r.deadline.Add(r.op.Follow)) || r.parent.Err() != nil {
+		return false
+	}
+	if d, ok := r.parent.Deadline(); ok && end.After(d) {
+		return false
+	}
+	r.timer.Reset(r.timeout)
+	r.fireAt, r.expired = end, false
+	return true
 }
 
 // Err is nil while the round is open, context.DeadlineExceeded once the

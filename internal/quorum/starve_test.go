@@ -1,0 +1,87 @@
+package quorum
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
+)
+
+// afterSender answers every Send after its delay; when that is negative,
+// it gives up as a Pool does, at the deadline plus op.Follow.
+type afterSender struct{ delay time.Duration }
+
+func (s afterSender) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag int) {
+	if s.delay < 0 {
+		time.AfterFunc(time.Until(deadline.Add(op.Follow)), func() { rcv.Deliver(tag, node.Result{Err: context.DeadlineExceeded}) })
+		return
+	}
+	time.AfterFunc(s.delay, func() { rcv.Deliver(tag, node.Result{Int: 1}) })
+}
+
+// starvedNext starts a one-node round with a 50 ms timeout whose node
+// answers after answer, lets its owner first run at wake (a process the
+// scheduler starved: the round's timer fired long before), and returns
+// what Next gives then and when (virtual time since the start).
+func starvedNext(t *testing.T, answer, wake time.Duration) (ok bool, err error, took time.Duration) {
+	t.Helper()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	start := time.Now()
+	op := &node.Op{Follow: time.Second}
+	r := Start(context.Background(), &wg, 50*time.Millisecond, 1, nil, []node.Sender{afterSender{answer}}, op, nil)
+	time.Sleep(wake)
+	_, ok = r.Next()
+	took, err = time.Since(start), r.Err()
+	r.Finish(nil)
+	wg.Done()
+	wg.Wait()
+	return ok, err, took
+}
+
+// TestStarvedOwnerTakesArrivedReply: a reply that arrived after the
+// deadline but before the owner could look is taken, not dropped for the
+// timer that fired meanwhile (validity accounts for the time it took).
+func TestStarvedOwnerTakesArrivedReply(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for range 20 { // select between two ready cases is random
+			if ok, err, _ := starvedNext(t, 100*time.Millisecond, 200*time.Millisecond); !ok {
+				t.Fatalf("Next dropped a reply that had arrived (err %v)", err)
+			}
+		}
+	})
+}
+
+// TestStarvedOwnerWaitsAGrace: an owner that first runs long after the
+// round's deadline (its process was not scheduled) gives the replies one
+// more node timeout to be delivered: they were most likely read by then,
+// only not yet handed over.
+func TestStarvedOwnerWaitsAGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ok, err, took := starvedNext(t, 210*time.Millisecond, 200*time.Millisecond)
+		if !ok || took != 210*time.Millisecond {
+			t.Fatalf("Next %v (err %v) after %v, want the reply at 210ms", ok, err, took)
+		}
+	})
+}
+
+// TestGraceEndsAtTimeout: a node that never answers ends a starved round
+// one node timeout after its owner woke, and an owner that was not starved
+// at the deadline itself: no grace without evidence of starvation.
+func TestGraceEndsAtTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for _, c := range []struct{ wake, want time.Duration }{
+			{0, 50 * time.Millisecond},
+			{200 * time.Millisecond, 250 * time.Millisecond},
+		} {
+			ok, err, took := starvedNext(t, -1, c.wake)
+			if ok || !errors.Is(err, context.DeadlineExceeded) || took != c.want {
+				t.Fatalf("owner woke at %v: Next %v, err %v after %v; want DeadlineExceeded after %v", c.wake, ok, err, took, c.want)
+			}
+		}
+	})
+}

@@ -15,7 +15,9 @@ package main
 // The child counts completed cycles per 100 ms bucket from t0 and hands the
 // buckets back on stdout when told to stop; the parent times the phases and
 // counts new server connections (INFO stats total_connections_received on
-// every server, less the parent's own).
+// every server, less the parent's own) and open ones (connected_clients): a
+// re-dial is a new connection that replaces a closed one, so the re-dials of
+// a phase are its new connections less the growth of the open ones.
 
 import (
 	"bufio"
@@ -72,6 +74,7 @@ type starvedRun struct {
 	end                   time.Duration // since t0: the parent told the child to stop
 	connsSetup, connsBase int64         // new server connections: set-up + warm-up, baseline
 	connsStarve, connsRec int64         // during starvation, during recovery
+	closedStarve          int64         // connections closed during starvation and recovery
 	burnCPU               time.Duration // CPU the burners used (user + system)
 
 	baseRate, starveRate float64
@@ -81,7 +84,14 @@ type starvedRun struct {
 	fails, errs, relErrs int64         // under starvation
 }
 
-func (r *starvedRun) redials() int64 { return r.connsStarve + r.connsRec }
+// redials counts the connections closed (and so dialled again) from the
+// start of starvation to the end of recovery; new connections that only grew
+// the pool are not re-dials.
+func (r *starvedRun) redials() int64 { return r.closedStarve }
+
+// newConns counts every new server connection from the start of starvation
+// to the end of recovery: re-dials and pool growth.
+func (r *starvedRun) newConns() int64 { return r.connsStarve + r.connsRec }
 
 // analyze computes the figures from the buckets and the phase times.
 func (r *starvedRun) analyze() {
@@ -151,8 +161,9 @@ func (r *starvedRun) perSecond() string {
 	return strings.TrimSpace(b.String())
 }
 
-// connCounter reads every server's total_connections_received over one
-// connection per server of its own, and subtracts its own dials.
+// connCounter reads every server's total_connections_received and
+// connected_clients over one connection per server of its own, and subtracts
+// its own.
 type connCounter struct {
 	clients []*redis.Client
 	own     atomic.Int64
@@ -167,20 +178,26 @@ func newConnCounter(addrs []string) *connCounter {
 	return cc
 }
 
-func (cc *connCounter) total(ctx context.Context) (int64, error) {
-	var n int64
+// connCount is the servers' connections, less the counter's own.
+type connCount struct{ received, open int64 }
+
+func (cc *connCounter) total(ctx context.Context) (connCount, error) {
+	var n connCount
 	for _, c := range cc.clients {
-		s, err := c.Info(ctx, "stats").Result()
+		s, err := c.Info(ctx, "stats", "clients").Result()
 		if err != nil {
-			return 0, fmt.Errorf("INFO stats on %s: %w", c.Options().Addr, err)
+			return n, fmt.Errorf("INFO on %s: %w", c.Options().Addr, err)
 		}
 		v, ok := infoField(s, "total_connections_received")
-		if !ok {
-			return 0, fmt.Errorf("no total_connections_received in INFO stats of %s", c.Options().Addr)
+		o, ok2 := infoField(s, "connected_clients")
+		if !ok || !ok2 {
+			return n, fmt.Errorf("no total_connections_received or connected_clients in INFO of %s", c.Options().Addr)
 		}
-		n += v
+		n.received += v
+		n.open += o - 1 // the counter's own connection
 	}
-	return n - cc.own.Load(), nil
+	n.received -= cc.own.Load()
+	return n, nil
 }
 
 func (cc *connCounter) close() {
@@ -312,13 +329,13 @@ func starvedOne(ctx context.Context, name string, addrs []string, cfg starvedCfg
 	if err != nil {
 		return nil, err
 	}
-	r.connsSetup = c0 - pre
+	r.connsSetup = c0.received - pre.received
 	sleepCtx(ctx, cfg.base-since())
 	c1, err := cc.total(ctx)
 	if err != nil {
 		return nil, err
 	}
-	r.connsBase = c1 - c0
+	r.connsBase = c1.received - c0.received
 	b, err := startBurners(exe, cfg.burners, cfg.starve+time.Minute)
 	if err != nil {
 		return nil, err
@@ -334,13 +351,14 @@ func starvedOne(ctx context.Context, name string, addrs []string, cfg starvedCfg
 	if err != nil {
 		return nil, err
 	}
-	r.connsStarve = c2 - c1
+	r.connsStarve = c2.received - c1.received
 	sleepCtx(ctx, cfg.recover)
 	c3, err := cc.total(ctx)
 	if err != nil {
 		return nil, err
 	}
-	r.connsRec = c3 - c2
+	r.connsRec = c3.received - c2.received
+	r.closedStarve = r.newConns() - (c3.open - c1.open)
 	r.end = since()
 	if _, err := io.WriteString(stdin, "stop\n"); err != nil {
 		return nil, err
@@ -691,7 +709,9 @@ func starvedMarkdown(runs []*starvedRun, cfg starvedCfg, clientNice, serverNice,
 	row("empty buckets under starvation", func(r *starvedRun) float64 { return float64(r.emptyStarve) },
 		func(r *starvedRun) string { return fmt.Sprintf("%d of %d", r.emptyStarve, r.nStarve) })
 	v, s = num(func(r *starvedRun) float64 { return float64(r.redials()) })
-	row("re-dials (new server connections, starvation + recovery)", v, s)
+	row("re-dials (connections closed, starvation + recovery)", v, s)
+	v, s = num(func(r *starvedRun) float64 { return float64(r.newConns()) })
+	row("new server connections, starvation + recovery (re-dials and pool growth)", v, s)
 	v, s = num(func(r *starvedRun) float64 { return float64(r.connsStarve) })
 	row("… of which during starvation", v, s)
 	v, s = num(func(r *starvedRun) float64 { return float64(r.connsSetup + r.connsBase) })

@@ -25,6 +25,7 @@ const (
 	Extend                    // extend script: Int 1 when the TTL was set
 	Release                   // release script: Int 1 when deleted
 	Get                       // GET key: Str, "" when absent
+	ExtendMany                // extend script over Keys and Tokens: Str, one '1' or '0' per key
 )
 
 // Op is one command for every node of a round. It must not change once sent.
@@ -47,6 +48,10 @@ type Op struct {
 	// did (see Sender). 0: until the deadline only.
 	Follow time.Duration
 
+	// Keys and Tokens are the locks of an ExtendMany, as command
+	// arguments (Key and Token are unused).
+	Keys, Tokens []any
+
 	// KeyArg and TokenArg are Key and Token as command arguments. Build
 	// boxes them when they are nil; an Op for the same key and token may
 	// take them from an earlier one, to save the allocations.
@@ -67,7 +72,7 @@ type Op struct {
 // Result is one node's answer to an Op.
 type Result struct {
 	Int int64  // Acquire..Release (see Kind)
-	Str string // Get: the token
+	Str string // Get: the token; ExtendMany: one '1' or '0' per key
 	Err error  // the node gave no definite answer (see pool.Pool)
 }
 

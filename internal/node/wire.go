@@ -38,13 +38,20 @@ var wires = [...]wire{
 		return o.script(1, o.KeyArg, o.TokenArg)
 	}, reply: intCmd, read: readInt},
 	Get: {args: func(o *Op) []any { return append(o.argv[:0], argGet, o.KeyArg) }, reply: stringCmd, read: readGet},
+	ExtendMany: {script: scripts.ExtendMany, args: func(o *Op) []any {
+		a := make([]any, 0, 4+2*len(o.Keys))
+		a = append(a, argEvalSha, shas[ExtendMany], len(o.Keys))
+		a = append(a, o.Keys...)
+		a = append(a, o.TTL.Milliseconds())
+		return append(a, o.Tokens...)
+	}, reply: stringCmd, read: readBits},
 }
 
 // Boxed constants of the commands, so that building Args does not allocate
 // for them.
 var (
 	argGet, argEvalSha, argSet, argPX, argNX any          = "get", "evalsha", "set", "px", "nx"
-	shas                                     [Get + 1]any // per Kind, for scripts
+	shas                                     [ExtendMany + 1]any // per Kind, for scripts
 )
 
 func init() {
@@ -68,7 +75,7 @@ func (o *Op) Build() {
 	if o.KeyArg == nil {
 		o.KeyArg = o.Key
 	}
-	if o.TokenArg == nil && o.Kind != Get {
+	if o.TokenArg == nil && o.Kind != Get && o.Kind != ExtendMany {
 		o.TokenArg = o.Token
 	}
 	o.Args = wires[o.Kind].args(o)
@@ -115,11 +122,19 @@ func (o *Op) Eval(ctx context.Context, c redis.Scripter) Result {
 		keys[i] = fmt.Sprint(k)
 	}
 	cmd := w.script.Eval(ctx, c, keys, o.Args[3+n:]...)
-	ic := redis.NewIntCmd(ctx)
-	v, err := cmd.Int64()
-	ic.SetVal(v)
-	ic.SetErr(err)
-	return o.Result(ic)
+	switch r := w.reply(ctx).(type) {
+	case *redis.StringCmd:
+		v, err := cmd.Text()
+		r.SetVal(v)
+		r.SetErr(err)
+		return o.Result(r)
+	case *redis.IntCmd:
+		v, err := cmd.Int64()
+		r.SetVal(v)
+		r.SetErr(err)
+		return o.Result(r)
+	}
+	return Result{Err: errors.New("node: a script with a reply of an unknown type")}
 }
 
 func stringCmd(ctx context.Context, args ...any) redis.Cmder { return redis.NewStringCmd(ctx, args...) }
@@ -129,6 +144,14 @@ func readGet(_ *Op, c redis.Cmder) Result {
 	v, err := c.(*redis.StringCmd).Result()
 	if errors.Is(err, redis.Nil) {
 		err = nil
+	}
+	return Result{Str: v, Err: err}
+}
+
+func readBits(o *Op, c redis.Cmder) Result {
+	v, err := c.(*redis.StringCmd).Result()
+	if err == nil && len(v) != len(o.Keys) {
+		err = fmt.Errorf("node: extend of %d keys answered %d results", len(o.Keys), len(v))
 	}
 	return Result{Str: v, Err: err}
 }

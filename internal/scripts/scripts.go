@@ -22,6 +22,8 @@ var (
 	acquireFencedSrc string
 	//go:embed raise_fence.lua
 	raiseFenceSrc string
+	//go:embed extend_many.lua
+	extendManySrc string
 )
 
 var (
@@ -41,4 +43,7 @@ var (
 	// RaiseFence sets KEYS[2] to ARGV[2] if lower, while KEYS[1] holds
 	// ARGV[1]; it returns 1 if KEYS[1] holds ARGV[1], else 0.
 	RaiseFence = redis.NewScript(raiseFenceSrc)
+	// ExtendMany is Extend for KEYS[i] and ARGV[i+1], with the TTL in
+	// ARGV[1]; it returns one character per key, '1' if it held its token.
+	ExtendMany = redis.NewScript(extendManySrc)
 )

@@ -1,0 +1,20 @@
+-- Extend many locks at once, with the rules of extend.lua for each: make
+-- KEYS[i] live at least ARGV[1] ms more, only while it holds ARGV[i+1];
+-- never create a key, never shorten a TTL (a renewal that lands late, after
+-- a later one, must not cut a key below its holder's deadline).
+-- KEYS[1..n] lock keys; ARGV[1] new TTL in milliseconds; ARGV[2..n+1] tokens.
+-- Returns a string of n characters: '1' where the key holds its token (its
+-- TTL is now >= ARGV[1] ms), '0' where it does not (left untouched).
+local ttl = tonumber(ARGV[1])
+local out = {}
+for i, k in ipairs(KEYS) do
+  if redis.call('GET', k) == ARGV[i + 1] then
+    if redis.call('PTTL', k) < ttl then
+      redis.call('PEXPIRE', k, ttl)
+    end
+    out[i] = '1'
+  else
+    out[i] = '0'
+  end
+end
+return table.concat(out)

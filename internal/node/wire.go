@@ -50,7 +50,7 @@ var wires = [...]wire{
 // Boxed constants of the commands, so that building Args does not allocate
 // for them.
 var (
-	argGet, argEvalSha, argSet, argPX, argNX any          = "get", "evalsha", "set", "px", "nx"
+	argGet, argEvalSha, argSet, argPX, argNX any                 = "get", "evalsha", "set", "px", "nx"
 	shas                                     [ExtendMany + 1]any // per Kind, for scripts
 )
 

@@ -156,7 +156,9 @@ func TestCheckFences(t *testing.T) {
 
 // TestFencingUnderKillsAndRestarts: 16 goroutines on 4 Clients (each with
 // its own connections) take one key with fencing until 1,000 acquisitions
-// have succeeded, while one or two of the five nodes at a time are killed
+// have succeeded or 90 s have passed (at least 200 are needed for the
+// checks to mean something: the rate is the machine's, not the library's,
+// and is only logged), while one or two of the five nodes at a time are killed
 // (SIGKILL) and restarted with their data. Every token is unique; ordered
 // by acquisition the tokens strictly increase (S4), and so do those of any
 // acquisition that started after another returned (G2); no two holders
@@ -171,6 +173,7 @@ func TestFencingUnderKillsAndRestarts(t *testing.T) {
 		clients     = 4
 		perClient   = 4
 		want        = 1000
+		minHolds    = 200
 		bound       = 90 * time.Second
 		key         = "fenced"
 	)
@@ -343,7 +346,10 @@ func TestFencingUnderKillsAndRestarts(t *testing.T) {
 	select {
 	case <-reached:
 	case <-time.After(bound):
-		t.Fatalf("only %d of %d fenced acquisitions within %v (%d failed attempts)", completed.Load(), want, bound, failures.Load())
+		if n := completed.Load(); n < minHolds {
+			t.Fatalf("only %d fenced acquisitions within %v, fewer than the %d the checks need (%d failed attempts)", n, bound, minHolds, failures.Load())
+		}
+		t.Logf("%d of %d fenced acquisitions within %v (%d failed attempts): checking those", completed.Load(), want, bound, failures.Load())
 	}
 	took := time.Since(begin)
 	stopWorkers()
@@ -373,8 +379,8 @@ func TestFencingUnderKillsAndRestarts(t *testing.T) {
 	if got := guarded.Load(); got != int64(counts[key]) || counts[key] != len(holds) {
 		t.Errorf("S5 violated: the guarded counter is %d, but %d critical sections completed", got, counts[key])
 	}
-	if len(holds) < want {
-		t.Fatalf("%d acquisitions recorded, want at least %d", len(holds), want)
+	if len(holds) < minHolds {
+		t.Fatalf("%d acquisitions recorded, want at least %d", len(holds), minHolds)
 	}
 
 	// How many acquisitions completed while one or two nodes were down

@@ -37,6 +37,7 @@ type Client struct {
 	gates    gates    // one acquisition round per key at a time
 	notes    notifier // wakes waiting Lock calls on releases
 	rechecks rechecks // releases to send again; Close sends them at once
+	renew    renewer  // renews auto-extended locks
 }
 
 // New returns a Client over pools, one per independent Redis master. It
@@ -82,6 +83,7 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	}
 	c.call = c.callPool
 	c.notes.c = c
+	c.renew.c = c
 	c.ids.init(len(pools))
 	return c, nil
 }
@@ -89,7 +91,11 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 // callPool runs op on pool i through its synchronous methods: the path of
 // Pools that do not queue commands (node.Sender), such as wrappers.
 func (c *Client) callPool(ctx context.Context, i int, op *node.Op) node.Result {
-	p := c.pools[i]
+	return callOn(ctx, c.pools[i], op)
+}
+
+// callOn runs op through p's synchronous methods.
+func callOn(ctx context.Context, p pool.Pool, op *node.Op) node.Result {
 	var r node.Result
 	switch op.Kind {
 	case node.Acquire:
@@ -109,8 +115,28 @@ func (c *Client) callPool(ctx context.Context, i int, op *node.Op) node.Result {
 		r.Int, r.Err = bit(p.Release(ctx, op.Key, op.Token))
 	case node.Get:
 		r.Str, r.Err = p.Get(ctx, op.Key)
+	case node.ExtendMany:
+		return extendEach(ctx, p, op)
 	}
 	return r
+}
+
+// extendEach runs an ExtendMany through a Pool's Extend, key by key. An
+// error fails the whole command, as it would a script: an extend of unknown
+// fate is no "not held" vote.
+func extendEach(ctx context.Context, p pool.Pool, op *node.Op) node.Result {
+	bits := make([]byte, len(op.Keys))
+	for i := range op.Keys {
+		ok, err := p.Extend(ctx, op.Keys[i].(string), op.Tokens[i].(string), op.TTL)
+		if err != nil {
+			return node.Result{Err: err}
+		}
+		bits[i] = '0'
+		if ok {
+			bits[i] = '1'
+		}
+	}
+	return node.Result{Str: string(bits)}
 }
 
 func bit(ok bool, err error) (int64, error) {
@@ -157,6 +183,7 @@ func (c *Client) Close() error {
 	c.held = nil
 	c.wg.Add(1) // Close's own share: the releases below add to wg
 	c.mu.Unlock()
+	c.renew.close() // renewals under way end before their locks are released
 
 	errs := make([]error, len(locks))
 	var g errgroup.Group

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/quorumlock/quorumlock/drift"
 )
 
 // lease is the local view of a lock's validity: a context cancelled with
@@ -159,70 +157,6 @@ func (l *Lock) Context(parent context.Context) (context.Context, context.CancelF
 		l.mu.Unlock()
 		cancel(context.Canceled)
 	}
-}
-
-// autoExtend renews the lock every cfg.renewInterval() until it is released or
-// lost, or the maximum hold time is reached. A failed renewal is retried
-// while the lock is valid; once no renewal can finish before the deadline,
-// the lock is declared lost. It runs on a goroutine counted in the Client's
-// WaitGroup and closes l.extDone when it exits.
-func (l *Lock) autoExtend(done <-chan struct{}) {
-	defer close(l.extDone)
-	cfg := l.cfg
-	t := time.NewTimer(l.nextRenewal())
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-t.C:
-		}
-		now := cfg.now()
-		if left := l.Deadline().Sub(now); left <= cfg.nodeTimeout {
-			l.declareLost(fmt.Sprintf("%v of validity left, less than the node timeout: no renewal can be confirmed in time", left))
-			return
-		}
-		ttl := cfg.ttl
-		if cfg.maxHold > 0 {
-			remaining := l.acquired.Add(cfg.maxHold).Sub(now)
-			if drift.Check(remaining, cfg.driftFactor, cfg.nodeTimeout) != nil {
-				cfg.logger.Warn("redlock: maximum hold time reached; the lock is left to expire", "key", l.key, "max_hold", cfg.maxHold)
-				return // the lease timer marks it lost at its deadline
-			}
-			ttl = min(ttl, remaining) // never renewed past acquisition + maxHold
-			if !drift.Deadline(now, ttl, cfg.driftFactor).After(l.Deadline()) {
-				return // no renewal can move the deadline any later
-			}
-		}
-		err := l.Extend(context.Background(), ttl)
-		switch {
-		case err == nil:
-			l.c.observe(cfg, func(o Observer) { o.Extended(l.event(cfg.now().Sub(now), nil)) })
-			t.Reset(l.nextRenewal())
-			continue
-		case errors.Is(err, ErrReleased), errors.Is(err, ErrClosed):
-			return
-		}
-		l.c.observe(cfg, func(o Observer) { o.ExtendFailed(l.event(cfg.now().Sub(now), err)) })
-		cfg.logger.Warn("redlock: renewal failed", "key", l.key, "err", err)
-		if errors.Is(err, ErrLockLost) {
-			return // Extend has marked it lost and told the observer
-		}
-		// Retry halfway to the last moment a renewal can still be
-		// confirmed, but not sooner than a quarter node timeout from now;
-		// the check at the top declares the loss once it is too late.
-		left := l.Deadline().Sub(cfg.now())
-		t.Reset(min(cfg.renewInterval(), max((left-cfg.nodeTimeout)/2, cfg.nodeTimeout/4)))
-	}
-}
-
-// nextRenewal is the wait before the next renewal: the renewal interval, but
-// never so long that a renewal started then could not be confirmed (one node
-// timeout) with a node timeout to spare before the deadline, and never less
-// than a quarter node timeout.
-func (l *Lock) nextRenewal() time.Duration {
-	cfg := l.cfg
-	return max(cfg.nodeTimeout/4, min(cfg.renewInterval(), l.Deadline().Sub(cfg.now())-2*cfg.nodeTimeout))
 }
 
 // declareLost marks a held lock lost and reports it.

@@ -52,9 +52,11 @@ type Lock struct {
 	chained         []chainedSend
 	chainv          [4]chainedSend // chained's first storage
 
-	// extDone is closed when the auto-extender has exited; nil without one.
-	// Set before the Lock is returned and never changed: read without mu.
-	extDone chan struct{}
+	// renewDue is when the renewal service renews the lock next, renewIdx
+	// its index in the service's heap (-1 when not scheduled). Guarded by
+	// the renewer's mu.
+	renewDue time.Time
+	renewIdx int
 }
 
 // Key returns the lock's key as passed to Lock or TryLock (without prefix).
@@ -137,7 +139,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 
 	rd := l.c.run(ctx, cfg, opExtend, l, node.Op{Key: l.rkey, Token: l.token, TTL: ttl, KeyArg: l.keyArg, TokenArg: l.tokenArg}, nil, nil)
 	rd.settle(nil)
-	err := l.extended(ctx, rd, start, ttl)
+	err := l.extended(ctx, rd.won(), rd.gone(), func() *QuorumError { return rd.quorumError(l.key) }, start, ttl)
 	handed = true
 	l.freeAfter(ctx, rd)
 	return err
@@ -159,17 +161,15 @@ func (l *Lock) freeAfter(ctx context.Context, rd *round) {
 }
 
 // extended records an extend round's outcome while the op slot is held, so
-// that no later Extend or Release comes in between.
-func (l *Lock) extended(ctx context.Context, rd *round, start time.Time, ttl time.Duration) error {
+// that no later Extend or Release comes in between: whether a quorum
+// confirmed (won), whether so many nodes said the token is gone that none
+// can (gone), and the round's error, made only when needed.
+func (l *Lock) extended(ctx context.Context, won, gone bool, quorumErr func() *QuorumError, start time.Time, ttl time.Duration) error {
 	cfg := l.cfg
 	end := cfg.now()
 	deadline := drift.Deadline(start, ttl, cfg.driftFactor)
-	qe := rd.quorumError(l.key)
-	qe.Elapsed = end.Sub(start)
-	if rd.won() {
-		qe.Validity = deadline.Sub(end)
-	}
 	var err error
+	var qe *QuorumError
 	lostNow := false
 	l.mu.Lock()
 	switch {
@@ -177,7 +177,7 @@ func (l *Lock) extended(ctx context.Context, rd *round, start time.Time, ttl tim
 		err = ErrReleased
 	case l.lost: // the lease ran out during the round: it stays lost
 		err = ErrLockLost
-	case rd.won() && end.Before(deadline):
+	case won && end.Before(deadline):
 		l.deadline = deadline
 		l.lease.rearm(deadline.Sub(cfg.now()))
 	default:
@@ -185,8 +185,13 @@ func (l *Lock) extended(ctx context.Context, rd *round, start time.Time, ttl tim
 			l.deadline = deadline
 			l.lease.rearm(deadline.Sub(cfg.now()))
 		}
+		qe = quorumErr()
+		qe.Elapsed = end.Sub(start)
+		if won {
+			qe.Validity = deadline.Sub(end)
+		}
 		err = qe
-		if rd.gone() || !end.Before(l.deadline) {
+		if gone || !end.Before(l.deadline) {
 			lostNow = l.endLocked(true)
 			err = fmt.Errorf("%w: %w", ErrLockLost, qe)
 		}
@@ -281,10 +286,8 @@ func (l *Lock) usable(now time.Time) error {
 // call releases, the others get ErrReleased. While Client.Close runs it may
 // return ErrClosed: Close releases the lock itself.
 func (l *Lock) Release(ctx context.Context) error {
-	err := l.release(ctx)
-	if l.extDone != nil {
-		<-l.extDone // the auto-extender stops once the lease ends
-	}
+	err := l.release(ctx) // after a renewal under way, which holds l.op
+	l.c.renew.remove(l)
 	return err
 }
 
@@ -459,7 +462,7 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquisition) *Lock {
 	op := a.rd.op
 	l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), key: key, rkey: op.Key, token: op.Token, keyArg: op.KeyArg, tokenArg: op.TokenArg,
-		acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor), landing: a.rd.out}
+		acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor), landing: a.rd.out, renewIdx: -1}
 	if cfg.fencing {
 		l.fence = a.fence
 	}
@@ -468,9 +471,7 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 	}
 	a.rd.r.Finish(l.late)
 	if cfg.autoExtend {
-		l.extDone = make(chan struct{})
-		done := l.Done()
-		c.wg.Go(func() { l.autoExtend(done) })
+		c.renew.add(l, firstRenewal(l, cfg.now()))
 	}
 	if cfg.debug(ctx) {
 		cfg.logger.Debug("redlock: acquired", "key", key, "took", a.elapsed, "deadline", l.deadline)

@@ -33,13 +33,14 @@ type opSpec struct {
 }
 
 var (
-	opAcquire = &opSpec{name: "acquire", kind: node.Acquire, yes: intPositive, no: OutcomeTaken}
-	opFenced  = &opSpec{name: "acquire", kind: node.AcquireFenced, yes: intPositive, no: OutcomeTaken}
-	opRaise   = &opSpec{name: "acquire", kind: node.RaiseFence, yes: intPositive, no: OutcomeNotHeld}
-	opExtend  = &opSpec{name: "extend", kind: node.Extend, yes: intPositive, no: OutcomeNotHeld, decisive: true}
-	opRelease = &opSpec{name: "release", kind: node.Release, yes: intPositive, no: OutcomeNotHeld, decisive: true}
-	opHeld    = &opSpec{name: "held", kind: node.Get, yes: holdsToken, no: OutcomeNotHeld, decisive: true}
-	opLocked  = &opSpec{name: "locked", kind: node.Get} // voted by round.tallyTokens
+	opAcquire    = &opSpec{name: "acquire", kind: node.Acquire, yes: intPositive, no: OutcomeTaken}
+	opFenced     = &opSpec{name: "acquire", kind: node.AcquireFenced, yes: intPositive, no: OutcomeTaken}
+	opRaise      = &opSpec{name: "acquire", kind: node.RaiseFence, yes: intPositive, no: OutcomeNotHeld}
+	opExtend     = &opSpec{name: "extend", kind: node.Extend, yes: intPositive, no: OutcomeNotHeld, decisive: true}
+	opRelease    = &opSpec{name: "release", kind: node.Release, yes: intPositive, no: OutcomeNotHeld, decisive: true}
+	opHeld       = &opSpec{name: "held", kind: node.Get, yes: holdsToken, no: OutcomeNotHeld, decisive: true}
+	opLocked     = &opSpec{name: "locked", kind: node.Get}        // voted by round.tallyTokens
+	opExtendMany = &opSpec{name: "extend", kind: node.ExtendMany} // voted per lock by renewal.settle
 )
 
 func intPositive(rep quorum.Reply, _ *Lock) bool { return rep.Int > 0 }

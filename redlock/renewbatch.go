@@ -1,0 +1,241 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/quorumlock/quorumlock/drift"
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/quorum"
+)
+
+// renew renews a batch of due locks: the ones a renewal may go to, grouped
+// by the TTL they are renewed to, one ExtendMany round per chunk of up to
+// renewChunk locks, all chunks in flight at once. Each lock holds its op
+// slot (one Extend or Release at a time) from before its command is sent
+// until its outcome is recorded. It runs on a goroutine counted in c.wg.
+func (r *renewer) renew(batch []*Lock) {
+	c := r.c
+	now := c.cfg.now()
+	groups := map[renewKey][]*Lock{}
+	for _, l := range batch {
+		select { // an Extend or Release is under way: try again soon
+		case l.op <- struct{}{}:
+		default:
+			r.add(l, now.Add(l.cfg.nodeTimeout/4))
+			continue
+		}
+		ttl, ok := l.renewalTTL(now)
+		switch {
+		case !ok:
+			<-l.op
+		case l.landingNow() != nil: // its own round chains behind the SET
+			<-l.op
+			c.wg.Go(func() { r.renewOne(l, ttl) })
+		default:
+			k := renewKey{ttl: ttl, timeout: l.cfg.nodeTimeout, quorum: l.cfg.quorum}
+			groups[k] = append(groups[k], l)
+		}
+	}
+	if len(groups) == 0 {
+		return
+	}
+	if err := c.ids.check(context.Background(), c, c.cfg); err != nil {
+		for _, ls := range groups {
+			r.failAll(ls, err)
+		}
+		return
+	}
+	var chunks []*renewal
+	for k, ls := range groups {
+		for part := range slices.Chunk(ls, renewChunk) {
+			chunks = append(chunks, r.start(part, k.ttl))
+		}
+	}
+	for _, rn := range chunks {
+		rn.settle()
+		rn.apply(r)
+	}
+}
+
+// renewKey groups the locks one command can renew together: the TTL it
+// sets, and what the round's wait and vote depend on.
+type renewKey struct {
+	ttl, timeout time.Duration
+	quorum       int
+}
+
+// renewalTTL returns the TTL the lock's renewal at now sets, or false when
+// it is not renewed: released, lost, declared lost now (too little validity
+// left to confirm a renewal), or held as long as WithMaxHold allows.
+func (l *Lock) renewalTTL(now time.Time) (time.Duration, bool) {
+	if l.usable(now) != nil {
+		return 0, false
+	}
+	cfg := l.cfg
+	if left := l.Deadline().Sub(now); left <= cfg.nodeTimeout {
+		l.declareLost(fmt.Sprintf("%v of validity left, less than the node timeout: no renewal can be confirmed in time", left))
+		return 0, false
+	}
+	ttl := cfg.ttl
+	if cfg.maxHold > 0 {
+		remaining := l.acquired.Add(cfg.maxHold).Sub(now)
+		if drift.Check(remaining, cfg.driftFactor, cfg.nodeTimeout) != nil {
+			cfg.logger.Warn("redlock: maximum hold time reached; the lock is left to expire", "key", l.key, "max_hold", cfg.maxHold)
+			return 0, false // the lease timer marks it lost at its deadline
+		}
+		ttl = min(ttl, remaining.Truncate(time.Millisecond)) // never renewed past acquisition + maxHold
+		if !drift.Deadline(now, ttl, cfg.driftFactor).After(l.Deadline()) {
+			return 0, false // no renewal can move the deadline any later
+		}
+	}
+	return ttl, true
+}
+
+// renewOne renews l through Extend, for a lock whose acquire command has
+// not answered on some node (Extend holds its command back there).
+func (r *renewer) renewOne(l *Lock, ttl time.Duration) {
+	start := l.cfg.now()
+	err := l.Extend(context.Background(), ttl)
+	r.after(l, start, err)
+}
+
+// after reports a renewal's outcome and schedules the lock's next one: a
+// renewal interval on, after a success (never so late that it could not be
+// confirmed); halfway to the last moment a renewal can be confirmed after a
+// failure, but not sooner than a quarter node timeout (renewalTTL declares
+// the loss once it is too late); never after release, loss or Close.
+func (r *renewer) after(l *Lock, start time.Time, err error) {
+	cfg := l.cfg
+	now := cfg.now()
+	switch {
+	case err == nil:
+		r.c.observe(cfg, func(o Observer) { o.Extended(l.event(now.Sub(start), nil)) })
+		r.add(l, now.Add(min(cfg.renewInterval(), l.maxWait(now))))
+		return
+	case errors.Is(err, ErrReleased), errors.Is(err, ErrClosed):
+		return
+	}
+	r.c.observe(cfg, func(o Observer) { o.ExtendFailed(l.event(now.Sub(start), err)) })
+	if errors.Is(err, ErrLockLost) {
+		return // extended has marked it lost and told the observer
+	}
+	left := l.Deadline().Sub(now)
+	r.add(l, now.Add(min(cfg.renewInterval(), max((left-cfg.nodeTimeout)/2, cfg.nodeTimeout/4))))
+}
+
+// failAll records err as the outcome of renewals that could not be sent.
+func (r *renewer) failAll(ls []*Lock, err error) {
+	for _, l := range ls {
+		start := l.cfg.now()
+		<-l.op
+		r.after(l, start, err)
+	}
+}
+
+// renewal is one ExtendMany round: the chunk's locks, and per lock the
+// nodes that confirmed and the nodes that said it is not held.
+type renewal struct {
+	rd      *round
+	ls      []*Lock
+	ttl     time.Duration
+	start   time.Time
+	yes, no []uint8
+	reps    []quorum.Reply // per node: its reply, once taken
+}
+
+// start sends the chunk's command. Its wait is bounded by the validity the
+// chunk's most urgent lock has left (less a node timeout), at least one
+// node timeout and at most a renewal interval: a large batch may take a
+// server longer than a node timeout, and a renewal waits as long as it can
+// still be of use rather than fail and be retried. It goes to the Pools'
+// background queues, so that its long wait never holds up other rounds.
+func (r *renewer) start(ls []*Lock, ttl time.Duration) *renewal {
+	c := r.c
+	cfg := *ls[0].cfg
+	now := cfg.now()
+	left := cfg.renewInterval()
+	keys, tokens := make([]any, len(ls)), make([]any, len(ls))
+	for i, l := range ls {
+		keys[i], tokens[i] = l.keyArg, l.tokenArg
+		left = min(left, l.Deadline().Sub(now)-cfg.nodeTimeout)
+	}
+	cfg.nodeTimeout = max(cfg.nodeTimeout, left)
+	rn := &renewal{ls: ls, ttl: ttl, start: now, yes: make([]uint8, len(ls)), no: make([]uint8, len(ls))}
+	rn.rd = c.run(context.Background(), &cfg, opExtendMany, nil, node.Op{TTL: ttl, Keys: keys, Tokens: tokens, Background: true}, nil, nil)
+	rn.reps = make([]quorum.Reply, len(c.pools))
+	return rn
+}
+
+// settle takes replies until every lock of the chunk is decided: confirmed
+// by a quorum, or said not held by so many nodes that no quorum can confirm,
+// or neither can change any more (or the round ended).
+func (rn *renewal) settle() {
+	rd := rn.rd
+	n, q, pending := len(rd.res), rd.q, rd.r.Pending()
+	for pending > 0 && rn.undecided(n, q, pending) {
+		rep, ok := rd.r.Next()
+		if !ok {
+			break
+		}
+		pending--
+		rd.out[rep.Node] = false
+		rn.reps[rep.Node] = rep
+		if rep.Err != nil {
+			rd.res[rep.Node] = failed(rep.Node, rd.c, rep.Err, rep.Latency)
+			continue
+		}
+		rd.res[rep.Node] = NodeResult{Node: rd.res[rep.Node].Node, Outcome: OutcomeOK, Latency: rep.Latency}
+		for i := range rn.ls {
+			if rep.Str[i] == '1' {
+				rn.yes[i]++
+			} else {
+				rn.no[i]++
+			}
+		}
+	}
+}
+
+// undecided reports whether a lock of the chunk may still be confirmed or
+// proven gone by the pending replies (settle's rule, per lock).
+func (rn *renewal) undecided(n, q, pending int) bool {
+	for i := range rn.ls {
+		yes, no := int(rn.yes[i]), int(rn.no[i])
+		if yes < q && no <= n-q && (yes+pending >= q || no+pending > n-q) {
+			return true
+		}
+	}
+	return false
+}
+
+// apply records each lock's outcome (as Extend would), frees its op slot
+// and schedules its next renewal; late replies are harmless (an extend
+// never shortens a key) and dropped.
+func (rn *renewal) apply(r *renewer) {
+	rd := rn.rd
+	rd.r.Finish(nil)
+	n, q := len(rd.res), rd.q
+	for i, l := range rn.ls {
+		won, gone := int(rn.yes[i]) >= q, int(rn.no[i]) > n-q
+		err := l.extended(context.Background(), won, gone, func() *QuorumError { return rn.quorumError(i) }, rn.start, rn.ttl)
+		<-l.op
+		r.after(l, rn.start, err)
+	}
+}
+
+// quorumError describes lock i's failed renewal, node by node.
+func (rn *renewal) quorumError(i int) *QuorumError {
+	rd := rn.rd
+	res := slices.Clone(rd.res)
+	for j, rep := range rn.reps {
+		if res[j].Outcome == OutcomeOK && rep.Str[i] != '1' {
+			res[j].Outcome = OutcomeNotHeld
+		}
+	}
+	elapsed := time.Since(rd.start)
+	markUnanswered(res, rd.r.Err(), elapsed)
+	return &QuorumError{Op: "extend", Key: rn.ls[i].key, Quorum: rd.q, Nodes: res, Elapsed: elapsed}
+}

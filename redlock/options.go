@@ -281,12 +281,14 @@ func (c *config) renewInterval() time.Duration {
 
 // WithAutoExtend turns automatic renewal of acquired locks on or off (default
 // off for Lock and TryLock, on inside Do). A renewing lock is extended to its
-// TTL every WithRenewEvery (default TTL/3) by one goroutine per lock, never
-// two renewals at once. A failed renewal is retried while validity is left;
-// once no renewal can be confirmed before the deadline, the lock is declared
-// lost (Done closes, Err and the Context's cause are ErrLockLost). Renewal
-// never re-creates an expired lock, and stops when the lock is released, lost
-// or its Client closed; Release waits for it to stop.
+// TTL every WithRenewEvery (default TTL/3; the first time at a random point
+// in the second half of that interval) by the Client's renewal service,
+// never two renewals of one lock at once. A failed renewal is retried while
+// validity is left; once no renewal can be confirmed before the deadline,
+// the lock is declared lost (Done closes, Err and the Context's cause are
+// ErrLockLost). Renewal never re-creates an expired lock, and stops when the
+// lock is released, lost or its Client closed; Release waits for a renewal
+// under way.
 func WithAutoExtend(on bool) Option {
 	return func(c *config) error {
 		c.autoExtend = on

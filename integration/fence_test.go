@@ -20,9 +20,10 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// fenceKey is the Redis key of the fencing counter of the lock named key
-// (documented in redlock.WithFencing: the lock key plus ":fence").
-func fenceKey(key string) string { return rkey(key) + ":fence" }
+// fenceKey is the Redis key of the fencing counter of the lock named key:
+// on a standalone master, one counter for every key under the prefix
+// (documented in redlock.WithFencing).
+func fenceKey(string) string { return redlock.DefaultKeyPrefix + "fence" }
 
 // dropFenceCounters registers a clean-up, to run after the Clients of the
 // test have closed and before the harness's lock-key TTL check (t.Cleanup is

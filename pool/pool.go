@@ -45,7 +45,10 @@ type Pool interface {
 	// its new value (at least 1); a copy of a call that had set key returns
 	// the counter without a second increment; it returns 0 when another
 	// value is there. It writes nothing when it fails with an error.
-	// fenceKey must share key's Redis Cluster slot.
+	// fenceKey may be shared by many keys and must share key's Redis
+	// Cluster slot. A counter of key's own from earlier versions
+	// (key + ":fence") is folded into fenceKey (raised above it) and
+	// deleted, so that key's tokens keep increasing.
 	AcquireFenced(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (uint64, error)
 	// RaiseFence sets the counter fenceKey to fence if it is lower, only
 	// while key holds token, and reports whether key holds token.
@@ -73,6 +76,22 @@ type Pool interface {
 	// redlock rounds (it waits for a batch in flight, at most until that
 	// batch's deadline). A Pool from New never closes the caller's client.
 	Close() error
+}
+
+// Slotted is implemented by the Pools of this package. Slotted reports
+// whether the Pool's client is a Redis Cluster client, whose scripts may
+// only touch the keys of one hash slot: redlock then keeps a fencing counter
+// per hash slot, else one per master.
+type Slotted interface {
+	Slotted() bool
+}
+
+var _ Slotted = (*redisPool)(nil)
+
+// Slotted reports whether p's client is a *redis.ClusterClient.
+func (p *redisPool) Slotted() bool {
+	_, ok := p.c.(*redis.ClusterClient)
+	return ok
 }
 
 // client is the part of go-redis a Pool needs.

@@ -203,7 +203,7 @@ func (c *Client) vote(ctx context.Context, cfg *config, rkey, token string) *acq
 	a := &acquisition{start: cfg.now(), said: make([]bool, len(c.pools))}
 	call := c.call
 	if cfg.fencing {
-		spec, o.FenceKey = opFenced, rkey+":fence"
+		spec, o.FenceKey = opFenced, fenceKeyOf(cfg.prefix, rkey, c.slotted)
 		call = a.noteLanded(c)
 	}
 	a.rd = c.runWith(ctx, cfg, spec, nil, o, nil, nil, call)

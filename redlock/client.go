@@ -23,6 +23,7 @@ type Client struct {
 	pools   []pool.Pool
 	senders []node.Sender // pools[i] as a node.Sender, or nil: called on goroutines
 	queued  bool          // every pool is a node.Sender
+	slotted bool          // some pool is a Redis Cluster: fencing counters per hash slot
 	call    quorum.Call   // runs an op through a Pool's methods
 	cfg     *config
 
@@ -80,6 +81,9 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	for i, p := range pools {
 		c.senders[i], _ = p.(node.Sender)
 		c.queued = c.queued && c.senders[i] != nil
+		if sp, ok := p.(pool.Slotted); ok && sp.Slotted() {
+			c.slotted = true
+		}
 	}
 	c.call = c.callPool
 	c.notes.c = c

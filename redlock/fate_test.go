@@ -23,7 +23,7 @@ func TestFencedAcquireErrorLeavesNoKey(t *testing.T) {
 	c := e.client(WithFencing(true), WithTTL(time.Hour))
 	k := rkey("corrupt")
 	for i := range 3 {
-		if err := e.nodes[i].m.Set(k+":fence", "not-a-number"); err != nil {
+		if err := e.nodes[i].m.Set(fenceKey, "not-a-number"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -40,7 +40,7 @@ func TestFencedAcquireErrorLeavesNoKey(t *testing.T) {
 		}
 	}
 	for i := range 3 { // repaired: the key is free at once
-		e.nodes[i].m.Del(k + ":fence")
+		e.nodes[i].m.Del(fenceKey)
 	}
 	l, err := e.client(WithFencing(true)).TryLock(context.Background(), "corrupt")
 	if err != nil {

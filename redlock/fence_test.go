@@ -8,9 +8,13 @@ import (
 	"time"
 )
 
-// fenceOf returns node i's fencing counter for key.
+// fenceKey is the fencing counter of every key under the default prefix on
+// a standalone master.
+const fenceKey = DefaultKeyPrefix + "fence"
+
+// fenceOf returns node i's fencing counter for key (shared by all keys).
 func (e *env) fenceOf(i int, key string) uint64 {
-	v, err := e.nodes[i].m.Get(rkey(key) + ":fence")
+	v, err := e.nodes[i].m.Get(fenceKey)
 	if err != nil {
 		return 0
 	}
@@ -45,7 +49,7 @@ func TestFencesIncrease(t *testing.T) {
 	}
 	// The counters live on, without a TTL.
 	for i, n := range e.nodes {
-		if ttl := n.m.TTL(rkey("fenced") + ":fence"); ttl != 0 {
+		if ttl := n.m.TTL(fenceKey); ttl != 0 || !n.m.Exists(fenceKey) {
 			t.Fatalf("node %d: counter has TTL %v", i, ttl)
 		}
 	}
@@ -138,4 +142,68 @@ func TestNoFencingNoCounter(t *testing.T) {
 			t.Fatalf("node %d: %d calls for one acquisition, want 1", i, calls)
 		}
 	}
+}
+
+// TestFenceCountersBounded (issue 12): acquiring and releasing many
+// distinct keys with fencing leaves one counter per master, not one per key.
+func TestFenceCountersBounded(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.client(WithFencing(true))
+	var last uint64
+	for i := range 200 {
+		l, err := c.TryLock(context.Background(), "bounded:"+strconv.Itoa(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Fence() <= last { // one counter for all keys: tokens still grow
+			t.Fatalf("key %d: fence %d after %d", i, l.Fence(), last)
+		}
+		last = l.Fence()
+		if err := l.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, n := range e.nodes {
+		if keys := n.m.Keys(); len(keys) != 1 || keys[0] != fenceKey {
+			t.Fatalf("node %d keeps %d keys after 200 released locks (%.10q...), want only %s", i, len(keys), keys, fenceKey)
+		}
+	}
+}
+
+// TestFenceMigration (issue 12): counters of earlier versions, one per key
+// (the lock key + ":fence"), are folded into the shared counter: the next
+// token is above every quorum's old counter, even when the shared counter
+// is lower, and the old counters are deleted where the lock was taken.
+func TestFenceMigration(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.client(WithFencing(true))
+	old := rkey("legacy") + ":fence"
+	for i, v := range []string{"50", "50", "50", "7", "7"} { // the last holder's token was 50
+		e.nodes[i].m.Set(old, v)
+		e.nodes[i].m.Set(fenceKey, "3") // other keys' tokens so far
+	}
+	e.nodes[0].fault.setErr(errConnRefused) // a quorum without one of the 50s
+	e.nodes[1].fault.setErr(errConnRefused)
+	l, err := c.TryLock(context.Background(), "legacy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Fence() <= 50 {
+		t.Fatalf("fence %d after an old token of 50", l.Fence())
+	}
+	for i := 2; i < 5; i++ {
+		if e.nodes[i].m.Exists(old) || e.fenceOf(i, "legacy") < l.Fence() {
+			t.Fatalf("node %d: old counter left %v, counter %d < fence %d", i, e.nodes[i].m.Exists(old), e.fenceOf(i, "legacy"), l.Fence())
+		}
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.nodes[0].fault.setErr(nil)
+	e.nodes[1].fault.setErr(nil)
+	l2, err := c.TryLock(context.Background(), "other")
+	if err != nil || l2.Fence() <= l.Fence() {
+		t.Fatalf("next key: fence %v (err %v), want above %d", l2, err, l.Fence())
+	}
+	_ = l2.Release(context.Background())
 }

@@ -335,9 +335,13 @@ func WithObserver(o Observer) Option {
 }
 
 // WithFencing turns fencing tokens on or off (default off). With fencing,
-// each node keeps a counter beside the lock key (the key plus ":fence", same
-// Redis Cluster slot, no TTL, never deleted) that the acquire script
-// increments with the SET; the client writes the highest counter of the
+// each node keeps a counter (no TTL, never deleted) shared by the keys under
+// the prefix: prefix + "fence" on a standalone master, one per hash slot on a
+// Redis Cluster Pool (pool.Slotted), so counters take O(1) keys per master
+// whatever the number of keys. The acquire script increments it with the
+// SET (and folds in a key's own counter of earlier versions, key + ":fence",
+// then deletes it; stop clients of earlier versions before starting these:
+// docs/safety.md); the client writes the highest counter of the
 // nodes that agreed back to a quorum, while it holds the lock, before it
 // reports success, and returns it as Lock.Fence. That costs a second round
 // trip per acquisition, counted in its elapsed time. Successive holders of a

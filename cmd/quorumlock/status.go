@@ -122,20 +122,26 @@ func inspect(ctx context.Context, n node, rkey string, timeout time.Duration) no
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var get, fence *redis.StringCmd
+	var get, fence, old *redis.StringCmd
 	var pttl *redis.DurationCmd
 	_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		get = p.Get(ctx, rkey)
 		pttl = p.PTTL(ctx, rkey)
-		fence = p.Get(ctx, rkey+":fence")
+		fence = p.Get(ctx, redlock.DefaultKeyPrefix+"fence") // shared by all keys
+		old = p.Get(ctx, rkey+":fence")                      // the key's own, from earlier versions
 		return nil
 	})
-	for _, cmd := range []redis.Cmder{get, pttl, fence} {
+	for _, cmd := range []redis.Cmder{get, pttl, fence, old} {
 		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
 			return nodeState{err: err}
 		}
 	}
 	s := nodeState{token: get.Val(), ttl: pttl.Val(), fence: fence.Val()}
+	if o, err := strconv.ParseUint(old.Val(), 10, 64); err == nil {
+		if f, err := strconv.ParseUint(s.fence, 10, 64); err != nil || o > f {
+			s.fence = old.Val() // the key's next token is above it
+		}
+	}
 	if s.fence != "" {
 		if _, err := strconv.ParseUint(s.fence, 10, 64); err != nil {
 			s.fence += " (not a counter)"

@@ -60,7 +60,7 @@ type Op struct {
 	// Args is the Redis command (EVALSHA for the scripts), built once by
 	// Build and shared by the nodes' commands.
 	Args []any
-	argv [7]any // Args' storage
+	argv [8]any // Args' storage
 
 	// Plain is an Acquire as a bare SET key token PX ttl NX, built with
 	// Args: for Pools whose client never sends a command twice (no go-redis

@@ -26,7 +26,7 @@ var wires = [...]wire{
 		return o.script(1, o.KeyArg, o.TokenArg, o.TTL.Milliseconds())
 	}, reply: intCmd, read: readInt},
 	AcquireFenced: {script: scripts.AcquireFenced, args: func(o *Op) []any {
-		return o.script(2, o.KeyArg, o.FenceKey, o.TokenArg, o.TTL.Milliseconds())
+		return o.script(3, o.KeyArg, o.FenceKey, o.Key+":fence", o.TokenArg, o.TTL.Milliseconds())
 	}, reply: intCmd, read: readCounter},
 	RaiseFence: {script: scripts.RaiseFence, args: func(o *Op) []any {
 		return o.script(2, o.KeyArg, o.FenceKey, o.TokenArg, o.Fence)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -63,6 +64,43 @@ func startServer(ctx context.Context, bin string) (*server, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// cpu returns the CPU time (user + system) the server process has used so
+// far, from /proc/<pid>/stat.
+func (s *server) cpu() (time.Duration, error) {
+	f, err := procStat(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	var ticks int64
+	for _, v := range f[11:13] { // fields 14 and 15: utime, stime
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("redis-server %s: utime or stime %q: %w", s.addr, v, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// procStat returns the fields of a /proc stat file after the command name:
+// f[0] is field 3 (state), f[n-3] field n.
+func procStat(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')') // the command name may hold spaces
+	if i < 0 {
+		return nil, fmt.Errorf("%s: no command name", path)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 17 {
+		return nil, fmt.Errorf("%s: too few fields", path)
+	}
+	return f, nil
 }
 
 // stopServers stops the processes by pid and waits for them.

@@ -444,18 +444,9 @@ func niceOf(pid int) (int, error) {
 }
 
 func statNice(path string) (int, error) {
-	b, err := os.ReadFile(path)
+	f, err := procStat(path)
 	if err != nil {
 		return 0, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')') // the command name may hold spaces
-	if i < 0 {
-		return 0, fmt.Errorf("%s: no command name", path)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 17 {
-		return 0, fmt.Errorf("%s: too few fields", path)
 	}
 	return strconv.Atoi(f[16]) // field 19, nice
 }

@@ -2,13 +2,13 @@ package redlock
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/quorumlock/quorumlock/drift"
 )
@@ -56,7 +56,7 @@ func defaultConfig() config {
 		nodeTimeout: DefaultNodeTimeout,
 		retryBase:   DefaultRetryBase,
 		retryMax:    DefaultRetryMax,
-		token:       uuidToken,
+		token:       randomToken,
 		prefix:      DefaultKeyPrefix,
 		logger:      slog.New(slog.DiscardHandler),
 		now:         time.Now,
@@ -64,12 +64,15 @@ func defaultConfig() config {
 	}
 }
 
-func uuidToken() (string, error) {
-	u, err := uuid.NewRandom()
-	if err != nil {
+// randomToken returns 128 random bits as 22 URL-safe base64 characters:
+// more entropy than a UUID v4 (122 bits) in 14 fewer bytes per lock key on
+// every node.
+func randomToken() (string, error) {
+	var b [16]byte
+	if _, err := crand.Read(b[:]); err != nil {
 		return "", err
 	}
-	return u.String(), nil
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
 // apply returns a copy of base with opts applied and checked against n pools.
@@ -204,14 +207,14 @@ func WithMaxWait(d time.Duration) Option {
 }
 
 // WithTokenGenerator sets the function that makes each attempt's token, the
-// value stored under the lock key that proves ownership (default: a random
-// UUID v4). Tokens must be unique across all clients and attempts, or one
+// value stored under the lock key that proves ownership (default: 128
+// random bits from crypto/rand, as 22 URL-safe base64 characters). Tokens must be unique across all clients and attempts, or one
 // client could release another's lock. The function must be safe for
 // concurrent use; an error from it fails the attempt without any I/O.
 func WithTokenGenerator(gen func() (string, error)) Option {
 	return func(c *config) error {
 		if gen == nil {
-			return errors.New("redlock: WithTokenGenerator(nil): pass a function, or leave the option out for random UUIDs")
+			return errors.New("redlock: WithTokenGenerator(nil): pass a function, or leave the option out for random tokens")
 		}
 		c.token = gen
 		return nil

@@ -15,6 +15,7 @@
 // The lock operations run as single commands or as Lua scripts sent with
 // EVALSHA that fall back to EVAL when the server answers NOSCRIPT, so a
 // restarted server or SCRIPT FLUSH costs one extra round trip, not a failure.
+// They need Redis 7.0 or later (SET with both NX and GET, PEXPIRE ... GT).
 //
 // The lock coordinator does not call a Pool of this package once per node
 // and operation: it queues its commands, and one writer goroutine per node

@@ -5,13 +5,13 @@
 -- KEYS[1..n] lock keys; ARGV[1] new TTL in milliseconds; ARGV[2..n+1] tokens.
 -- Returns a string of n characters: '1' where the key holds its token (its
 -- TTL is now >= ARGV[1] ms), '0' where it does not (left untouched).
-local ttl = tonumber(ARGV[1])
+-- PEXPIRE ... GT (Redis 7.0) sets the TTL only when it is longer than the
+-- one left: one call per key fewer than PTTL and then PEXPIRE.
+local ttl = ARGV[1]
 local out = {}
 for i, k in ipairs(KEYS) do
   if redis.call('GET', k) == ARGV[i + 1] then
-    if redis.call('PTTL', k) < ttl then
-      redis.call('PEXPIRE', k, ttl)
-    end
+    redis.call('PEXPIRE', k, ttl, 'GT')
     out[i] = '1'
   else
     out[i] = '0'

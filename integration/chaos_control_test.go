@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -35,8 +36,10 @@ func controlCheck(h *hist.History) *hist.Report {
 }
 
 // holdOnABC makes a holder client that cannot reach D and E and has it take
-// key, which then lives on A, B and C only (checked on the nodes).
-func holdOnABC(t *testing.T, ctx context.Context, c *cluster, h *hist.History, key string) (*chaosClient, *redlock.Lock) {
+// key, which then lives on A, B and C only (checked on the nodes). Before,
+// it takes and releases `before` other keys there: their fencing tokens
+// raise A's, B's and C's shared counter above D's and E's.
+func holdOnABC(t *testing.T, ctx context.Context, c *cluster, h *hist.History, key string, before int) (*chaosClient, *redlock.Lock) {
 	t.Helper()
 	holder := newChaosClient(t, c, h, "holder", controlTTL, []pool.Option{pool.WithRestartGuard(0)}, redlock.WithNodeTimeout(controlNodeTimeout))
 	if err := holder.warm(ctx); err != nil {
@@ -46,6 +49,13 @@ func holdOnABC(t *testing.T, ctx context.Context, c *cluster, h *hist.History, k
 	// Heal before the Client closes (t.Cleanup is LIFO): its background
 	// releases to the cut-off nodes then fail at once instead of waiting.
 	t.Cleanup(func() { holder.partition(false, 3, 4) })
+	for i := range before {
+		l, _, err := holder.acquire(ctx, fmt.Sprintf("%s-before-%d", key, i), 2*time.Second)
+		if err != nil {
+			t.Fatalf("holder: acquire on A, B, C before %s: %v", key, err)
+		}
+		_, _ = holder.release(ctx, l)
+	}
 	l, _, err := holder.acquire(ctx, key, 2*time.Second)
 	if err != nil {
 		t.Fatalf("holder: acquire %s on A, B, C: %v", key, err)
@@ -78,9 +88,11 @@ func rivalOnCDE(t *testing.T, ctx context.Context, c *cluster, h *hist.History, 
 // TestChaosControlAmnesia restarts C without its data while the holder's
 // lock is valid. With the restart guard off, the rival acquires on C, D and
 // E: two holders at once (S1), and, since C's fencing counter started again
-// from 0, a fence that does not increase (S4). With the guard on (the
-// default), the rival's pools refuse the freshly restarted C, the rival
-// gets 2 of 5 nodes, and nothing is violated.
+// from 0, a fence that does not increase (S4): the counters are shared by
+// all keys, so the holder first takes 5 other keys on A, B and C, whose
+// write-backs D and E never see. With the guard on
+// (the default), the rival's pools refuse the freshly restarted C, the
+// rival gets 2 of 5 nodes, and nothing is violated.
 func TestChaosControlAmnesia(t *testing.T) {
 	c := startCluster(t, controlTTL, "")
 	dropFenceCounters(t, c)
@@ -88,8 +100,10 @@ func TestChaosControlAmnesia(t *testing.T) {
 
 	t.Run("guard-off", func(t *testing.T) {
 		h := hist.New()
-		holder, l1 := holdOnABC(t, ctx, c, h, "amnesia-off")
+		// The rival warms up first: its warm-up would carry A's, B's and
+		// C's counter to D and E.
 		rival := rivalOnCDE(t, ctx, c, h, []pool.Option{pool.WithRestartGuard(0)})
+		holder, l1 := holdOnABC(t, ctx, c, h, "amnesia-off", 5)
 		if err := c.Node(2).Restart(true); err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +126,7 @@ func TestChaosControlAmnesia(t *testing.T) {
 
 	t.Run("guard-on", func(t *testing.T) {
 		h := hist.New()
-		holder, l1 := holdOnABC(t, ctx, c, h, "amnesia-on")
+		holder, l1 := holdOnABC(t, ctx, c, h, "amnesia-on", 0)
 		rival := rivalOnCDE(t, ctx, c, h, nil) // pool.DefaultRestartGuard
 		if err := c.Node(2).Restart(true); err != nil {
 			t.Fatal(err)
@@ -150,7 +164,7 @@ func TestChaosControlClockJump(t *testing.T) {
 
 	t.Run("no-jump", func(t *testing.T) {
 		h := hist.New()
-		holder, l1 := holdOnABC(t, ctx, c, h, "jump-no")
+		holder, l1 := holdOnABC(t, ctx, c, h, "jump-no", 0)
 		rival := rivalOnCDE(t, ctx, c, h, nil)
 		if _, _, err := rival.acquire(ctx, "jump-no", time.Second); err == nil {
 			t.Fatal("the rival acquired a lock that C still holds")
@@ -163,7 +177,7 @@ func TestChaosControlClockJump(t *testing.T) {
 
 	t.Run("jump", func(t *testing.T) {
 		h := hist.New()
-		holder, l1 := holdOnABC(t, ctx, c, h, "jump")
+		holder, l1 := holdOnABC(t, ctx, c, h, "jump", 0)
 		rival := rivalOnCDE(t, ctx, c, h, nil)
 		cl := c.admin(t, 2)
 		if err := cl.PExpire(ctx, rkey("jump"), time.Millisecond).Err(); err != nil {

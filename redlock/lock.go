@@ -39,18 +39,17 @@ type Lock struct {
 	lease    *lease    // created on first use of Done, Err or Context, or by auto-extension
 
 	// keyArg and tokenArg are rkey and token boxed as command arguments
-	// by the acquiring round, reused by the release; rel is the release's
-	// Op (a Lock is released once).
+	// by the acquiring round, reused by renewals and the release.
 	keyArg, tokenArg any
-	rel              node.Op
 	// landing[i]: node i's acquire command has not answered yet; no other
 	// command of this lock goes to node i before it has (it could overtake
 	// the SET): chained holds the rounds waiting for it. unsure[i]: it
 	// failed without a reply, so it may still land (nil until needed).
-	// Guarded by mu.
+	// Guarded by mu. landing is the Lock's own (a slice into the acquiring
+	// round would keep the round alive as long as the lock is held).
 	landing, unsure []bool
+	landingv        [8]bool // landing's storage for up to 8 nodes
 	chained         []chainedSend
-	chainv          [4]chainedSend // chained's first storage
 
 	// renewDue is when the renewal service renews the lock next, renewIdx
 	// its index in the service's heap (-1 when not scheduled). Guarded by
@@ -235,9 +234,6 @@ func (l *Lock) chain(rd *round, hold []bool) {
 		switch {
 		case !h || !rd.out[i]:
 		case l.landing[i]:
-			if l.chained == nil {
-				l.chained = l.chainv[:0]
-			}
 			l.chained = append(l.chained, chainedSend{node: i, r: rd.r, release: rd.spec == opRelease})
 		default:
 			now = append(now, i)
@@ -316,7 +312,7 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	}
 	c, cfg := l.c, l.cfg
 	c.untrack(l)
-	rd := c.run(context.WithoutCancel(ctx), cfg, opRelease, l, node.Op{Key: l.rkey, Token: l.token, KeyArg: l.keyArg, TokenArg: l.tokenArg}, &l.rel, nil)
+	rd := c.run(context.WithoutCancel(ctx), cfg, opRelease, l, node.Op{Key: l.rkey, Token: l.token, KeyArg: l.keyArg, TokenArg: l.tokenArg}, nil, nil)
 	if c.queued {
 		// Each node runs the commands of a batch in order: a waiter's SET
 		// sent now most likely lands behind our delete, so it may try at
@@ -462,7 +458,8 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquisition) *Lock {
 	op := a.rd.op
 	l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), key: key, rkey: op.Key, token: op.Token, keyArg: op.KeyArg, tokenArg: op.TokenArg,
-		acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor), landing: a.rd.out, renewIdx: -1}
+		acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor), renewIdx: -1}
+	l.landing = append(l.landingv[:0], a.rd.out...)
 	if cfg.fencing {
 		l.fence = a.fence
 	}

@@ -147,23 +147,25 @@ type renewal struct {
 	reps    []quorum.Reply // per node: its reply, once taken
 }
 
-// start sends the chunk's command. Its wait is bounded by the validity the
-// chunk's most urgent lock has left (less a node timeout), at least one
-// node timeout and at most a renewal interval: a large batch may take a
-// server longer than a node timeout, and a renewal waits as long as it can
-// still be of use rather than fail and be retried. It goes to the Pools'
-// background queues, so that its long wait never holds up other rounds.
+// start sends the chunk's command. Its wait is half the time the chunk's
+// most urgent lock could still use a confirmation (its validity less a node
+// timeout), at least one node timeout: a large batch may take a busy server
+// far longer than a node timeout, and a renewal that fails only to be sent
+// again adds load to a server that already cannot keep up; the other half
+// is left for one retry, when a node lost the command. It goes to the
+// Pools' background queues, so that its long wait never holds up other
+// rounds.
 func (r *renewer) start(ls []*Lock, ttl time.Duration) *renewal {
 	c := r.c
 	cfg := *ls[0].cfg
 	now := cfg.now()
-	left := cfg.renewInterval()
+	left := cfg.ttl
 	keys, tokens := make([]any, len(ls)), make([]any, len(ls))
 	for i, l := range ls {
 		keys[i], tokens[i] = l.keyArg, l.tokenArg
 		left = min(left, l.Deadline().Sub(now)-cfg.nodeTimeout)
 	}
-	cfg.nodeTimeout = max(cfg.nodeTimeout, left)
+	cfg.nodeTimeout = max(cfg.nodeTimeout, left/2)
 	rn := &renewal{ls: ls, ttl: ttl, start: now, yes: make([]uint8, len(ls)), no: make([]uint8, len(ls))}
 	rn.rd = c.run(context.Background(), &cfg, opExtendMany, nil, node.Op{TTL: ttl, Keys: keys, Tokens: tokens, Background: true}, nil, nil)
 	rn.reps = make([]quorum.Reply, len(c.pools))

@@ -32,7 +32,9 @@ fuzz:
 # interleaved passes; BENCH_FLAGS adds flags (e.g. -scenarios w1,w16, or
 # -md ../docs/performance.md -png ../docs/performance.png to update the docs;
 # -scenarios starved runs the starved-client scenario, ours vs redsync: 16
-# workers while 16 busy loops run and the client is at nice 15).
+# workers while 16 busy loops run and the client is at nice 15;
+# -scenarios held holds 1,000 to 100,000 auto-renewed locks, ours vs redsync,
+# a child process per run, e.g. with -md ../docs/performance.md -png ../docs/held.png).
 BENCH_D ?= 10s
 BENCH_PASSES ?= 3
 BENCH_FLAGS ?=

@@ -17,11 +17,11 @@ package main
 // and its CPU (getrusage) over the hold; the parent measures the servers'
 // CPU over the same window (utime + stime in /proc/<pid>/stat, between the
 // child's "acquired" and "held" lines) and their memory after acquiring
-// (INFO used_memory, less what it was after the flush). At the end the child
-// reads every key back from each server (pipelined GETs) and counts the
-// locks whose value is still on a quorum; for quorumlock it also counts the
-// locks whose Err is not nil. The child exits without releasing: the next
-// run flushes the servers.
+// (INFO used_memory less the clients' buffers, less the same after the flush
+// that follows the run). After the settle and at the end the child reads
+// every key back from each server (pipelined GETs) and counts the locks whose
+// value is on a quorum; for quorumlock it also counts the locks whose Err is
+// not nil. The child exits without releasing; the parent flushes the servers.
 //
 // The scenario ends with the fence check (quorumlock only, in this process):
 // 20,000 distinct keys acquired with WithFencing and released, then the keys
@@ -101,6 +101,35 @@ func parseHeldK(s string) ([]int, error) {
 	return ks, nil
 }
 
+// heldSetup checks the held scenario's flags and picks its implementations
+// (quorumlock and redsync, among those -impls names) and its chart's path
+// (png, or png's name ending in -held.png when other scenarios draw there).
+func heldSetup(held bool, cfg *heldCfg, names []string, png string, others bool) ([]string, string, error) {
+	if !held {
+		return nil, "", nil
+	}
+	var err error
+	if cfg.ks, err = parseHeldK(cfg.kList); err != nil {
+		return nil, "", err
+	}
+	if cfg.hold <= 0 || cfg.acquireMax <= 0 {
+		return nil, "", errors.New("held: -held-d and -held-acquire-max must be positive")
+	}
+	var ims []string
+	for _, n := range names {
+		if n == oursName || n == base {
+			ims = append(ims, n)
+		}
+	}
+	if len(ims) == 0 {
+		return nil, "", errors.New("held: -impls names neither quorumlock nor redsync")
+	}
+	if png != "" && others {
+		png = strings.TrimSuffix(png, ".png") + "-held.png"
+	}
+	return ims, png, nil
+}
+
 // heldAcq is what the child reports once it has acquired the locks.
 type heldAcq struct {
 	Acquired    int     `json:"acquired"`    // K, unless -held-acquire-max ran out first
@@ -108,6 +137,7 @@ type heldAcq struct {
 	RSSBefore   int64   `json:"rssBefore"`   // VmRSS before acquiring (bytes)
 	RSSAfter    int64   `json:"rssAfter"`    // VmRSS after acquiring, a settle and a GC
 	Goroutines  int     `json:"goroutines"`  // after the settle
+	HeldStart   int     `json:"heldStart"`   // locks whose value is on a quorum of servers, after the settle
 }
 
 // heldOut is what the child reports at the end.
@@ -115,7 +145,7 @@ type heldOut struct {
 	HoldCPU    int64 `json:"holdCPU"`    // the child's user + system CPU during the hold (ns)
 	RSSEnd     int64 `json:"rssEnd"`     // VmRSS at the end of the hold
 	Held       int   `json:"held"`       // locks whose value is on a quorum of servers at the end
-	ErrLost    int   `json:"errLost"`    // quorumlock: locks whose Err is not nil at the end; -1 for redsync
+	ErrLost    int   `json:"errLost"`    // quorumlock: locks whose Err is not nil after the check; -1 for redsync
 	RenewFails int64 `json:"renewFails"` // failed renewals over the whole run
 }
 
@@ -127,16 +157,20 @@ type heldRun struct {
 	acq       heldAcq
 	out       heldOut
 	serverCPU time.Duration // the servers' CPU during the hold
-	memDelta  int64         // Σ used_memory after acquiring, less after the flush
+	memDelta  int64         // Σ data memory after acquiring, less after the flush that follows the run
 	keys      int64         // Σ DBSIZE after acquiring
 }
 
-func (r *heldRun) perLockSec(d time.Duration) float64 {
-	return float64(d) / 1e3 / (float64(max(r.acq.Acquired, 1)) * r.hold.Seconds())
+// heldSecs is the lock-seconds held during the hold: the mean of the locks
+// on a quorum at its start and at its end, times its length.
+func (r *heldRun) heldSecs() float64 {
+	return max(float64(r.acq.HeldStart+r.out.Held)/2, 1) * r.hold.Seconds()
 }
-func (r *heldRun) clientUs() float64 { return r.perLockSec(time.Duration(r.out.HoldCPU)) }
-func (r *heldRun) serverUs() float64 { return r.perLockSec(r.serverCPU) }
-func (r *heldRun) totalUs() float64  { return r.clientUs() + r.serverUs() }
+
+func (r *heldRun) perLockSec(d time.Duration) float64 { return float64(d) / 1e3 / r.heldSecs() }
+func (r *heldRun) clientUs() float64                  { return r.perLockSec(time.Duration(r.out.HoldCPU)) }
+func (r *heldRun) serverUs() float64                  { return r.perLockSec(r.serverCPU) }
+func (r *heldRun) totalUs() float64                   { return r.clientUs() + r.serverUs() }
 func (r *heldRun) rssPerLock() float64 {
 	return float64(r.acq.RSSAfter-r.acq.RSSBefore) / float64(max(r.acq.Acquired, 1))
 }
@@ -197,8 +231,8 @@ func runHeld(ctx context.Context, srvs []*server, names []string, cfg heldCfg) (
 				return nil, nil, fmt.Errorf("%s/%s/K=%d: %w", heldID, name, k, err)
 			}
 			runs = append(runs, r)
-			fmt.Fprintf(os.Stderr, "held %-10s K=%-6d acquired %d in %.1f s  CPU/lock-s client %.2f µs server %.2f µs  RSS %.0f B/lock  Redis %.0f B/lock/server  lost %d (Err %d)  renew fails %d  goroutines %d\n",
-				name, k, r.acq.Acquired, r.acq.AcquireSecs, r.clientUs(), r.serverUs(), r.rssPerLock(), r.memPerLock(),
+			fmt.Fprintf(os.Stderr, "held %-10s K=%-6d acquired %d in %.1f s, %d on a quorum at the hold's start  CPU/lock-s client %.2f µs server %.2f µs  RSS %.0f B/lock  Redis %.0f B/lock/server  lost %d (Err %d)  renew fails %d  goroutines %d\n",
+				name, k, r.acq.Acquired, r.acq.AcquireSecs, r.acq.HeldStart, r.clientUs(), r.serverUs(), r.rssPerLock(), r.memPerLock(),
 				r.lost(), r.out.ErrLost, r.out.RenewFails, r.acq.Goroutines)
 		}
 	}
@@ -219,10 +253,6 @@ func heldOne(ctx context.Context, name string, k int, srvs []*server, adm *redis
 	if err := adm.flushAll(ctx); err != nil {
 		return nil, err
 	}
-	mem0, err := adm.usedMemory(ctx)
-	if err != nil {
-		return nil, err
-	}
 	p, err := startHeldChild("-held-child", "-held-impl", name, "-held-addrs", strings.Join(adm.addrs(), ","),
 		"-held-n", strconv.Itoa(k), "-held-d", cfg.hold.String(), "-held-acquire-max", cfg.acquireMax.String())
 	if err != nil {
@@ -241,7 +271,6 @@ func heldOne(ctx context.Context, name string, k int, srvs []*server, adm *redis
 	if err != nil {
 		return nil, err
 	}
-	r.memDelta = mem1 - mem0
 	if r.keys, err = adm.dbSize(ctx); err != nil {
 		return nil, err
 	}
@@ -256,7 +285,17 @@ func heldOne(ctx context.Context, name string, k int, srvs []*server, adm *redis
 	if err := p.expectJSON(ctx, 2*time.Minute, "result", &r.out); err != nil {
 		return nil, err
 	}
-	return r, p.finish(ctx)
+	if err := p.finish(ctx); err != nil {
+		return nil, err
+	}
+	// What the flush gives back is the keys' memory; what it keeps (a
+	// server's one-time growth, e.g. for scripts) is not the locks'.
+	if err := adm.flushAll(ctx); err != nil {
+		return nil, err
+	}
+	mem2, err := adm.usedMemory(ctx)
+	r.memDelta = mem1 - mem2
+	return r, err
 }
 
 // serversCPU sums the CPU time the servers' processes have used.
@@ -430,6 +469,8 @@ func (a *redisAdmin) dbSize(ctx context.Context) (int64, error) {
 	return a.sum(ctx, func(c *redis.Client) (int64, error) { return c.DBSize(ctx).Result() })
 }
 
+// usedMemory sums used_memory less the clients' buffers (mem_clients_normal)
+// over the servers: the memory of the data.
 func (a *redisAdmin) usedMemory(ctx context.Context) (int64, error) {
 	return a.sum(ctx, func(c *redis.Client) (int64, error) {
 		s, err := c.Info(ctx, "memory").Result()
@@ -437,10 +478,11 @@ func (a *redisAdmin) usedMemory(ctx context.Context) (int64, error) {
 			return 0, err
 		}
 		n, ok := infoField(s, "used_memory")
-		if !ok {
-			return 0, errors.New("no used_memory in INFO memory")
+		cl, ok2 := infoField(s, "mem_clients_normal")
+		if !ok || !ok2 {
+			return 0, errors.New("no used_memory or mem_clients_normal in INFO memory")
 		}
-		return n, nil
+		return n - cl, nil
 	})
 }
 
@@ -652,7 +694,7 @@ func (h *rsHeld) ident(i int) (string, string, bool) {
 	return "", "", false
 }
 
-func (h *rsHeld) errLost() int       { return -1 }
+func (h *rsHeld) errLost() int      { return -1 }
 func (h *rsHeld) renewFails() int64 { return h.fails.Load() }
 
 // heldChild is the held scenario's client process: it acquires k locks,
@@ -678,6 +720,9 @@ func heldChild(name, addrList string, k int, hold, acquireMax time.Duration) err
 		return err
 	}
 	acq.Goroutines = runtime.NumGoroutine()
+	if acq.HeldStart, err = countHeld(addrs, hs, k); err != nil {
+		return err
+	}
 	cpu0 := selfCPU()
 	if err := emit("acquired", &acq); err != nil {
 		return err
@@ -687,13 +732,15 @@ func heldChild(name, addrList string, k int, hold, acquireMax time.Duration) err
 	if _, err := fmt.Println("held"); err != nil {
 		return err
 	}
-	out.ErrLost, out.RenewFails = hs.errLost(), hs.renewFails()
 	if out.RSSEnd, err = vmRSS(); err != nil {
 		return err
 	}
 	if out.Held, err = countHeld(addrs, hs, k); err != nil {
 		return err
 	}
+	// After the check: a lock whose keys were gone from a quorum then must
+	// show as lost by now (its local deadline comes before its keys expire).
+	out.ErrLost, out.RenewFails = hs.errLost(), hs.renewFails()
 	return emit("result", &out)
 }
 
@@ -838,15 +885,15 @@ func findHeld(runs []*heldRun, impl string, k int) *heldRun {
 	return nil
 }
 
-// largestK is the largest K with a run of each of impls.
-func largestK(runs []*heldRun, ks []int, impls ...string) (int, bool) {
-	best, ok := 0, false
+// largestK is the largest K with a run of each of impls for which ok holds.
+func largestK(runs []*heldRun, ks []int, ok func(*heldRun) bool, impls ...string) (int, bool) {
+	best, found := 0, false
 	for _, k := range ks {
-		if k > best && !slices.ContainsFunc(impls, func(im string) bool { return findHeld(runs, im, k) == nil }) {
-			best, ok = k, true
+		if k > best && !slices.ContainsFunc(impls, func(im string) bool { r := findHeld(runs, im, k); return r == nil || !ok(r) }) {
+			best, found = k, true
 		}
 	}
-	return best, ok
+	return best, found
 }
 
 // heldMarkdown renders the description, the targets and one table per K.
@@ -855,11 +902,12 @@ func heldMarkdown(runs []*heldRun, fr *fenceRun, cfg heldCfg, nodes int) string 
 	fmt.Fprintf(&b, "#### Holding K auto-renewed locks (`%s`)\n\n", heldID)
 	fmt.Fprintf(&b, "One child process per implementation and K, one after the other, the servers flushed before each: K distinct keys acquired by %d goroutines, "+
 		"TTL %s, renewed every second (quorumlock: `WithAutoExtend`, the Client's renewal service, every TTL/3; redsync: a goroutine per mutex calling `Extend` on a 1 s ticker), "+
-		"%s settle and a GC, then held for %s. CPU per held lock-second is the CPU used during the hold ÷ (locks acquired × %s): the client's from `getrusage`, "+
+		"%s settle and a GC, then held for %s. CPU per held lock-second is the CPU used during the hold ÷ its held lock-seconds, (locks on a quorum at its start + at its end) ÷ 2 × %s: the client's from `getrusage`, "+
 		"the %d `redis-server` processes' from `/proc/<pid>/stat`. Client RSS per lock is `VmRSS` after acquiring (and the settle) less before, ÷ locks acquired. "+
-		"Redis memory per lock is `used_memory` summed over the servers after acquiring less after the flush, ÷ the keys on the servers (K × %d when every lock is on every node; "+
-		"it includes the client connections' buffers). A lock is held at the end when its key holds its value on ≥ %d of %d servers (pipelined GETs from the child); "+
-		"lost counts the K locks that are not, including any not acquired within %s. %d CPUs, shared.\n\n",
+		"Redis memory per lock is `used_memory` less the client connections' buffers (`mem_clients_normal`), summed over the servers, after acquiring less after the flush that follows the run "+
+		"(what the keys took and the flush gave back), "+
+		"÷ the keys on the servers (K × %d when every lock is on every node). A lock is on a quorum when its key holds its value on ≥ %d of %d servers (pipelined GETs from the child, "+
+		"after the settle and after the hold); the locks not held at the end include any not acquired within %s. %d CPUs, shared by the client and the servers.\n\n",
 		heldWorkers, human(heldTTL), human(heldSettle), human(cfg.hold), human(cfg.hold), nodes, nodes, nodes/2+1, nodes, human(cfg.acquireMax), runtime.NumCPU())
 	heldTargets(&b, runs, fr, cfg)
 	for _, k := range cfg.ks {
@@ -910,17 +958,19 @@ func heldTargets(b *strings.Builder, runs []*heldRun, fr *fenceRun, cfg heldCfg)
 				fmt.Sprintf("; quorumlock client %.2f + server %.2f", o.clientUs(), o.serverUs())
 		},
 		func() bool { return o.totalUs() <= targetCPU })
-	kr, okR := largestK(runs, cfg.ks, oursName)
+	kr, okR := largestK(runs, cfg.ks, func(*heldRun) bool { return true }, oursName)
 	line(fmt.Sprintf("client RSS per held lock ≤ %d KB (quorumlock, at %s locks)", targetRSS/1024, thousands(kr)), okR,
 		func() string { return vs(kr, func(r *heldRun) string { return fmt.Sprintf("%.0f B", r.rssPerLock()) }) },
 		func() bool { return findHeld(runs, oursName, kr).rssPerLock() <= targetRSS })
 	line(fmt.Sprintf("fence keys left per key ≤ %g", targetFenceLeft), fr != nil,
 		func() string {
-			return fmt.Sprintf("%.3f (%d keys on %d nodes after %s fenced acquire + release)", fr.perKey(), fr.left, fr.nodes, thousands(fr.keys))
+			return fmt.Sprintf("%.4f (%d keys on %d nodes after %s fenced acquire + release; %d failed calls, retried)", fr.perKey(), fr.left, fr.nodes, thousands(fr.keys), fr.errs)
 		},
 		func() bool { return fr.perKey() <= targetFenceLeft })
-	km, okM := largestK(runs, cfg.ks, oursName, base)
-	line(fmt.Sprintf("Redis memory per held lock ≤ redsync's (at %s locks)", thousands(km)), okM,
+	// Memory is compared where both had every lock on a quorum: with fewer
+	// keys, the fixed cost of an empty server's tables weighs on each.
+	km, okM := largestK(runs, cfg.ks, func(r *heldRun) bool { return r.acq.HeldStart == r.k }, oursName, base)
+	line(fmt.Sprintf("Redis memory per held lock ≤ redsync's (at %s locks, the largest K both held in full)", thousands(km)), okM,
 		func() string {
 			o, r := findHeld(runs, oursName, km), findHeld(runs, base, km)
 			return fmt.Sprintf("%.0f B vs %.0f B per lock per server", o.memPerLock(), r.memPerLock())
@@ -968,6 +1018,7 @@ func heldTable(b *strings.Builder, rs []*heldRun) {
 
 func heldRows(row func(name, format string, val func(*heldRun) float64)) {
 	row("locks acquired", "%.0f", func(r *heldRun) float64 { return float64(r.acq.Acquired) })
+	row("locks on a quorum at the start of the hold", "%.0f", func(r *heldRun) float64 { return float64(r.acq.HeldStart) })
 	row("time to acquire them (s)", "%.1f", func(r *heldRun) float64 { return r.acq.AcquireSecs })
 	row("client CPU per held lock-second (µs)", "%.2f", (*heldRun).clientUs)
 	row("server CPU per held lock-second (µs, 5 servers)", "%.2f", (*heldRun).serverUs)
@@ -976,8 +1027,9 @@ func heldRows(row func(name, format string, val func(*heldRun) float64)) {
 	row("client RSS after acquiring (MiB)", "%.1f", func(r *heldRun) float64 { return float64(r.acq.RSSAfter) / (1 << 20) })
 	row("client RSS at the end of the hold (MiB)", "%.1f", func(r *heldRun) float64 { return float64(r.out.RSSEnd) / (1 << 20) })
 	row("Redis memory per lock per server (B)", "%.0f", (*heldRun).memPerLock)
-	row("locks lost at the end (not on a quorum)", "%.0f", func(r *heldRun) float64 { return float64(r.lost()) })
-	row("locks whose Err() is not nil at the end", "%.0f", func(r *heldRun) float64 { return float64(r.out.ErrLost) })
+	row("locks not held at the end (of K: not on a quorum, or never acquired)", "%.0f", func(r *heldRun) float64 { return float64(r.lost()) })
+	row("… acquired, then lost", "%.0f", func(r *heldRun) float64 { return float64(r.acq.Acquired - r.out.Held) })
+	row("locks whose Err() is not nil (after the check)", "%.0f", func(r *heldRun) float64 { return float64(r.out.ErrLost) })
 	row("failed renewals, whole run", "%.0f", func(r *heldRun) float64 { return float64(r.out.RenewFails) })
 	row("goroutines in the child after acquiring", "%.0f", func(r *heldRun) float64 { return float64(r.acq.Goroutines) })
 }

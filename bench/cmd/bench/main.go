@@ -18,6 +18,14 @@
 //
 //	go run ./cmd/bench -scenarios starved                                          # 60 s starved per implementation
 //	go run ./cmd/bench -scenarios starved -starve-d 5s -starve-base 2s -starve-recover 4s # smoke test
+//
+// The held scenario (issue 12: holding many auto-renewed locks) also runs
+// only when named: for each K of -held-k and each implementation
+// (quorumlock, redsync), a child process acquires K locks and holds them for
+// -held-d while they are renewed; then a fence check (see held.go).
+//
+//	go run ./cmd/bench -scenarios held -md ../docs/performance.md -png ../docs/held.png
+//	go run ./cmd/bench -scenarios held -held-k 1000,10000 -held-d 10s # smoke test
 package main
 
 import (
@@ -41,17 +49,26 @@ func main() {
 	dur := flag.Duration("d", 10*time.Second, "measured duration of each run")
 	warm := flag.Duration("warm", time.Second, "warm-up before each run's measured window")
 	passes := flag.Int("passes", 3, "interleaved passes over every scenario and implementation")
-	only := flag.String("scenarios", "", "comma-separated scenario ids to run (w1,w16,try1,block1,slow,starved); empty: all but starved, which ignores -d and -passes (see -starve-*)")
+	only := flag.String("scenarios", "", "comma-separated scenario ids to run (w1,w16,try1,block1,slow,starved,held); empty: all but starved and held, which ignore -d and -passes (see -starve-* and -held-*)")
 	which := flag.String("impls", "", "comma-separated implementations to run (quorumlock,redsync,raw); empty: all")
 	bin := flag.String("redis-server", "redis-server", "the redis-server binary")
 	md := flag.String("md", "", "write the results table into this Markdown file, between the bench markers")
-	png := flag.String("png", "", "draw the chart into this PNG file")
+	png := flag.String("png", "", "draw the chart into this PNG file (-scenarios held alone: the held chart; with other scenarios too, the held chart goes to the same name ending in -held.png)")
 	var sc starvedCfg
 	flag.DurationVar(&sc.starve, "starve-d", time.Minute, "starved: how long the burners run, per implementation")
 	flag.DurationVar(&sc.base, "starve-base", 5*time.Second, "starved: the unstarved baseline before the burners start")
 	flag.DurationVar(&sc.recover, "starve-recover", 10*time.Second, "starved: how long to watch the recovery after the burners stop")
 	flag.IntVar(&sc.burners, "burners", 16, "starved: busy-loop burner processes")
 	flag.IntVar(&sc.nice, "nice", 15, "starved: the client child runs at this much lower priority (nice -n) than the servers and burners")
+	var hc heldCfg
+	flag.StringVar(&hc.kList, "held-k", "1000,10000,50000,100000", "held: comma-separated numbers of locks to hold, a child process per number and implementation")
+	flag.DurationVar(&hc.hold, "held-d", 20*time.Second, "held: how long each run holds (and renews) its locks")
+	flag.DurationVar(&hc.acquireMax, "held-acquire-max", 2*time.Minute, "held: stop acquiring after this long and hold the locks acquired so far")
+	// Internal: the held scenario re-execs this command as its client child.
+	heldChildFlag := flag.Bool("held-child", false, "internal: run as the held scenario's client")
+	heldImpl := flag.String("held-impl", "", "internal")
+	heldAddrs := flag.String("held-addrs", "", "internal")
+	heldN := flag.Int("held-n", 0, "internal")
 	// Internal: the starved scenario re-execs this command as its client
 	// child and as its burners.
 	child := flag.Bool("starved-child", false, "internal: run as the starved scenario's client")
@@ -73,6 +90,12 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	case *heldChildFlag:
+		if err := heldChild(*heldImpl, *heldAddrs, *heldN, hc.hold, hc.acquireMax); err != nil {
+			fmt.Fprintln(os.Stderr, "bench (held client):", err)
+			os.Exit(1)
+		}
+		return
 	}
 	sc.warm = *warm
 	// A closed stdout or stderr (bench | head) must not kill this process
@@ -82,15 +105,16 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *dur, *warm, *passes, *only, *which, *bin, *md, *png, sc); err != nil {
+	if err := run(ctx, *dur, *warm, *passes, *only, *which, *bin, *md, *png, sc, hc); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, bin, md, png string, sc starvedCfg) error {
+func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, bin, md, png string, sc starvedCfg, hc heldCfg) error {
 	scs := scenarios
 	starved := slices.Contains(strings.Split(only, ","), starvedID)
+	held := slices.Contains(strings.Split(only, ","), heldID)
 	if only != "" {
 		scs = nil
 		for _, s := range scenarios {
@@ -110,8 +134,12 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 			}
 		}
 	}
-	if (len(scs) == 0 && !starved) || len(ims) == 0 || passes < 1 {
+	if (len(scs) == 0 && !starved && !held) || len(ims) == 0 || passes < 1 {
 		return fmt.Errorf("nothing to run")
+	}
+	heldImpls, heldPNG, err := heldSetup(held, &hc, starvedImpls, png, len(scs) > 0)
+	if err != nil {
+		return err
 	}
 	if starved && (sc.starve <= 0 || sc.base < bucket*recoverWindow || sc.recover < bucket*recoverWindow || sc.burners < 1 || sc.nice < 1) {
 		return fmt.Errorf("starved: -starve-d and -burners must be positive, -nice at least 1, -starve-base and -starve-recover at least %v", bucket*recoverWindow)
@@ -142,9 +170,14 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 				return err
 			}
 		}
-		if len(scs) == 0 {
-			return nil
+	}
+	if held {
+		if err := heldScenario(ctx, srvs, heldImpls, hc, environment(bin), md, heldPNG); err != nil {
+			return err
 		}
+	}
+	if len(scs) == 0 {
+		return nil
 	}
 
 	all := map[string]map[string][]result{} // scenario → impl → per pass

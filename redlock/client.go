@@ -88,6 +88,7 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	c.call = c.callPool
 	c.notes.c = c
 	c.renew.c = c
+	c.renew.ctx, c.renew.cancel = context.WithCancel(context.Background())
 	c.ids.init(len(pools))
 	return c, nil
 }

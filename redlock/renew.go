@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"container/heap"
+	"context"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -26,6 +27,8 @@ const maxRenewWindow = 250 * time.Millisecond
 // next add starts it again) or on close.
 type renewer struct {
 	c       *Client
+	ctx     context.Context // of the renewals' rounds: close cancels it
+	cancel  context.CancelFunc
 	mu      sync.Mutex
 	h       lockHeap
 	wake    chan struct{} // capacity 1: the heap's head changed, or closed
@@ -106,9 +109,11 @@ func (r *renewer) remove(l *Lock) {
 	r.mu.Unlock()
 }
 
-// close stops the service: no renewal starts after it returns (those under
-// way finish, counted in the Client's WaitGroup).
+// close stops the service: no renewal starts after it returns, and those
+// under way stop waiting for replies (their goroutines finish, counted in
+// the Client's WaitGroup).
 func (r *renewer) close() {
+	r.cancel() // renewals under way stop waiting: Close's bound holds
 	r.mu.Lock()
 	r.closed = true
 	for _, l := range r.h {

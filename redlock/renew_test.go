@@ -239,3 +239,28 @@ func TestRenewalSlowerThanNodeTimeout(t *testing.T) {
 		}
 	})
 }
+
+// TestCloseCutsRenewalWait: Close does not wait out a renewal that waits
+// for nodes that do not answer (its wait may be seconds long): the renewal
+// stops waiting, and Close releases the locks on the nodes that answer.
+func TestCloseCutsRenewalWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps, c, _ := sendEnv(t, WithTTL(30*time.Second))
+		ls := lockMany(t, c, 10)
+		begun := make(chan struct{}, 100)
+		for _, p := range ps[:3] {
+			p.set(node.ExtendMany, 0, 100, begun) // silent until deadline + Follow
+		}
+		<-begun
+		start := time.Now()
+		_ = c.Close() // the 3 silent nodes cannot confirm the releases
+		if took := time.Since(start); took > 3*time.Second {
+			t.Fatalf("Close took %v with a renewal waiting on 3 silent nodes", took)
+		}
+		for _, l := range ls {
+			if !errors.Is(l.Err(), ErrReleased) {
+				t.Fatalf("%s after Close: %v", l.key, l.Err())
+			}
+		}
+	})
+}

@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -43,7 +42,7 @@ func (r *renewer) renew(batch []*Lock) {
 	if len(groups) == 0 {
 		return
 	}
-	if err := c.ids.check(context.Background(), c, c.cfg); err != nil {
+	if err := c.ids.check(r.ctx, c, c.cfg); err != nil {
 		for _, ls := range groups {
 			r.failAll(ls, err)
 		}
@@ -99,7 +98,7 @@ func (l *Lock) renewalTTL(now time.Time) (time.Duration, bool) {
 // not answered on some node (Extend holds its command back there).
 func (r *renewer) renewOne(l *Lock, ttl time.Duration) {
 	start := l.cfg.now()
-	err := l.Extend(context.Background(), ttl)
+	err := l.Extend(r.ctx, ttl)
 	r.after(l, start, err)
 }
 
@@ -149,12 +148,14 @@ type renewal struct {
 
 // start sends the chunk's command. Its wait is half the time the chunk's
 // most urgent lock could still use a confirmation (its validity less a node
-// timeout), at least one node timeout: a large batch may take a busy server
+// timeout), at least one node timeout, and no longer than Close waits for
+// background work (cleanupTimeout): a large batch may take a busy server
 // far longer than a node timeout, and a renewal that fails only to be sent
 // again adds load to a server that already cannot keep up; the other half
 // is left for one retry, when a node lost the command. It goes to the
 // Pools' background queues, so that its long wait never holds up other
-// rounds.
+// rounds; replies after the wait are not waited for (a late extend is
+// harmless).
 func (r *renewer) start(ls []*Lock, ttl time.Duration) *renewal {
 	c := r.c
 	cfg := *ls[0].cfg
@@ -165,9 +166,9 @@ func (r *renewer) start(ls []*Lock, ttl time.Duration) *renewal {
 		keys[i], tokens[i] = l.keyArg, l.tokenArg
 		left = min(left, l.Deadline().Sub(now)-cfg.nodeTimeout)
 	}
-	cfg.nodeTimeout = max(cfg.nodeTimeout, left/2)
+	cfg.nodeTimeout = min(max(cfg.nodeTimeout, left/2), cleanupTimeout(&cfg))
 	rn := &renewal{ls: ls, ttl: ttl, start: now, yes: make([]uint8, len(ls)), no: make([]uint8, len(ls))}
-	rn.rd = c.run(context.Background(), &cfg, opExtendMany, nil, node.Op{TTL: ttl, Keys: keys, Tokens: tokens, Background: true}, nil, nil)
+	rn.rd = c.run(r.ctx, &cfg, opExtendMany, nil, node.Op{TTL: ttl, Keys: keys, Tokens: tokens, Background: true}, nil, nil)
 	rn.reps = make([]quorum.Reply, len(c.pools))
 	return rn
 }
@@ -222,7 +223,7 @@ func (rn *renewal) apply(r *renewer) {
 	n, q := len(rd.res), rd.q
 	for i, l := range rn.ls {
 		won, gone := int(rn.yes[i]) >= q, int(rn.no[i]) > n-q
-		err := l.extended(context.Background(), won, gone, func() *QuorumError { return rn.quorumError(i) }, rn.start, rn.ttl)
+		err := l.extended(r.ctx, won, gone, func() *QuorumError { return rn.quorumError(i) }, rn.start, rn.ttl)
 		<-l.op
 		r.after(l, rn.start, err)
 	}

@@ -30,6 +30,10 @@ type opSpec struct {
 	// arrive to prove the lock gone (extend, held); acquire and release
 	// stop once a quorum of yes is out of reach.
 	decisive bool
+	// unfollowed: a reply after the round's deadline is of no use and
+	// its command harmless whenever it lands (renewals), so it is not
+	// waited for past the deadline.
+	unfollowed bool
 }
 
 var (
@@ -40,7 +44,7 @@ var (
 	opRelease    = &opSpec{name: "release", kind: node.Release, yes: intPositive, no: OutcomeNotHeld, decisive: true}
 	opHeld       = &opSpec{name: "held", kind: node.Get, yes: holdsToken, no: OutcomeNotHeld, decisive: true}
 	opLocked     = &opSpec{name: "locked", kind: node.Get}        // voted by round.tallyTokens
-	opExtendMany = &opSpec{name: "extend", kind: node.ExtendMany} // voted per lock by renewal.settle
+	opExtendMany = &opSpec{name: "extend", kind: node.ExtendMany, unfollowed: true} // voted per lock by renewal.settle
 )
 
 func intPositive(rep quorum.Reply, _ *Lock) bool { return rep.Int > 0 }
@@ -89,6 +93,9 @@ func (c *Client) runWith(ctx context.Context, cfg *config, spec *opSpec, l *Lock
 		rd.out = make([]bool, n)
 	}
 	o.Kind, o.Follow = spec.kind, follow(cfg)
+	if spec.unfollowed {
+		o.Follow = 0
+	}
 	if op == nil {
 		op = &node.Op{}
 	}

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -153,5 +154,65 @@ func TestLeaseLostWhenMajorityKilled(t *testing.T) {
 	}
 	if err := l2.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBatchedRenewalsUnderNodeFaults (issue 12): 1,000 auto-extended locks
+// of one Client, renewed by its renewal service in batches, stay held on
+// real Redis for 5 TTLs while one node is paused for longer than a TTL and
+// another is killed and restarted with its data; every lock is still on a
+// quorum at the end (read back from the servers), and Release frees them.
+func TestBatchedRenewalsUnderNodeFaults(t *testing.T) {
+	const (
+		ttl   = 2 * time.Second
+		locks = 1000
+	)
+	c := startCluster(t, ttl, "")
+	c.keepsData()
+	ctx := ctxT(t, 90*time.Second)
+	lc := c.newLockClient(t, "holder", c.direct, redlock.WithTTL(ttl), redlock.WithNodeTimeout(200*time.Millisecond))
+	ls := make([]*redlock.Lock, locks)
+	for i := range ls {
+		l, err := lc.TryLock(ctx, fmt.Sprintf("batch-%d", i), redlock.WithAutoExtend(true))
+		if err != nil {
+			t.Fatalf("lock %d: %v", i, err)
+		}
+		ls[i] = l
+	}
+	start := time.Now()
+	if err := c.Node(0).Pause(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ttl + ttl/2)
+	if err := c.Node(0).Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Node(1).Kill(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ttl)
+	if err := c.Node(1).Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5*ttl - time.Since(start))
+	admins := c.admins(t)
+	for i, l := range ls {
+		if l.Err() != nil {
+			t.Fatalf("lock %d lost after %v: %v", i, time.Since(start), l.Err())
+		}
+		on := 0
+		for _, a := range admins {
+			if get(t, a, rkey(l.Key())) == l.Token() {
+				on++
+			}
+		}
+		if on < nodes/2+1 {
+			t.Fatalf("lock %d: Err nil, but its token is on %d nodes", i, on)
+		}
+	}
+	for _, l := range ls {
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("release %s: %v", l.Key(), err)
+		}
 	}
 }

@@ -43,7 +43,7 @@ var (
 	opExtend     = &opSpec{name: "extend", kind: node.Extend, yes: intPositive, no: OutcomeNotHeld, decisive: true}
 	opRelease    = &opSpec{name: "release", kind: node.Release, yes: intPositive, no: OutcomeNotHeld, decisive: true}
 	opHeld       = &opSpec{name: "held", kind: node.Get, yes: holdsToken, no: OutcomeNotHeld, decisive: true}
-	opLocked     = &opSpec{name: "locked", kind: node.Get}        // voted by round.tallyTokens
+	opLocked     = &opSpec{name: "locked", kind: node.Get}                          // voted by round.tallyTokens
 	opExtendMany = &opSpec{name: "extend", kind: node.ExtendMany, unfollowed: true} // voted per lock by renewal.settle
 )
 

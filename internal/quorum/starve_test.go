@@ -27,7 +27,7 @@ func (s afterSender) Send(op *node.Op, deadline time.Time, rcv node.Receiver, ta
 // answers after answer, lets its owner first run at wake (a process the
 // scheduler starved: the round's timer fired long before), and returns
 // what Next gives then and when (virtual time since the start).
-func starvedNext(t *testing.T, answer, wake time.Duration) (ok bool, err error, took time.Duration) {
+func starvedNext(t *testing.T, answer, wake time.Duration) (ok bool, took time.Duration, err error) {
 	t.Helper()
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -40,7 +40,7 @@ func starvedNext(t *testing.T, answer, wake time.Duration) (ok bool, err error, 
 	r.Finish(nil)
 	wg.Done()
 	wg.Wait()
-	return ok, err, took
+	return ok, took, err
 }
 
 // TestStarvedOwnerTakesArrivedReply: a reply that arrived after the
@@ -49,7 +49,7 @@ func starvedNext(t *testing.T, answer, wake time.Duration) (ok bool, err error, 
 func TestStarvedOwnerTakesArrivedReply(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		for range 20 { // select between two ready cases is random
-			if ok, err, _ := starvedNext(t, 100*time.Millisecond, 200*time.Millisecond); !ok {
+			if ok, _, err := starvedNext(t, 100*time.Millisecond, 200*time.Millisecond); !ok {
 				t.Fatalf("Next dropped a reply that had arrived (err %v)", err)
 			}
 		}
@@ -62,7 +62,7 @@ func TestStarvedOwnerTakesArrivedReply(t *testing.T) {
 // only not yet handed over.
 func TestStarvedOwnerWaitsAGrace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ok, err, took := starvedNext(t, 210*time.Millisecond, 200*time.Millisecond)
+		ok, took, err := starvedNext(t, 210*time.Millisecond, 200*time.Millisecond)
 		if !ok || took != 210*time.Millisecond {
 			t.Fatalf("Next %v (err %v) after %v, want the reply at 210ms", ok, err, took)
 		}
@@ -78,7 +78,7 @@ func TestGraceEndsAtTimeout(t *testing.T) {
 			{0, 50 * time.Millisecond},
 			{200 * time.Millisecond, 250 * time.Millisecond},
 		} {
-			ok, err, took := starvedNext(t, -1, c.wake)
+			ok, took, err := starvedNext(t, -1, c.wake)
 			if ok || !errors.Is(err, context.DeadlineExceeded) || took != c.want {
 				t.Fatalf("owner woke at %v: Next %v, err %v after %v; want DeadlineExceeded after %v", c.wake, ok, err, took, c.want)
 			}

@@ -432,3 +432,76 @@ func TestLateSetAfterFailedRound(t *testing.T) {
 	a.closeAndCheck(t)
 	b.closeAndCheck(t)
 }
+
+// TestLateRenewalAfterRelease (issue 12): a batched renewal (ExtendMany)
+// held by the proxies past its wait, so that its lock is released and taken
+// by another client before it lands, must leave the new holder's key alone:
+// its TTL stays the new holder's, and the old token reappears nowhere.
+//
+// A holds "k" with auto-extension every 300 ms (TTL 10 s). Every proxy holds
+// what it reads for 3 s, for 350 ms: a renewal goes out meanwhile and waits
+// for its answers until its bound (2 s), holding A's Extend/Release slot, so
+// A's Release returns only after it, 2 s or more later, and is not delayed
+// itself. B then takes "k" with a 5 s TTL; the late ExtendMany (PEXPIRE to
+// 10 s) lands after that.
+func TestLateRenewalAfterRelease(t *testing.T) {
+	const hold, bTTL = 3 * time.Second, 5 * time.Second
+	c := startCluster(t, lateTTL, "")
+	admins := c.admins(t)
+	ctx := ctxT(t, 90*time.Second)
+	ps, via := c.proxyEach(t)
+	a := c.newLockClient(t, "a", via, redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(lateNodeTimeout), redlock.WithRenewEvery(300*time.Millisecond))
+	b := c.newLockClient(t, "b", c.direct, redlock.WithTTL(bTTL), redlock.WithNodeTimeout(patient))
+	warm(t, ctx, a)
+	warm(t, ctx, b)
+	lateAttempts(t, func(key string) bool {
+		l, err := a.TryLock(ctx, key, redlock.WithAutoExtend(true))
+		if err != nil {
+			t.Logf("premise: a.TryLock(%q): %v", key, err)
+			return false
+		}
+		settle()
+		on := time.Now()
+		for _, p := range ps {
+			p.SetLatency(hold)
+		}
+		time.Sleep(350 * time.Millisecond)
+		for _, p := range ps {
+			p.SetLatency(0)
+		}
+		start := time.Now()
+		if err := l.Release(ctx); err != nil {
+			t.Logf("a.Release: %v", err)
+		}
+		releaseTook := time.Since(start)
+		if releaseTook < time.Second {
+			t.Logf("premise: a.Release took %v: no renewal was waiting on the held proxies", releaseTook)
+			time.Sleep(time.Until(on.Add(hold + lateSlack)))
+			return false
+		}
+		lb, err := b.TryLock(ctx, key)
+		if err != nil {
+			t.Logf("premise: b.TryLock after a's release: %v", err)
+			time.Sleep(time.Until(on.Add(hold + lateSlack)))
+			return false
+		}
+		defer func() { _ = lb.Release(ctx) }()
+		if time.Now().After(on.Add(hold)) {
+			t.Logf("premise: b acquired %v after the late commands were due", time.Since(on.Add(hold)))
+			return false
+		}
+		time.Sleep(time.Until(on.Add(hold + lateSlack)))
+		if h := holders(t, admins, key, l.Token()); len(h) != 0 {
+			t.Errorf("a's released token came back on %v", h)
+		}
+		t.Logf("a's release took %v; b's key on the nodes after the late commands landed: %v", releaseTook, holders(t, admins, key, lb.Token()))
+		for i, cl := range admins {
+			if get(t, cl, rkey(key)) == lb.Token() {
+				if ms := pttl(t, cl, rkey(key)); ms > bTTL.Milliseconds() {
+					t.Errorf("node%d: b's key has PTTL %dms, above b's TTL %v: a's late renewal extended it", i, ms, bTTL)
+				}
+			}
+		}
+		return true
+	})
+}

@@ -12,6 +12,7 @@ package integration
 //	TestLateExtendNeverShortens    a late, shorter PEXPIRE landing after a longer extend
 //	TestLateSetOutlivesRelease     a late SET of a won round landing after its Release
 //	TestLateSetAfterFailedRound    late SETs of a failed round landing after its roll-back
+//	TestLateRenewalAfterRelease    a late batched renewal landing after its Release and the next holder's acquire
 
 import (
 	"context"

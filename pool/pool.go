@@ -33,8 +33,9 @@ type Pool interface {
 	// with WithName. Names of the pools of one redlock.Client are unique.
 	Name() string
 	// Acquire sets key to token with the given TTL (whole milliseconds)
-	// only if key does not exist (SET NX PX) and reports whether it did;
-	// false means another value is there. Through a client that may send a
+	// only if key is free (it does not exist, or holds a lock of a renewal
+	// session that has ended) and reports whether it did; false means
+	// another lock holds it. Through a client that may send a
 	// command twice (go-redis retries), it runs as a script that also
 	// answers true when a copy of the call had set the key already, so a
 	// retry never answers "taken" to its own token; Pools whose client never
@@ -61,7 +62,10 @@ type Pool interface {
 	// Release deletes key only while it holds token, announces the release
 	// on the channel named after the key, and reports whether it deleted.
 	Release(ctx context.Context, key, token string) (bool, error)
-	// Get returns the token key holds, or "" when it does not exist.
+	// Get returns the value key holds, or "" when it does not exist: a
+	// lock's token, or, for a lock of a renewal session, its token, the
+	// byte 0x1f and the session's incarnation and prefix length (held only
+	// while that session lives; docs/safety.md, "Renewal sessions").
 	Get(ctx context.Context, key string) (string, error)
 	// RunID returns the server's run_id from INFO server: it tells two
 	// names for the same server apart from two servers, and changes when
@@ -278,6 +282,9 @@ func retries(c redis.UniversalClient) bool {
 
 func (p *redisPool) Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	r := p.run(ctx, node.Op{Kind: node.Acquire, Key: key, Token: token, TTL: ttl})
+	if r.Err == nil && node.SessionValue(r.Str) { // the bare SET NX cannot tell: the script can
+		r = p.run(ctx, node.Op{Kind: node.Acquire, Key: key, Token: token, TTL: ttl, Scripted: true})
+	}
 	return r.Int == 1, r.Err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/quorumlock/quorumlock/drift"
@@ -145,14 +146,19 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 		return nil, fmt.Errorf("redlock: acquire %q: not attempted: waiting for this Client's round on the key: %w (%w)", key, err, ErrNotAcquired)
 	}
 	defer c.gates.exit(rkey)
-	token, err := cfg.token()
-	if err == nil && token == "" {
-		err = errors.New("it returned an empty token")
-	}
+	s := c.sessionFor(cfg)
+	v, err := c.vote(ctx, cfg, rkey, s, false)
 	if err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: token generator: %w", key, err)
 	}
-	v := c.vote(ctx, cfg, rkey, token)
+	if !v.won && v.stale {
+		// A bare SET NX found session locks it cannot tell free from held:
+		// roll back and try once more with the script, which can.
+		c.rollback(ctx, cfg, v.rd, v.said)
+		if v, err = c.vote(ctx, cfg, rkey, s, true); err != nil {
+			return nil, fmt.Errorf("redlock: acquire %q: token generator: %w", key, err)
+		}
+	}
 	if v.won && cfg.fencing {
 		v.writeBack(ctx, c, cfg, key)
 	}
@@ -192,26 +198,56 @@ type acquisition struct {
 	won      bool
 	failure  *QuorumError    // the write-back's, when it failed
 	landed   []chan struct{} // fencing over Pools that do not queue: closed when node i's acquire call returned
+	sess     *session        // a session lock's session, else nil
+	gens     []uint64        // per node that said yes: the session's generation there
+	stale    bool            // a bare SET NX found a session lock's value
 }
 
-// vote runs the SET round and decides it: won when a quorum said yes and
-// validity is left. A node whose call failed in a way that may still have
-// set the key is released in the background at once (it does not count
-// for the lock).
-func (c *Client) vote(ctx context.Context, cfg *config, rkey, token string) *acquisition {
-	spec, o := opAcquire, node.Op{Key: rkey, Token: token, TTL: cfg.ttl}
+// newToken returns an attempt's token: the session's, or cfg's generator's,
+// checked.
+func newToken(cfg *config, s *session) (string, error) {
+	if s != nil {
+		return s.token(), nil
+	}
+	token, err := cfg.token()
+	switch {
+	case err != nil:
+		return "", err
+	case token == "":
+		return "", errors.New("it returned an empty token")
+	case strings.IndexByte(token, node.Sep) >= 0:
+		return "", fmt.Errorf("it returned a token with the byte %q, which marks session locks", node.Sep)
+	}
+	return token, nil
+}
+
+// vote runs the SET round with a new token (of session s, when not nil)
+// and decides it: won when a quorum said yes and validity is left. A node
+// whose call failed in a way that may still have set the key is released in
+// the background at once (it does not count for the lock). scripted: never
+// as a bare SET NX. The error is the token generator's.
+func (c *Client) vote(ctx context.Context, cfg *config, rkey string, s *session, scripted bool) (*acquisition, error) {
+	token, err := newToken(cfg, s)
+	if err != nil {
+		return nil, err
+	}
+	spec, o := opAcquire, node.Op{Key: rkey, Token: token, TTL: cfg.ttl, Scripted: scripted}
 	a := &acquisition{start: cfg.now(), said: make([]bool, len(c.pools))}
 	call := c.call
-	if cfg.fencing {
+	switch {
+	case cfg.fencing:
 		spec, o.FenceKey = opFenced, fenceKeyOf(cfg.prefix, rkey, c.slotted)
 		call = a.noteLanded(c)
+	case s != nil:
+		spec, a.sess, a.gens = opSession, s, make([]uint64, len(c.pools))
+		o.Session, o.Seq, o.KeyTTL, o.PrefixLen = s.skey, s.seq, keyTTL(cfg), len(cfg.prefix)
 	}
 	a.rd = c.runWith(ctx, cfg, spec, nil, o, nil, nil, call)
 	a.rd.settle(a)
 	a.elapsed = cfg.now().Sub(a.start)
 	a.validity = drift.Validity(cfg.ttl, a.elapsed, cfg.driftFactor)
 	a.won = a.rd.won() && a.validity > 0
-	return a
+	return a, nil
 }
 
 // vote notes a yes, and releases at once a node whose call failed in a way
@@ -221,6 +257,11 @@ func (a *acquisition) vote(rep quorum.Reply, yes bool) {
 	case yes:
 		a.said[rep.Node] = true
 		a.fence = max(a.fence, uint64(rep.Int))
+		if a.sess != nil {
+			a.gens[rep.Node] = a.sess.accepted(rep.Node, rep.Int, a.start)
+		}
+	case rep.Err == nil && node.SessionValue(rep.Str):
+		a.stale = true
 	case mayHaveWritten(rep.Err):
 		a.rd.c.releaseUnsure(a.rd.cfg, rep.Node, a.rd.op.Key, a.rd.op.Token, rep.Err)
 	}

@@ -39,6 +39,9 @@ type Client struct {
 	notes    notifier // wakes waiting Lock calls on releases
 	rechecks rechecks // releases to send again; Close sends them at once
 	renew    renewer  // renews auto-extended locks
+
+	sessMu   sync.Mutex
+	sessions map[sessionKey]*session // renewal sessions, made on first use
 }
 
 // New returns a Client over pools, one per independent Redis master. It
@@ -118,10 +121,15 @@ func callOn(ctx context.Context, p pool.Pool, op *node.Op) node.Result {
 		r.Int, r.Err = bit(p.Extend(ctx, op.Key, op.Token, op.TTL))
 	case node.Release:
 		r.Int, r.Err = bit(p.Release(ctx, op.Key, op.Token))
-	case node.Get:
+	case node.Get, node.Peek:
 		r.Str, r.Err = p.Get(ctx, op.Key)
+		if op.Kind == node.Peek && r.Err == nil && node.SessionValue(r.Str) {
+			r.Err = errors.New("a session lock's value: whether its session lives, only a Pool of package pool can tell")
+		}
 	case node.ExtendMany:
 		return extendEach(ctx, p, op)
+	default: // session commands: only for Pools that queue (Client.sessionFor)
+		r.Err = fmt.Errorf("redlock: command kind %d needs a Pool of package pool", op.Kind)
 	}
 	return r
 }
@@ -244,8 +252,13 @@ func (c *Client) Locked(ctx context.Context, key string, opts ...Option) (bool, 
 		return false, err
 	}
 	rd := c.run(ctx, cfg, opLocked, nil, node.Op{Key: c.redisKey(cfg, key)}, nil, nil)
+	best, answered, sessions := rd.tallyTokens()
+	if sessions { // only a script tells whether a session lock is held
+		rd.r.Finish(nil)
+		rd = c.run(ctx, cfg, opLockedPeek, nil, node.Op{Key: c.redisKey(cfg, key)}, nil, nil)
+		best, answered, _ = rd.tallyTokens()
+	}
 	defer rd.r.Finish(nil)
-	best, answered := rd.tallyTokens()
 	n := len(c.pools)
 	switch {
 	case best >= rd.q:
@@ -263,8 +276,9 @@ func (c *Client) Locked(ctx context.Context, key string, opts ...Option) (bool, 
 // tallyTokens is Locked's vote: it reads GET replies until settled (one
 // token on a quorum; no token can be on one even if every unsure node held
 // it; or neither can change any more) and returns the most nodes that hold
-// one token and how many nodes answered.
-func (rd *round) tallyTokens() (best, answered int) {
+// one token and how many nodes answered; sessions, when a reply was a
+// session lock's value, which a GET cannot tell held or free.
+func (rd *round) tallyTokens() (best, answered int, sessions bool) {
 	n, q, pending := len(rd.res), rd.q, rd.r.Pending()
 	tally := make(map[string]int, 2)
 	for pending > 0 && best < q && best+n-answered >= q && (best+pending >= q || best+n-answered-pending < q) {
@@ -279,10 +293,13 @@ func (rd *round) tallyTokens() (best, answered int) {
 		}
 		answered++
 		rd.res[rep.Node] = NodeResult{Node: rd.res[rep.Node].Node, Outcome: OutcomeOK, Latency: rep.Latency}
+		if node.SessionValue(rep.Str) {
+			return 0, 0, true
+		}
 		if rep.Str != "" {
 			tally[rep.Str]++
 			best = max(best, tally[rep.Str])
 		}
 	}
-	return best, answered
+	return best, answered, false
 }

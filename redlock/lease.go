@@ -53,7 +53,7 @@ func (l *Lock) leaseLocked() *lease {
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	ls := &lease{ctx: ctx, cancel: cancel, children: map[int]context.CancelCauseFunc{}}
-	ls.timer = time.AfterFunc(l.deadline.Sub(l.cfg.now()), l.expire)
+	ls.timer = time.AfterFunc(l.deadlineLocked().Sub(l.cfg.now()), l.expire)
 	l.lease = ls
 	if l.released || l.lost {
 		ls.end(l.causeLocked())
@@ -69,7 +69,7 @@ func (l *Lock) expire() {
 		l.mu.Unlock()
 		return
 	}
-	if left := l.deadline.Sub(l.cfg.now()); left > 0 {
+	if left := l.deadlineLocked().Sub(l.cfg.now()); left > 0 {
 		l.lease.rearm(left)
 		l.mu.Unlock()
 		return
@@ -102,6 +102,9 @@ func (l *Lock) endLocked(lost bool) bool {
 	if lost {
 		l.c.untrack(l)
 	}
+	if l.sess != nil {
+		l.sess.remove(l)
+	}
 	return true
 }
 
@@ -120,7 +123,7 @@ func (l *Lock) Done() <-chan struct{} {
 // Client.Close) of a lock that was held. Safe for concurrent use.
 func (l *Lock) Err() error {
 	l.mu.Lock()
-	lostNow := !l.released && !l.lost && !l.cfg.now().Before(l.deadline) && l.endLocked(true)
+	lostNow := !l.released && !l.lost && !l.cfg.now().Before(l.deadlineLocked()) && l.endLocked(true)
 	var err error
 	if l.released || l.lost {
 		err = l.causeLocked()

@@ -51,6 +51,15 @@ type Lock struct {
 	landingv        [8]bool // landing's storage for up to 8 nodes
 	chained         []chainedSend
 
+	// sess is the session of a session lock (nil for the others); gens[i]
+	// the session's generation the lock holds on node i (0: not held
+	// there), keyUntil[i] how long its key there lives at least, as far
+	// as the replies tell (see session.deadline). Guarded by mu; set
+	// before the lock is shared.
+	sess     *session
+	gens     []uint64
+	keyUntil []time.Time
+
 	// renewDue is when the renewal service renews the lock next, renewIdx
 	// its index in the service's heap (-1 when not scheduled). Guarded by
 	// the renewer's mu.
@@ -79,6 +88,15 @@ func (l *Lock) Fence() uint64 { return l.fence }
 func (l *Lock) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.deadlineLocked()
+}
+
+// deadlineLocked is the lock's deadline: l.deadline, which a session lock
+// computes anew from its session while it is held. l.mu must be held.
+func (l *Lock) deadlineLocked() time.Time {
+	if l.sess != nil && !l.released && !l.lost {
+		l.deadline = l.sess.deadline(l)
+	}
 	return l.deadline
 }
 
@@ -134,6 +152,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	defer l.c.wg.Done()
 	if err := l.c.ids.check(ctx, l.c, cfg); err != nil {
 		return err
+	}
+	if l.sess != nil {
+		return l.extendSession(ctx, ttl, start)
 	}
 
 	rd := l.c.run(ctx, cfg, opExtend, l, node.Op{Key: l.rkey, Token: l.token, TTL: ttl, KeyArg: l.keyArg, TokenArg: l.tokenArg}, nil, nil)
@@ -250,8 +271,8 @@ func (l *Lock) chain(rd *round, hold []bool) {
 func (l *Lock) usable(now time.Time) error {
 	l.mu.Lock()
 	released, wasLost := l.released, l.lost
-	lost := !released && !wasLost && !now.Before(l.deadline) && l.endLocked(true)
-	deadline := l.deadline
+	deadline := l.deadlineLocked()
+	lost := !released && !wasLost && !now.Before(deadline) && l.endLocked(true)
 	l.mu.Unlock()
 	if lost {
 		l.c.observeLost(l, "validity ran out")
@@ -365,7 +386,7 @@ func (l *Lock) endForRelease() (unsure []bool, err error) {
 		l.mu.Unlock()
 		return nil, ErrReleased
 	}
-	lost := !l.lost && !l.cfg.now().Before(l.deadline) && l.endLocked(true)
+	lost := !l.lost && !l.cfg.now().Before(l.deadlineLocked()) && l.endLocked(true)
 	l.endLocked(false)
 	unsure = slices.Clone(l.unsure) // nil unless some acquire's fate is unknown
 	l.mu.Unlock()
@@ -380,6 +401,10 @@ func (l *Lock) endForRelease() (unsure []bool, err error) {
 // will reach that node like every other; if it was already released or lost,
 // or its deadline has passed, the node is released now.
 func (l *Lock) late(rep quorum.Reply) {
+	var gen uint64 // a session lock's generation on the node, if it said yes
+	if l.sess != nil && rep.Err == nil && rep.Int > 0 {
+		gen = l.sess.accepted(rep.Node, rep.Int, l.acquired)
+	}
 	l.mu.Lock()
 	l.landing[rep.Node] = false
 	if mayHaveWritten(rep.Err) {
@@ -388,7 +413,11 @@ func (l *Lock) late(rep quorum.Reply) {
 		}
 		l.unsure[rep.Node] = true
 	}
-	keep := !l.released && !l.lost && l.cfg.now().Before(l.deadline)
+	keep := !l.released && !l.lost && l.cfg.now().Before(l.deadlineLocked())
+	if keep && gen != 0 { // the node counts for the lock from now on
+		l.gens[rep.Node] = gen
+		l.keyUntil[rep.Node] = drift.Deadline(l.acquired, keyTTL(l.cfg), l.cfg.driftFactor)
+	}
 	var buf [4]chainedSend
 	waiting := buf[:0]
 	kept := l.chained[:0]
@@ -435,7 +464,11 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 	if err := c.ids.check(ctx, c, cfg); err != nil {
 		return false, err
 	}
-	rd := c.run(ctx, cfg, opHeld, l, node.Op{Key: l.rkey, KeyArg: l.keyArg}, nil, nil)
+	spec := opHeld // a plain GET: another's session lock is not ours either
+	if l.sess != nil {
+		spec = opPeek // whether our session lives there too
+	}
+	rd := c.run(ctx, cfg, spec, l, node.Op{Key: l.rkey, KeyArg: l.keyArg}, nil, nil)
 	rd.settle(nil)
 	defer rd.r.Finish(nil)
 	switch {
@@ -463,8 +496,17 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 	if cfg.fencing {
 		l.fence = a.fence
 	}
+	if a.sess != nil {
+		l.sess, l.gens, l.keyUntil = a.sess, a.gens, make([]time.Time, len(a.gens))
+		for i := range l.keyUntil {
+			l.keyUntil[i] = drift.Deadline(a.start, keyTTL(cfg), cfg.driftFactor)
+		}
+	}
 	if !c.track(l) {
 		return nil
+	}
+	if l.sess != nil {
+		l.sess.add(l)
 	}
 	a.rd.r.Finish(l.late)
 	if cfg.autoExtend {

@@ -95,7 +95,7 @@ func (p *memPool) Acquire(ctx context.Context, key, token string, ttl time.Durat
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := p.get(key); ok {
+	if e, ok := p.get(key); ok && p.owner(key, e.val) != "" {
 		return false, nil
 	}
 	p.keys[key] = memEntry{val: token, exp: time.Now().Add(ttl)}
@@ -119,7 +119,7 @@ func (p *memPool) RaiseFence(ctx context.Context, key, fenceKey, token string, f
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if e, ok := p.get(key); !ok || e.val != token {
+	if e, ok := p.get(key); !ok || p.owner(key, e.val) != token {
 		return false, nil
 	}
 	p.fences[fenceKey] = max(p.fences[fenceKey], fence)
@@ -138,10 +138,10 @@ func (p *memPool) Extend(ctx context.Context, key, token string, ttl time.Durati
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e, ok := p.get(key)
-	if !ok || e.val != token {
+	if !ok || !names(e.val, token) {
 		return false, nil
 	}
-	p.keys[key] = memEntry{val: token, exp: time.Now().Add(ttl)}
+	p.keys[key] = memEntry{val: e.val, exp: later(e.exp, time.Now().Add(ttl))}
 	return true, nil
 }
 
@@ -152,11 +152,11 @@ func (p *memPool) Release(ctx context.Context, key, token string) (bool, error) 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e, ok := p.get(key)
-	if !ok || e.val != token {
+	if !ok || !names(e.val, token) {
 		return false, nil
 	}
 	delete(p.keys, key)
-	return true, nil
+	return p.owner(key, e.val) == token, nil
 }
 
 func (p *memPool) Get(ctx context.Context, key string) (string, error) {
@@ -166,7 +166,7 @@ func (p *memPool) Get(ctx context.Context, key string) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e, _ := p.get(key)
-	return e.val, nil
+	return p.owner(key, e.val), nil
 }
 
 func (p *memPool) RunID(context.Context) (string, error) { return "run-" + p.name, nil }
@@ -177,7 +177,7 @@ func holders(ps []*memPool, key, token string) int {
 	n := 0
 	for _, p := range ps {
 		p.mu.Lock()
-		if e, ok := p.get(key); ok && e.val == token {
+		if e, ok := p.get(key); ok && p.owner(key, e.val) == token {
 			n++
 		}
 		p.mu.Unlock()

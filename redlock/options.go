@@ -47,6 +47,7 @@ type config struct {
 	maxHold     time.Duration // 0: no limit
 	observer    Observer
 	fencing     bool
+	customToken bool // WithTokenGenerator was given
 }
 
 func defaultConfig() config {
@@ -208,15 +209,20 @@ func WithMaxWait(d time.Duration) Option {
 
 // WithTokenGenerator sets the function that makes each attempt's token, the
 // value stored under the lock key that proves ownership (default: 128
-// random bits from crypto/rand, as 22 URL-safe base64 characters). Tokens must be unique across all clients and attempts, or one
-// client could release another's lock. The function must be safe for
-// concurrent use; an error from it fails the attempt without any I/O.
+// random bits from crypto/rand, as 22 URL-safe base64 characters). Tokens
+// must be unique across all clients and attempts, or one client could
+// release another's lock, and must not contain the byte 0x1f, which marks
+// session locks' values on the nodes. The function must be safe for
+// concurrent use; an error from it, or a token that breaks these rules,
+// fails the attempt without any I/O. Auto-extended locks with generated
+// tokens are renewed key by key, not by a renewal session (docs/design.md,
+// "Leases").
 func WithTokenGenerator(gen func() (string, error)) Option {
 	return func(c *config) error {
 		if gen == nil {
 			return errors.New("redlock: WithTokenGenerator(nil): pass a function, or leave the option out for random tokens")
 		}
-		c.token = gen
+		c.token, c.customToken = gen, true
 		return nil
 	}
 }

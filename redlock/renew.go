@@ -64,6 +64,10 @@ func (h *lockHeap) Pop() any {
 // point in the second half of its renewal interval, so that locks acquired
 // together do not all come due together.
 func firstRenewal(l *Lock, now time.Time) time.Time {
+	if l.sess != nil { // its key's refresh, every half key TTL
+		iv := keyTTL(l.cfg) / 2
+		return now.Add(iv/2 + rand.N(iv/2+1))
+	}
 	iv := l.cfg.renewInterval()
 	return now.Add(min(iv/2+rand.N(iv/2+1), l.maxWait(now)))
 }

@@ -56,7 +56,7 @@ func (p *sendPool) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag 
 			return
 		}
 		time.Sleep(wait)
-		rcv.Deliver(tag, callOn(context.Background(), p.memPool, op))
+		rcv.Deliver(tag, p.run(op))
 	}()
 }
 
@@ -74,7 +74,17 @@ func (p *sendPool) set(k node.Kind, wait time.Duration, drop int, begun chan str
 	p.mu.Unlock()
 }
 
+// perKey makes auto-extended locks renew key by key (ExtendMany batches)
+// rather than through a renewal session, as locks with a generated token
+// are: the path these tests are about (session_test.go has the sessions').
+var perKey = WithTokenGenerator(randomToken)
+
 func sendEnv(t *testing.T, opts ...Option) ([]*sendPool, *Client, *recorder) {
+	t.Helper()
+	return sendEnvWith(t, append([]Option{perKey}, opts...)...)
+}
+
+func sendEnvWith(t *testing.T, opts ...Option) ([]*sendPool, *Client, *recorder) {
 	t.Helper()
 	ps := newSendPools(5)
 	pools := make([]pool.Pool, len(ps))
@@ -107,7 +117,7 @@ func memHolders(ps []*sendPool, l *Lock) int {
 	n := 0
 	for _, p := range ps {
 		p.memPool.mu.Lock()
-		if e, ok := p.get(l.rkey); ok && e.val == l.token {
+		if e, ok := p.get(l.rkey); ok && p.owner(l.rkey, e.val) == l.token {
 			n++
 		}
 		p.memPool.mu.Unlock()

@@ -31,11 +31,14 @@ func (r *renewer) renew(batch []*Lock) {
 		switch {
 		case !ok:
 			<-l.op
+		case l.landingNow() != nil && l.sess != nil: // its key's TTL is long: later
+			<-l.op
+			r.add(l, now.Add(l.cfg.nodeTimeout))
 		case l.landingNow() != nil: // its own round chains behind the SET
 			<-l.op
 			c.wg.Go(func() { r.renewOne(l, ttl) })
 		default:
-			k := renewKey{ttl: ttl, timeout: l.cfg.nodeTimeout, quorum: l.cfg.quorum}
+			k := renewKey{ttl: ttl, timeout: l.cfg.nodeTimeout, quorum: l.cfg.quorum, keys: l.sess != nil}
 			groups[k] = append(groups[k], l)
 		}
 	}
@@ -51,7 +54,9 @@ func (r *renewer) renew(batch []*Lock) {
 	var chunks []*renewal
 	for k, ls := range groups {
 		for part := range slices.Chunk(ls, renewChunk) {
-			chunks = append(chunks, r.start(part, k.ttl))
+			rn := r.start(part, k.ttl)
+			rn.all = k.keys
+			chunks = append(chunks, rn)
 		}
 	}
 	for _, rn := range chunks {
@@ -65,6 +70,7 @@ func (r *renewer) renew(batch []*Lock) {
 type renewKey struct {
 	ttl, timeout time.Duration
 	quorum       int
+	keys         bool // session locks' keys: refreshed, not renewed (refreshed)
 }
 
 // renewalTTL returns the TTL the lock's renewal at now sets, or false when
@@ -75,6 +81,9 @@ func (l *Lock) renewalTTL(now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	cfg := l.cfg
+	if l.sess != nil { // its session renews it; its key only needs to live
+		return keyTTL(cfg), true
+	}
 	if left := l.Deadline().Sub(now); left <= cfg.nodeTimeout {
 		l.declareLost(fmt.Sprintf("%v of validity left, less than the node timeout: no renewal can be confirmed in time", left))
 		return 0, false
@@ -144,6 +153,7 @@ type renewal struct {
 	start   time.Time
 	yes, no []uint8
 	reps    []quorum.Reply // per node: its reply, once taken
+	all     bool           // wait for every node, not just until each lock is decided
 }
 
 // start sends the chunk's command. Its wait is half the time the chunk's
@@ -179,7 +189,7 @@ func (r *renewer) start(ls []*Lock, ttl time.Duration) *renewal {
 func (rn *renewal) settle() {
 	rd := rn.rd
 	n, q, pending := len(rd.res), rd.q, rd.r.Pending()
-	for pending > 0 && rn.undecided(n, q, pending) {
+	for pending > 0 && (rn.all || rn.undecided(n, q, pending)) {
 		rep, ok := rd.r.Next()
 		if !ok {
 			break
@@ -222,6 +232,10 @@ func (rn *renewal) apply(r *renewer) {
 	rd.r.Finish(nil)
 	n, q := len(rd.res), rd.q
 	for i, l := range rn.ls {
+		if l.sess != nil {
+			rn.refreshed(r, i, l)
+			continue
+		}
 		won, gone := int(rn.yes[i]) >= q, int(rn.no[i]) > n-q
 		err := l.extended(r.ctx, won, gone, func() *QuorumError { return rn.quorumError(i) }, rn.start, rn.ttl)
 		<-l.op
@@ -241,4 +255,44 @@ func (rn *renewal) quorumError(i int) *QuorumError {
 	elapsed := time.Since(rd.start)
 	markUnanswered(res, rd.r.Err(), elapsed)
 	return &QuorumError{Op: "extend", Key: rn.ls[i].key, Quorum: rd.q, Nodes: res, Elapsed: elapsed}
+}
+
+// refreshed records a session lock's key refresh: each node that confirmed
+// vouches for its key for the TTL set from the round's start; a node that
+// said the key no longer holds the token stops counting for the lock. It
+// frees the lock's op slot and schedules the next refresh: half a key TTL
+// on when every node the lock holds confirmed, sooner otherwise.
+func (rn *renewal) refreshed(r *renewer, i int, l *Lock) {
+	cfg := l.cfg
+	until := drift.Deadline(rn.start, rn.ttl, cfg.driftFactor)
+	all := true
+	l.mu.Lock()
+	for j, rep := range rn.reps {
+		switch {
+		case l.gens[j] == 0:
+		case rep.Err != nil || len(rep.Str) <= i:
+			all = false
+		case rep.Str[i] == '1':
+			l.keyUntil[j] = later(l.keyUntil[j], until)
+		default:
+			l.gens[j], all = 0, false
+			if !l.released && !l.lost {
+				l.lease.rearm(l.deadlineLocked().Sub(cfg.now()))
+			}
+		}
+	}
+	l.mu.Unlock()
+	<-l.op
+	next := rn.ttl / 2
+	if !all {
+		next = rn.ttl / 8
+	}
+	r.add(l, cfg.now().Add(next))
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

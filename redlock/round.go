@@ -39,11 +39,14 @@ type opSpec struct {
 var (
 	opAcquire    = &opSpec{name: "acquire", kind: node.Acquire, yes: intPositive, no: OutcomeTaken}
 	opFenced     = &opSpec{name: "acquire", kind: node.AcquireFenced, yes: intPositive, no: OutcomeTaken}
+	opSession    = &opSpec{name: "acquire", kind: node.AcquireSession, yes: intPositive, no: OutcomeTaken}
 	opRaise      = &opSpec{name: "acquire", kind: node.RaiseFence, yes: intPositive, no: OutcomeNotHeld}
 	opExtend     = &opSpec{name: "extend", kind: node.Extend, yes: intPositive, no: OutcomeNotHeld, decisive: true}
 	opRelease    = &opSpec{name: "release", kind: node.Release, yes: intPositive, no: OutcomeNotHeld, decisive: true}
 	opHeld       = &opSpec{name: "held", kind: node.Get, yes: holdsToken, no: OutcomeNotHeld, decisive: true}
+	opPeek       = &opSpec{name: "held", kind: node.Peek, yes: holdsToken, no: OutcomeNotHeld, decisive: true}
 	opLocked     = &opSpec{name: "locked", kind: node.Get}                          // voted by round.tallyTokens
+	opLockedPeek = &opSpec{name: "locked", kind: node.Peek}                         // the same, when session locks were met
 	opExtendMany = &opSpec{name: "extend", kind: node.ExtendMany, unfollowed: true} // voted per lock by renewal.settle
 )
 

@@ -11,6 +11,7 @@ package node
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -19,13 +20,16 @@ type Kind uint8
 
 // The operations, one per method of pool.Pool that changes or reads a lock.
 const (
-	Acquire       Kind = iota // acquire script: Int 1 when the key holds token, 0 when taken
-	AcquireFenced             // acquire script: Int = new counter, 0 when taken
-	RaiseFence                // raise-fence script: Int 1 while key holds token
-	Extend                    // extend script: Int 1 when the TTL was set
-	Release                   // release script: Int 1 when deleted
-	Get                       // GET key: Str, "" when absent
-	ExtendMany                // extend script over Keys and Tokens: Str, one '1' or '0' per key
+	Acquire        Kind = iota // acquire script: Int 1 when the key holds token, 0 when taken
+	AcquireFenced              // acquire script: Int = new counter, 0 when taken
+	RaiseFence                 // raise-fence script: Int 1 while key holds token
+	Extend                     // extend script: Int 1 when the TTL was set
+	Release                    // release script: Int 1 when deleted
+	Get                        // GET key: Str, "" when absent
+	ExtendMany                 // extend script over Keys and Tokens: Str, one '1' or '0' per key
+	AcquireSession             // session acquire script: Int = the session's incarnation, 0 when taken
+	RenewSession               // session renewal script: Int 1 while the session key holds Token
+	Peek                       // peek script: Str, the token that holds key, "" when it is free
 )
 
 // Op is one command for every node of a round. It must not change once sent.
@@ -52,6 +56,19 @@ type Op struct {
 	// arguments (Key and Token are unused).
 	Keys, Tokens []any
 
+	// Session is an AcquireSession's session key, Seq the node's
+	// incarnation sequence, KeyTTL the lock key's own TTL, PrefixLen the
+	// length of the prefix the session key is named under. (A
+	// RenewSession's session key is Key, its incarnation Token.)
+	Session, Seq string
+	KeyTTL       time.Duration
+	PrefixLen    int
+
+	// Scripted: an Acquire that must run as its script, never as Plain
+	// (a bare SET NX cannot tell a session lock whose session ended from a
+	// held one).
+	Scripted bool
+
 	// KeyArg and TokenArg are Key and Token as command arguments. Build
 	// boxes them when they are nil; an Op for the same key and token may
 	// take them from an earlier one, to save the allocations.
@@ -60,20 +77,32 @@ type Op struct {
 	// Args is the Redis command (EVALSHA for the scripts), built once by
 	// Build and shared by the nodes' commands.
 	Args []any
-	argv [8]any // Args' storage
+	argv [10]any // Args' storage
 
-	// Plain is an Acquire as a bare SET key token PX ttl NX, built with
+	// Plain is an Acquire as a bare SET key token PX ttl NX GET, built with
 	// Args: for Pools whose client never sends a command twice (no go-redis
-	// retries), which do not need the script's answer to a copy.
+	// retries), which do not need the script's answer to a copy. It answers
+	// "taken" for a session lock whose session ended; Result's Str then
+	// holds the value found (see SessionValue), and the caller runs the
+	// script.
 	Plain  []any
-	plainv [6]any
+	plainv [7]any
 }
+
+// SessionValue reports whether v, a lock key's value, is a session lock's,
+// which only a script can tell held or free.
+func SessionValue(v string) bool { return strings.IndexByte(v, Sep) >= 0 }
+
+// Sep separates a session lock's token from its incarnation in the key's
+// value; no token contains it.
+const Sep = '\x1f'
 
 // Result is one node's answer to an Op.
 type Result struct {
-	Int int64  // Acquire..Release (see Kind)
-	Str string // Get: the token; ExtendMany: one '1' or '0' per key
-	Err error  // the node gave no definite answer (see pool.Pool)
+	Int int64  // Acquire..Release, AcquireSession, RenewSession (see Kind)
+	Str string // Get: the token; ExtendMany: one '1' or '0' per key; Plain: the value that made it "taken"
+
+	Err error // the node gave no definite answer (see pool.Pool)
 }
 
 // Receiver takes results. Deliver is called exactly once per Send, from a

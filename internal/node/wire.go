@@ -45,13 +45,22 @@ var wires = [...]wire{
 		a = append(a, o.TTL.Milliseconds())
 		return append(a, o.Tokens...)
 	}, reply: stringCmd, read: readBits},
+	AcquireSession: {script: scripts.AcquireSession, args: func(o *Op) []any {
+		return o.script(3, o.KeyArg, o.Session, o.Seq, o.TokenArg, o.TTL.Milliseconds(), o.KeyTTL.Milliseconds(), o.PrefixLen)
+	}, reply: intCmd, read: readInt},
+	RenewSession: {script: scripts.RenewSession, args: func(o *Op) []any {
+		return o.script(1, o.KeyArg, o.TokenArg, o.TTL.Milliseconds())
+	}, reply: intCmd, read: readInt},
+	Peek: {script: scripts.Peek, args: func(o *Op) []any {
+		return o.script(1, o.KeyArg)
+	}, reply: stringCmd, read: readGet},
 }
 
 // Boxed constants of the commands, so that building Args does not allocate
 // for them.
 var (
-	argGet, argEvalSha, argSet, argPX, argNX any                 = "get", "evalsha", "set", "px", "nx"
-	shas                                     [ExtendMany + 1]any // per Kind, for scripts
+	argGet, argEvalSha, argSet, argPX, argNX any                   = "get", "evalsha", "set", "px", "nx"
+	shas                                     [Peek + 1]any // per Kind, for scripts
 )
 
 func init() {
@@ -75,18 +84,18 @@ func (o *Op) Build() {
 	if o.KeyArg == nil {
 		o.KeyArg = o.Key
 	}
-	if o.TokenArg == nil && o.Kind != Get && o.Kind != ExtendMany {
+	if o.TokenArg == nil && o.Kind != Get && o.Kind != Peek && o.Kind != ExtendMany {
 		o.TokenArg = o.Token
 	}
 	o.Args = wires[o.Kind].args(o)
-	if o.Kind == Acquire {
-		o.Plain = append(o.plainv[:0], argSet, o.KeyArg, o.TokenArg, argPX, o.TTL.Milliseconds(), argNX)
+	if o.Kind == Acquire && !o.Scripted {
+		o.Plain = append(o.plainv[:0], argSet, o.KeyArg, o.TokenArg, argPX, o.TTL.Milliseconds(), argNX, argGet)
 	}
 }
 
 // PlainCmd returns an Acquire as its bare SET NX (see Op.Plain), to be
 // processed and read with Result.
-func (o *Op) PlainCmd(ctx context.Context) redis.Cmder { return redis.NewStatusCmd(ctx, o.Plain...) }
+func (o *Op) PlainCmd(ctx context.Context) redis.Cmder { return redis.NewStringCmd(ctx, o.Plain...) }
 
 // Cmd returns o as a go-redis command bound to ctx, to be processed.
 func (o *Op) Cmd(ctx context.Context) redis.Cmder { return wires[o.Kind].reply(ctx, o.Args...) }
@@ -94,15 +103,17 @@ func (o *Op) Cmd(ctx context.Context) redis.Cmder { return wires[o.Kind].reply(c
 // Result reads a processed Cmd (or PlainCmd) as o's Result. A NOSCRIPT
 // error means the server has lost its script cache: run Eval.
 func (o *Op) Result(c redis.Cmder) Result {
-	if sc, ok := c.(*redis.StatusCmd); ok { // PlainCmd: OK when set, nil when taken
-		err := sc.Err()
-		if errors.Is(err, redis.Nil) {
-			return Result{}
-		}
-		if err != nil {
+	if sc, ok := c.(*redis.StringCmd); ok && o.Kind == Acquire { // PlainCmd: nil when set, the value found when taken
+		v, err := sc.Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			return Result{Int: 1}
+		case err != nil:
 			return Result{Err: err}
+		case v == o.Token:
+			return Result{Int: 1}
 		}
-		return Result{Int: 1}
+		return Result{Str: v}
 	}
 	return wires[o.Kind].read(o, c)
 }

@@ -1,5 +1,6 @@
 -- Acquire a lock with a fencing counter: set KEYS[1] to our token with a TTL
--- if it is absent, and increment the counter KEYS[2] in the same atomic step.
+-- if it is free (absent, or a session lock whose session has ended: lib.lua),
+-- and increment the counter KEYS[2] in the same atomic step.
 -- KEYS[2] is shared by many lock keys (one per master, or per hash slot):
 -- a key's tokens still increase, since the counter never decreases.
 -- KEYS[3] is the key's own counter of earlier versions, if any: it is
@@ -15,10 +16,10 @@
 -- (all in one hash slot, no TTL); ARGV[1] token; ARGV[2] TTL in milliseconds.
 -- Returns the counter (>= 1) when the key holds our token, 0 when it is taken.
 local v = redis.call('GET', KEYS[1])
-if v then
-  if v == ARGV[1] then
-    return tonumber(redis.call('GET', KEYS[2]) or '0')
-  end
+local o = v and owner(KEYS[1], v)
+if o == ARGV[1] then
+  return tonumber(redis.call('GET', KEYS[2]) or '0')
+elseif o then
   return 0
 end
 local n = redis.call('INCR', KEYS[2])

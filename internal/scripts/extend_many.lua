@@ -1,7 +1,8 @@
 -- Extend many locks at once, with the rules of extend.lua for each: make
 -- KEYS[i] live at least ARGV[1] ms more, only while it holds ARGV[i+1];
 -- never create a key, never shorten a TTL (a renewal that lands late, after
--- a later one, must not cut a key below its holder's deadline).
+-- a later one, must not cut a key below its holder's deadline). A session
+-- lock's key (lib.lua) is extended while it names its token.
 -- KEYS[1..n] lock keys; ARGV[1] new TTL in milliseconds; ARGV[2..n+1] tokens.
 -- Returns a string of n characters: '1' where the key holds its token (its
 -- TTL is now >= ARGV[1] ms), '0' where it does not (left untouched).
@@ -10,7 +11,8 @@
 local ttl = ARGV[1]
 local out = {}
 for i, k in ipairs(KEYS) do
-  if redis.call('GET', k) == ARGV[i + 1] then
+  local v = redis.call('GET', k)
+  if v and names(v, ARGV[i + 1]) then
     redis.call('PEXPIRE', k, ttl, 'GT')
     out[i] = '1'
   else

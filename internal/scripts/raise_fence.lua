@@ -3,7 +3,8 @@
 -- KEYS[1] lock key; KEYS[2] fence counter; ARGV[1] token; ARGV[2] maximum.
 -- Returns 1 when the lock holds our token (the counter is now >= ARGV[2]),
 -- 0 otherwise (nothing changed).
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local v = redis.call('GET', KEYS[1])
+if not v or owner(KEYS[1], v) ~= ARGV[1] then
   return 0
 end
 local cur = tonumber(redis.call('GET', KEYS[2]) or '0')

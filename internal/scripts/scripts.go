@@ -24,26 +24,45 @@ var (
 	raiseFenceSrc string
 	//go:embed extend_many.lua
 	extendManySrc string
+	//go:embed peek.lua
+	peekSrc string
+	//go:embed acquire_session.lua
+	acquireSessionSrc string
+	//go:embed renew_session.lua
+	renewSessionSrc string
+	//go:embed lib.lua
+	lib string // the functions every script that reads a lock key uses
 )
 
 var (
 	// Release deletes KEYS[1] if it holds ARGV[1] and publishes on the
 	// channel KEYS[1] (best effort: a refused PUBLISH is ignored); it
 	// returns 1 if it deleted, else 0.
-	Release = redis.NewScript(releaseSrc)
+	Release = redis.NewScript(lib + releaseSrc)
 	// Extend sets the TTL of KEYS[1] to ARGV[2] ms if it holds ARGV[1];
 	// it returns 1 if it did, else 0. It never creates the key.
-	Extend = redis.NewScript(extendSrc)
+	Extend = redis.NewScript(lib + extendSrc)
 	// Acquire sets KEYS[1] to ARGV[1] NX PX ARGV[2]; it returns 1 when the
 	// key holds ARGV[1] (also when a copy of the call set it), 0 when taken.
-	Acquire = redis.NewScript(acquireSrc)
+	Acquire = redis.NewScript(lib + acquireSrc)
 	// AcquireFenced sets KEYS[1] to ARGV[1] NX PX ARGV[2] and, if it did,
 	// increments KEYS[2]; it returns the new counter, or 0 when taken.
-	AcquireFenced = redis.NewScript(acquireFencedSrc)
+	AcquireFenced = redis.NewScript(lib + acquireFencedSrc)
 	// RaiseFence sets KEYS[2] to ARGV[2] if lower, while KEYS[1] holds
 	// ARGV[1]; it returns 1 if KEYS[1] holds ARGV[1], else 0.
-	RaiseFence = redis.NewScript(raiseFenceSrc)
+	RaiseFence = redis.NewScript(lib + raiseFenceSrc)
 	// ExtendMany is Extend for KEYS[i] and ARGV[i+1], with the TTL in
 	// ARGV[1]; it returns one character per key, '1' if it held its token.
-	ExtendMany = redis.NewScript(extendManySrc)
+	ExtendMany = redis.NewScript(lib + extendManySrc)
+	// Peek returns the token that holds KEYS[1], "" when it is free (a
+	// session lock whose session ended is free), any other value as is.
+	Peek = redis.NewScript(lib + peekSrc)
+	// AcquireSession sets KEYS[1], if free, to ARGV[1] in the session
+	// KEYS[2] (created with an incarnation from KEYS[3] when absent,
+	// lengthened to ARGV[2] ms otherwise), with a TTL of ARGV[3] ms; it
+	// returns the session's incarnation, or 0 when taken.
+	AcquireSession = redis.NewScript(lib + acquireSessionSrc)
+	// RenewSession lengthens the session key KEYS[1] to ARGV[2] ms while it
+	// holds incarnation ARGV[1]; it returns 1 if it did, else 0.
+	RenewSession = redis.NewScript(renewSessionSrc)
 )

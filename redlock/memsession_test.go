@@ -1,0 +1,87 @@
+package redlock
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
+)
+
+// The memPool's model of renewal sessions, after internal/scripts/lib.lua,
+// acquire_session.lua and renew_session.lua: a session lock's value is
+// token \x1f incarnation \x1f prefix length, held while the session key
+// (prefix + "s:" + the token's first 16 bytes) holds that incarnation.
+
+// owner is lib.lua's owner: the token that holds key with value v, "" when
+// it is free. p.mu must be held.
+func (p *memPool) owner(key, v string) string {
+	parts := strings.Split(v, string(node.Sep))
+	if len(parts) != 3 {
+		return v
+	}
+	n, err := strconv.Atoi(parts[2])
+	if err != nil {
+		return v
+	}
+	s, ok := p.get(key[:n] + "s:" + parts[0][:16])
+	if !ok || s.val != parts[1] {
+		return ""
+	}
+	return parts[0]
+}
+
+// names is lib.lua's names: whether v was written for token t.
+func names(v, t string) bool { return v == t || strings.HasPrefix(v, t+string(node.Sep)) }
+
+// run answers op as the Pools of package pool do: the session commands by
+// the model, the others through the Pool's methods.
+func (p *memPool) run(op *node.Op) node.Result {
+	if op.Kind != node.AcquireSession && op.Kind != node.RenewSession {
+		return callOn(context.Background(), p, op)
+	}
+	if err := p.begin(context.Background()); err != nil {
+		return node.Result{Err: err}
+	}
+	switch op.Kind {
+	case node.AcquireSession:
+		return node.Result{Int: p.acquireSession(op)}
+	default:
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		s, ok := p.get(op.Key)
+		if !ok || s.val != op.Token {
+			return node.Result{}
+		}
+		p.keys[op.Key] = memEntry{val: s.val, exp: later(s.exp, time.Now().Add(op.TTL))}
+		return node.Result{Int: 1}
+	}
+}
+
+func (p *memPool) acquireSession(op *node.Op) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	o := ""
+	if e, ok := p.get(op.Key); ok {
+		o = p.owner(op.Key, e.val)
+	}
+	if o != "" && o != op.Token {
+		return 0
+	}
+	now := time.Now()
+	s, ok := p.get(op.Session)
+	if ok {
+		p.keys[op.Session] = memEntry{val: s.val, exp: later(s.exp, now.Add(op.TTL))}
+	} else {
+		p.fences[op.Seq]++
+		s = memEntry{val: strconv.FormatUint(p.fences[op.Seq], 10), exp: now.Add(op.TTL)}
+		p.keys[op.Session] = s
+	}
+	if o == "" {
+		v := op.Token + string(node.Sep) + s.val + string(node.Sep) + strconv.Itoa(op.PrefixLen)
+		p.keys[op.Key] = memEntry{val: v, exp: now.Add(op.KeyTTL)}
+	}
+	inc, _ := strconv.ParseInt(s.val, 10, 64)
+	return inc
+}

@@ -1,0 +1,366 @@
+package redlock
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quorumlock/quorumlock/drift"
+	"github.com/quorumlock/quorumlock/internal/node"
+)
+
+// Renewal sessions: the auto-extended locks of a Client that share a TTL hang
+// on one session key per node, and renewing the session renews them all, at
+// a cost that does not grow with their number. A lock key names its session
+// and the session's incarnation on the node; it is held exactly while the
+// session key holds that incarnation. The lock keys carry a long TTL of
+// their own (keyTTL) that only collects them once their session has ended,
+// refreshed by the renewal service every half of it. docs/safety.md,
+// "Renewal sessions", has the argument; docs/design.md, "Leases", the
+// mechanism.
+
+// keyTTL is the TTL of a session lock's key: long, so that refreshing it
+// costs little, yet bounded, so that the keys of a session that ended are
+// collected.
+func keyTTL(cfg *config) time.Duration { return 10 * cfg.ttl }
+
+// sessionKey identifies a session: the locks of one prefix, TTL, renewal
+// interval, node timeout and drift factor share it.
+type sessionKey struct {
+	prefix         string
+	ttl, every, nt time.Duration
+	drift          float64
+}
+
+// session is one session of a Client, on every node.
+type session struct {
+	c    *Client
+	cfg  *config // the first lock's: its ttl, drift, timeout and clock are the session's
+	sid  string  // 16 characters: the first bytes of every token of the session
+	skey string  // the session key: prefix + "s:" + sid
+	seq  string  // the nodes' incarnation sequence: prefix + "s:seq"
+	ctr  atomic.Uint64
+
+	mu      sync.Mutex
+	nodes   []sessionNode
+	gens    uint64              // the last generation handed out
+	locks   map[*Lock]struct{} // locks of the session not yet released or lost
+	running bool                // run's goroutine is live
+}
+
+// sessionNode is what the Client knows of the session on one node.
+type sessionNode struct {
+	inc  int64     // the incarnation the node's session key holds
+	gen  uint64    // the Client's name for (node, inc); 0: none known to live
+	conf time.Time // start of the latest round the node confirmed inc in
+	busy bool      // a renewal is in flight
+}
+
+// sessionFor returns the session the auto-extended locks of cfg hang on, or
+// nil when locks of cfg are renewed key by key: without auto-extension, with
+// WithMaxHold, WithFencing or WithTokenGenerator, or over Pools that do not
+// queue commands or are Redis Clusters (a script there may only touch the
+// keys of one hash slot).
+func (c *Client) sessionFor(cfg *config) *session {
+	if !cfg.autoExtend || cfg.maxHold > 0 || cfg.fencing || cfg.customToken || !c.queued || c.slotted {
+		return nil
+	}
+	k := sessionKey{prefix: cfg.prefix, ttl: cfg.ttl, every: cfg.renewInterval(), nt: cfg.nodeTimeout, drift: cfg.driftFactor}
+	c.sessMu.Lock()
+	defer c.sessMu.Unlock()
+	if s := c.sessions[k]; s != nil {
+		return s
+	}
+	var b [12]byte
+	_, _ = crand.Read(b[:]) // never fails (crypto/rand's documented contract)
+	sid := base64.RawURLEncoding.EncodeToString(b[:])
+	s := &session{c: c, cfg: cfg, sid: sid, skey: cfg.prefix + "s:" + sid, seq: cfg.prefix + "s:seq",
+		nodes: make([]sessionNode, len(c.pools)), locks: map[*Lock]struct{}{}}
+	if c.sessions == nil {
+		c.sessions = map[sessionKey]*session{}
+	}
+	c.sessions[k] = s
+	return s
+}
+
+// token returns a new lock token of the session: its id and a counter.
+func (s *session) token() string {
+	return s.sid + strconv.FormatUint(s.ctr.Add(1), 36)
+}
+
+// until is when node n's confirmation of the session stops vouching for it
+// on the local clock; s.mu must be held.
+func (s *session) until(n int) time.Time {
+	return drift.Deadline(s.nodes[n].conf, s.cfg.ttl, s.cfg.driftFactor)
+}
+
+// accepted records that node n said at a round started at start that the
+// session lives there with incarnation inc, and returns the generation a
+// lock acquired by that round holds on n. An incarnation other than the
+// known one, or one that may have lapsed since it was last confirmed, is a
+// new generation: the locks of the old one lose node n.
+func (s *session) accepted(n int, inc int64, start time.Time) uint64 {
+	s.mu.Lock()
+	nd := &s.nodes[n]
+	dropped := nd.gen != 0 && (nd.inc != inc || !start.Before(s.until(n)))
+	if dropped {
+		nd.gen = 0
+	}
+	if nd.gen == 0 {
+		s.gens++
+		*nd = sessionNode{inc: inc, gen: s.gens, conf: start, busy: nd.busy}
+	} else if start.After(nd.conf) {
+		nd.conf = start
+	}
+	gen := nd.gen
+	locks := s.snapshotLocked(dropped)
+	s.mu.Unlock()
+	rearm(locks)
+	return gen
+}
+
+// snapshotLocked returns the session's locks when a generation was dropped
+// (their deadlines may have moved earlier), else nil; s.mu must be held.
+func (s *session) snapshotLocked(dropped bool) []*Lock {
+	if !dropped {
+		return nil
+	}
+	ls := make([]*Lock, 0, len(s.locks))
+	for l := range s.locks {
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+// rearm moves the lease timers of locks whose deadline may have moved
+// earlier.
+func rearm(ls []*Lock) {
+	for _, l := range ls {
+		l.mu.Lock()
+		if !l.released && !l.lost {
+			l.lease.rearm(l.deadlineLocked().Sub(l.cfg.now()))
+		}
+		l.mu.Unlock()
+	}
+}
+
+// deadline is lock l's deadline: the latest instant by which a quorum of
+// the nodes it holds has vouched, each node for the shorter of its session
+// and its lock key; the start of its acquisition (long past) when no quorum
+// does. l.mu must be held.
+func (s *session) deadline(l *Lock) time.Time {
+	var buf [8]time.Time
+	ts := buf[:0]
+	s.mu.Lock()
+	for n, g := range l.gens {
+		if g != 0 && g == s.nodes[n].gen {
+			ts = append(ts, earlier(s.until(n), l.keyUntil[n]))
+		}
+	}
+	s.mu.Unlock()
+	q := l.cfg.quorumOf(len(l.gens))
+	if len(ts) < q {
+		return l.acquired
+	}
+	slices.SortFunc(ts, func(a, b time.Time) int { return b.Compare(a) })
+	return ts[q-1]
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// add makes l one of the session's locks and starts the renewals if they
+// are not running.
+func (s *session) add(l *Lock) {
+	s.mu.Lock()
+	s.locks[l] = struct{}{}
+	start := !s.running
+	s.running = true
+	s.mu.Unlock()
+	if start {
+		s.c.wg.Go(s.run)
+	}
+}
+
+// remove forgets l (released or lost).
+func (s *session) remove(l *Lock) {
+	s.mu.Lock()
+	delete(s.locks, l)
+	s.mu.Unlock()
+}
+
+// run renews the session on every node where it lives, every renewal
+// interval, until it has no locks left or the Client closes.
+func (s *session) run() {
+	t := time.NewTimer(s.cfg.renewInterval())
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-s.c.renew.ctx.Done():
+			s.stopped()
+			return
+		}
+		if !s.renew() {
+			return
+		}
+		t.Reset(s.cfg.renewInterval())
+	}
+}
+
+func (s *session) stopped() {
+	s.mu.Lock()
+	s.running = false
+	s.mu.Unlock()
+}
+
+// renew sends one renewal to each node where the session lives and whose
+// previous renewal has answered (so that a slow node is never sent more
+// than it can answer); false, and the goroutine stops, when the session has
+// no locks left.
+func (s *session) renew() bool {
+	s.mu.Lock()
+	if len(s.locks) == 0 {
+		s.running = false
+		s.mu.Unlock()
+		return false
+	}
+	s.mu.Unlock()
+	s.send(s.cfg.now(), nil)
+	return true
+}
+
+// send renews the session on the nodes where it lives: those whose last
+// renewal has answered, or all of them when replies is not nil (Extend),
+// which then gets every reply. It returns how many it sent.
+func (s *session) send(now time.Time, replies chan sessionReply) int {
+	var sends []sessionRenewal
+	s.mu.Lock()
+	for n := range s.nodes {
+		nd := &s.nodes[n]
+		if nd.gen == 0 || nd.busy && replies == nil || !s.c.ids.verified[n].Load() {
+			continue
+		}
+		nd.busy = true
+		wait := min(max(s.cfg.nodeTimeout, (s.until(n).Sub(now)-s.cfg.nodeTimeout)/2), cleanupTimeout(s.cfg))
+		sends = append(sends, sessionRenewal{s: s, n: n, start: now, gen: nd.gen, inc: nd.inc, deadline: now.Add(wait), replies: replies})
+	}
+	s.mu.Unlock()
+	for i := range sends {
+		sr := &sends[i]
+		op := node.New(node.Op{Kind: node.RenewSession, Key: s.skey, Token: strconv.FormatInt(sr.inc, 10), TTL: s.cfg.ttl, Background: true})
+		s.c.senders[sr.n].Send(op, sr.deadline, sr, sr.n)
+	}
+	return len(sends)
+}
+
+// sessionReply is one node's answer to a renewal Extend waits for.
+type sessionReply struct {
+	n       int
+	r       node.Result
+	latency time.Duration
+}
+
+// sessionRenewal is one node's renewal command, and its receiver.
+type sessionRenewal struct {
+	s        *session
+	n        int
+	start    time.Time
+	gen      uint64
+	inc      int64
+	deadline time.Time
+	replies  chan sessionReply // nil, or buffered for every reply
+}
+
+// Deliver records node n's answer: a confirmation moves the node's
+// confirmation time; a "no" (the incarnation has ended there, for good), or
+// a confirmation that comes after the node's last one stopped vouching
+// (the session may have lapsed in between), drops the generation. An error
+// changes nothing: the deadlines it would have moved stay where they are.
+func (sr *sessionRenewal) Deliver(n int, r node.Result) {
+	s := sr.s
+	s.mu.Lock()
+	nd := &s.nodes[n]
+	nd.busy = false
+	dropped := false
+	if r.Err == nil && nd.gen == sr.gen && sr.gen != 0 {
+		if r.Int == 1 && sr.start.Before(s.until(n)) {
+			if sr.start.After(nd.conf) {
+				nd.conf = sr.start
+			}
+		} else {
+			nd.gen, dropped = 0, true
+		}
+	}
+	locks := s.snapshotLocked(dropped)
+	s.mu.Unlock()
+	rearm(locks)
+	if sr.replies != nil {
+		sr.replies <- sessionReply{n: n, r: r, latency: s.cfg.now().Sub(sr.start)}
+	}
+}
+
+// extendSession is Extend for a session lock, whose TTL is its session's: it
+// renews the session on every node where it lives now, waits for their
+// replies (until ctx ends or the replies' deadline), and succeeds when the
+// lock's deadline is then at least start + ttl less the drift allowance.
+// The op slot and an enter() count are held.
+func (l *Lock) extendSession(ctx context.Context, ttl time.Duration, start time.Time) error {
+	s, cfg := l.sess, l.cfg
+	if ttl != cfg.ttl {
+		return fmt.Errorf("redlock: extend %q: an auto-extended lock is renewed with its session, to its TTL (%v); extend it with 0 or that TTL, or acquire it without auto-extension to extend it to %v", l.key, cfg.ttl, ttl)
+	}
+	replies := make(chan sessionReply, len(l.gens))
+	sent := s.send(start, replies)
+	res := l.c.newResults()
+	t := time.NewTimer(cleanupTimeout(cfg))
+	defer t.Stop()
+wait:
+	for range sent {
+		select {
+		case sr := <-replies:
+			res[sr.n] = sessionResult(l, sr)
+		case <-ctx.Done():
+			break wait
+		case <-t.C:
+			break wait
+		}
+	}
+	if err := l.usable(cfg.now()); err != nil {
+		return err
+	}
+	if !l.Deadline().Before(drift.Deadline(start, ttl, cfg.driftFactor)) {
+		return nil
+	}
+	elapsed := cfg.now().Sub(start)
+	markUnanswered(res, context.DeadlineExceeded, elapsed)
+	qe := &QuorumError{Op: "extend", Key: l.key, Quorum: cfg.quorumOf(len(res)), Nodes: res, Elapsed: elapsed}
+	if err := callerErr(ctx); err != nil {
+		return fmt.Errorf("%w: %w", qe, err)
+	}
+	return qe
+}
+
+// sessionResult is a node's session renewal as the NodeResult of a lock.
+func sessionResult(l *Lock, sr sessionReply) NodeResult {
+	if sr.r.Err != nil {
+		return failed(sr.n, l.c, sr.r.Err, sr.latency)
+	}
+	o := OutcomeOK
+	l.mu.Lock()
+	if sr.r.Int != 1 || l.gens[sr.n] == 0 {
+		o = OutcomeNotHeld
+	}
+	l.mu.Unlock()
+	return NodeResult{Node: l.c.pools[sr.n].Name(), Outcome: o, Latency: sr.latency}
+}

@@ -1,0 +1,205 @@
+package redlock
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/pool"
+)
+
+// Renewal sessions on in-memory queued pools (memsession_test.go models the
+// scripts), in virtual time. The scripts themselves run against real Redis
+// in integration/session_test.go.
+
+// sessionEnv is sendEnv with renewal sessions (the default for auto-extended
+// locks with random tokens over queued pools).
+func sessionEnv(t *testing.T, opts ...Option) ([]*sendPool, *Client, *recorder) {
+	t.Helper()
+	return sendEnvWith(t, opts...)
+}
+
+// TestSessionRenewalCostIsPerNode: 2,000 auto-extended locks stay held for
+// 3.3 TTLs through one session renewal per node per interval; their keys
+// are refreshed at most once each (every half key TTL), never renewed one by
+// one.
+func TestSessionRenewalCostIsPerNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps, c, _ := sessionEnv(t)
+		ls := lockMany(t, c, 2000)
+		time.Sleep(10 * time.Second)
+		for _, l := range ls {
+			if err := l.Err(); err != nil || memHolders(ps, l) < 3 {
+				t.Fatalf("%s: err %v, held on %d nodes", l.key, err, memHolders(ps, l))
+			}
+		}
+		for i, p := range ps {
+			renewals, _ := p.count(node.RenewSession)
+			_, refreshed := p.count(node.ExtendMany)
+			extends, _ := p.count(node.Extend)
+			if renewals < 9 || renewals > 11 || refreshed > len(ls) || extends != 0 {
+				t.Fatalf("node %d: %d session renewals in 10s (want 9-11), %d keys refreshed (want <= %d), %d extends", i, renewals, refreshed, len(ls), extends)
+			}
+		}
+	})
+}
+
+// TestSessionDeathLosesEveryLock: when a quorum of nodes stop answering the
+// session's renewals, every lock of the session is lost by its deadline,
+// though no node said so, and another client can take each key once the
+// session keys have expired there.
+func TestSessionDeathLosesEveryLock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps, c, _ := sessionEnv(t)
+		ls := lockMany(t, c, 50)
+		for _, p := range ps[:3] {
+			p.set(node.RenewSession, 0, 1000, nil)
+		}
+		deadline := ls[0].Deadline()
+		for _, l := range ls {
+			<-l.Done()
+			if !errors.Is(l.Err(), ErrLockLost) {
+				t.Fatalf("%s: Err %v after Done, want ErrLockLost", l.key, l.Err())
+			}
+		}
+		if late := time.Since(deadline); late > time.Second+time.Millisecond {
+			t.Fatalf("locks lost %v after the first one's deadline at acquisition", late)
+		}
+		time.Sleep(3 * time.Second) // the session keys expire on the nodes
+		c2 := clientOver(t, ps)
+		for _, l := range ls {
+			if _, err := c2.TryLock(t.Context(), l.key); err != nil {
+				t.Fatalf("%s after its session ended: %v", l.key, err)
+			}
+		}
+	})
+}
+
+// TestSessionNoLosesNodeAtOnce: a node that says the session's incarnation
+// has ended (its session key was lost) stops counting for every lock at
+// once; with a quorum gone that way the locks are lost at the next renewal,
+// long before their deadline.
+func TestSessionNoLosesNodeAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps, c, _ := sessionEnv(t)
+		ls := lockMany(t, c, 20)
+		synctest.Wait() // the acquires' late replies
+		s := ls[0].sess
+		for _, p := range ps[:3] {
+			p.memPool.mu.Lock()
+			delete(p.memPool.keys, s.skey)
+			p.memPool.mu.Unlock()
+		}
+		start := time.Now()
+		for _, l := range ls {
+			<-l.Done()
+		}
+		if took := time.Since(start); took > c.cfg.renewInterval()+time.Millisecond {
+			t.Fatalf("lost %v after the session keys went, want within one renewal interval (%v)", took, c.cfg.renewInterval())
+		}
+	})
+}
+
+// TestSessionIncarnationNeverComesBack: a session key that expired on a node
+// and was created again by a later acquire has a new incarnation there: the
+// locks of the old one no longer count that node (another client's acquire
+// finds their keys free), the new lock does.
+func TestSessionIncarnationNeverComesBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps, c, _ := sessionEnv(t)
+		old := lockMany(t, c, 1)[0]
+		synctest.Wait() // the acquire's late replies
+		s := old.sess
+		ps[0].memPool.mu.Lock()
+		delete(ps[0].memPool.keys, s.skey) // node 0 lost the session
+		ps[0].memPool.mu.Unlock()
+		fresh, err := c.TryLock(t.Context(), "fresh")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fresh.gens[0] == 0 || old.Deadline().IsZero() {
+			t.Fatalf("new lock's generation on node 0: %d", fresh.gens[0])
+		}
+		ps[0].memPool.mu.Lock()
+		v := ps[0].memPool.keys[old.rkey].val
+		owner := ps[0].owner(old.rkey, v)
+		ps[0].memPool.mu.Unlock()
+		if owner != "" || !strings.HasPrefix(v, old.token) {
+			t.Fatalf("node 0: old lock's key %q reads as held by %q after its incarnation ended", v, owner)
+		}
+		s.mu.Lock()
+		counted := old.gens[0] == s.nodes[0].gen
+		s.mu.Unlock()
+		if counted {
+			t.Fatal("the old lock still counts node 0")
+		}
+		if err := old.Err(); err != nil {
+			t.Fatalf("old lock (4 nodes left): %v", err)
+		}
+	})
+}
+
+// TestSessionReleaseMidSession: releasing one lock of a session deletes its
+// keys and leaves the others held and renewed.
+func TestSessionReleaseMidSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps, c, _ := sessionEnv(t)
+		ls := lockMany(t, c, 10)
+		time.Sleep(2 * time.Second)
+		if err := ls[0].Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the deletes the round did not wait for
+		if n := memHolders(ps, ls[0]); n != 0 {
+			t.Fatalf("released lock still on %d nodes", n)
+		}
+		time.Sleep(5 * time.Second)
+		for _, l := range ls[1:] {
+			if err := l.Err(); err != nil {
+				t.Fatalf("%s: %v", l.key, err)
+			}
+		}
+	})
+}
+
+// TestSessionExtend: Extend on a session lock renews its session and moves
+// its deadline; a TTL other than the session's is refused before any I/O.
+func TestSessionExtend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps, c, _ := sessionEnv(t)
+		l := lockMany(t, c, 1)[0]
+		time.Sleep(500 * time.Millisecond)
+		before := l.Deadline()
+		if err := l.Extend(t.Context(), 0); err != nil {
+			t.Fatal(err)
+		}
+		if !l.Deadline().After(before) {
+			t.Fatalf("deadline %v not after %v", l.Deadline(), before)
+		}
+		n, _ := ps[0].count(node.RenewSession)
+		if err := l.Extend(t.Context(), time.Minute); err == nil {
+			t.Fatal("Extend to another TTL than the session's succeeded")
+		}
+		if m, _ := ps[0].count(node.RenewSession); m != n {
+			t.Fatalf("a refused Extend sent %d renewals", m-n)
+		}
+	})
+}
+
+// clientOver is another Client over the pools of a sendEnv.
+func clientOver(t *testing.T, ps []*sendPool, opts ...Option) *Client {
+	t.Helper()
+	pools := make([]pool.Pool, len(ps))
+	for i, p := range ps {
+		pools[i] = p
+	}
+	c, err := New(pools, append([]Option{WithTTL(3 * time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}

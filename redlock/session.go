@@ -49,9 +49,9 @@ type session struct {
 
 	mu      sync.Mutex
 	nodes   []sessionNode
-	gens    uint64              // the last generation handed out
+	gens    uint64             // the last generation handed out
 	locks   map[*Lock]struct{} // locks of the session not yet released or lost
-	running bool                // run's goroutine is live
+	running bool               // run's goroutine is live
 }
 
 // sessionNode is what the Client knows of the session on one node.

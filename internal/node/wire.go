@@ -59,7 +59,7 @@ var wires = [...]wire{
 // Boxed constants of the commands, so that building Args does not allocate
 // for them.
 var (
-	argGet, argEvalSha, argSet, argPX, argNX any                   = "get", "evalsha", "set", "px", "nx"
+	argGet, argEvalSha, argSet, argPX, argNX any           = "get", "evalsha", "set", "px", "nx"
 	shas                                     [Peek + 1]any // per Kind, for scripts
 )
 

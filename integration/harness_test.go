@@ -136,11 +136,26 @@ func get(t *testing.T, cl *redis.Client, key string) string {
 
 // checkKeyTTLs fails the test if a reachable node holds a lock key that will
 // not expire, or that lives longer than maxTTL (L1: a lock whose holder is
-// gone is free again within its TTL).
+// gone is free again within its TTL). A session lock's key lives longer
+// (its own TTL only collects it): the session key it names must then not
+// outlive maxTTL, and the lock key its garbage-collection TTL (10 × its TTL).
+// The sessions' incarnation sequence is a counter, like fencing's.
 func (c *cluster) checkKeyTTLs(t *testing.T, maxTTL time.Duration) {
 	t.Helper()
 	c.reachable(t, "key TTL check", func(i int, cl *redis.Client) {
 		for _, k := range lockKeys(t, cl) {
+			if k == sessionSeq {
+				continue
+			}
+			if sk, ok := sessionOf(k, get(t, cl, k)); ok {
+				if ms := pttl(t, cl, sk); ms > maxTTL.Milliseconds() || ms == -1 {
+					t.Errorf("node%d: session key %q of lock key %q has PTTL %dms, longer than the longest lock TTL of this test (%v)", i, sk, k, ms, maxTTL)
+				}
+				if ms := pttl(t, cl, k); ms > 10*maxTTL.Milliseconds() || ms == -1 {
+					t.Errorf("node%d: session lock key %q has PTTL %dms, longer than 10 x the longest lock TTL of this test (%v)", i, k, ms, maxTTL)
+				}
+				continue
+			}
 			switch ms := pttl(t, cl, k); {
 			case ms == -1:
 				t.Errorf("node%d: lock key %q has no TTL: it would block its lock forever", i, k)

@@ -1,0 +1,231 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// Renewal sessions on real Redis: the scripts of docs/safety.md, "Renewal
+// sessions" (internal/scripts/lib.lua and the session scripts), against
+// the acquire paths of every other kind of lock, and a session cut off from
+// a quorum of nodes.
+
+// sessionSeq is the nodes' incarnation sequence under the default prefix.
+const sessionSeq = redlock.DefaultKeyPrefix + "s:seq"
+
+// sessionOf returns the session key that lock key k's value v names, when v
+// is a session lock's: token \x1f incarnation \x1f prefix length, its
+// session key being the prefix, "s:" and the token's first 16 bytes.
+func sessionOf(k, v string) (string, bool) {
+	parts := strings.Split(v, "\x1f")
+	if len(parts) != 3 {
+		return "", false
+	}
+	n, err := strconv.Atoi(parts[2])
+	if err != nil || n > len(k) || len(parts[0]) < 16 {
+		return "", false
+	}
+	return k[:n] + "s:" + parts[0][:16], true
+}
+
+// sessionClient returns a Client whose auto-extended locks hang on renewal
+// sessions (random tokens, queued pools), over pools made with redisOpts.
+func sessionClient(t *testing.T, c *cluster, redisOpts func(i int) *redis.Options, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	pools := make([]pool.Pool, c.Len())
+	for i := range pools {
+		p, err := pool.Dial(redisOpts(i), append([]pool.Option{pool.WithName(fmt.Sprintf("node%d", i))}, c.poolOpts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pools[i] = p
+	}
+	cl, err := redlock.New(pools, append([]redlock.Option{redlock.WithAutoExtend(true)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cl.Close(); err != nil && !errors.Is(err, redlock.ErrClosed) {
+			t.Errorf("session client: Close: %v", err)
+		}
+		for _, p := range pools {
+			_ = p.Close()
+		}
+	})
+	return cl
+}
+
+// endSession deletes the session key of lock l on every node, as its
+// expiry would.
+func endSession(t *testing.T, admins []*redis.Client, l *redlock.Lock) {
+	t.Helper()
+	for i, cl := range admins {
+		sk, ok := sessionOf(rkey(l.Key()), get(t, cl, rkey(l.Key())))
+		if !ok {
+			t.Fatalf("node%d: %s = %q is no session lock's value", i, rkey(l.Key()), get(t, cl, rkey(l.Key())))
+		}
+		if err := cl.Del(context.Background(), sk).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestSessionLocksOnRealRedis: a session lock's key names its session, which
+// carries the lock's TTL while the key carries a long one; other clients see
+// it taken through every acquire path (bare SET NX, script, fenced script)
+// and through Locked; once its session has ended (its key deleted, as by
+// expiry), every one of those paths finds the key free, and the holder
+// loses the lock at its next renewal.
+func TestSessionLocksOnRealRedis(t *testing.T) {
+	const ttl = 2 * time.Second
+	c := startCluster(t, ttl, "")
+	dropFenceCounters(t, c)
+	admins := c.admins(t)
+	ctx := ctxT(t, 30*time.Second)
+	s := sessionClient(t, c, c.direct, redlock.WithTTL(ttl))
+	keys := []string{"sess-plain", "sess-script", "sess-fenced"}
+	var held []*redlock.Lock
+	for _, k := range keys {
+		l, err := s.TryLock(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	time.Sleep(ttl) // past the TTL: the session's renewals keep them
+	for i, cl := range admins {
+		sk, ok := sessionOf(rkey(keys[0]), get(t, cl, rkey(keys[0])))
+		if !ok {
+			t.Fatalf("node%d: not a session lock's value: %q", i, get(t, cl, rkey(keys[0])))
+		}
+		if ms := pttl(t, cl, sk); ms <= 0 || ms > ttl.Milliseconds() {
+			t.Errorf("node%d: session key PTTL %dms, want (0, %d]", i, ms, ttl.Milliseconds())
+		}
+		if ms := pttl(t, cl, rkey(keys[0])); ms <= ttl.Milliseconds() {
+			t.Errorf("node%d: session lock key PTTL %dms, want its long TTL", i, ms)
+		}
+	}
+	other := c.newLockClient(t, "other", c.direct, redlock.WithTTL(ttl))
+	scripted := c.newLockClient(t, "scripted", func(i int) *redis.Options {
+		o := c.direct(i)
+		o.MaxRetries = 1 // a client that may retry runs the acquire script
+		return o
+	}, redlock.WithTTL(ttl))
+	try := func(lc *lockClient, key string, opts ...redlock.Option) (*redlock.Lock, error) {
+		return lc.TryLock(ctx, key, opts...)
+	}
+	fenced := redlock.WithFencing(true)
+	for i, f := range []func() error{
+		func() error { _, err := try(other, keys[0]); return err },
+		func() error { _, err := try(scripted, keys[1]); return err },
+		func() error { _, err := try(other, keys[2], fenced); return err },
+	} {
+		if err := f(); !errors.Is(err, redlock.ErrNotAcquired) {
+			t.Fatalf("%s while its session lives: %v, want taken", keys[i], err)
+		}
+		if locked, err := other.Locked(ctx, keys[i]); !locked || err != nil {
+			t.Fatalf("Locked(%s) = %v, %v while its session lives", keys[i], locked, err)
+		}
+		if ok, err := held[i].Held(ctx); !ok || err != nil {
+			t.Fatalf("Held(%s) = %v, %v", keys[i], ok, err)
+		}
+	}
+	endSession(t, admins, held[0])
+	for _, k := range keys {
+		if locked, err := other.Locked(ctx, k); locked || err != nil {
+			t.Fatalf("Locked(%s) = %v, %v after its session ended", k, locked, err)
+		}
+	}
+	got := []func() (*redlock.Lock, error){
+		func() (*redlock.Lock, error) { return try(other, keys[0]) },
+		func() (*redlock.Lock, error) { return try(scripted, keys[1]) },
+		func() (*redlock.Lock, error) { return try(other, keys[2], fenced) },
+	}
+	for i, f := range got {
+		l, err := f()
+		if err != nil {
+			t.Fatalf("%s after its session ended: %v", keys[i], err)
+		}
+		defer l.Release(context.Background())
+	}
+	for _, l := range held {
+		select {
+		case <-l.Done():
+		case <-time.After(2 * ttl):
+			t.Fatalf("%s: not lost %v after its session ended", l.Key(), 2*ttl)
+		}
+		if !errors.Is(l.Err(), redlock.ErrLockLost) {
+			t.Fatalf("%s: Err %v", l.Key(), l.Err())
+		}
+		if err := l.Release(ctx); !errors.Is(err, redlock.ErrReleased) && !errors.Is(err, redlock.ErrNotHeld) {
+			t.Fatalf("%s: Release of a lost session lock: %v", l.Key(), err)
+		}
+	}
+}
+
+// TestSessionCutOffLosesBeforeOthersAcquire: a holder whose session renewals
+// cannot reach a quorum of nodes (blackholed) learns that its locks are lost
+// from its own clock, before any other client can acquire them: the other
+// client's Lock, waiting on the same keys, returns only after every one of
+// the holder's Done channels has closed.
+func TestSessionCutOffLosesBeforeOthersAcquire(t *testing.T) {
+	const ttl = 2 * time.Second
+	c := startCluster(t, ttl, "")
+	ctx := ctxT(t, 60*time.Second)
+	var proxies [nodes]interface{ Blackhole(bool) }
+	s := sessionClient(t, c, func(i int) *redis.Options {
+		px := c.Node(i).Proxy(t)
+		proxies[i] = px
+		return &redis.Options{Addr: px.Addr()}
+	}, redlock.WithTTL(ttl))
+	const locks = 20
+	held := make([]*redlock.Lock, locks)
+	for i := range held {
+		l, err := s.TryLock(ctx, fmt.Sprintf("cut-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[i] = l
+	}
+	lostAll := make(chan time.Time, 1)
+	go func() {
+		for _, l := range held {
+			<-l.Done()
+		}
+		lostAll <- time.Now()
+	}()
+	for _, px := range proxies[:3] {
+		px.Blackhole(true)
+	}
+	other := c.newLockClient(t, "other", c.direct, redlock.WithTTL(ttl))
+	for i := range held {
+		l, err := other.Lock(ctx, fmt.Sprintf("cut-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		acquired := time.Now()
+		select {
+		case lost := <-lostAll:
+			lostAll <- lost
+			if !lost.Before(acquired) {
+				t.Fatalf("cut-%d acquired by another client at %v, before the holder lost it at %v", i, acquired, lost)
+			}
+		default:
+			t.Fatalf("cut-%d acquired by another client while the cut-off holder still held some lock", i)
+		}
+		_ = l.Release(ctx)
+	}
+	for _, px := range proxies[:3] {
+		px.Blackhole(false)
+	}
+}

@@ -812,11 +812,13 @@ func countHeld(addrs []string, hs heldSet, k int) (int, error) {
 }
 
 // heldOn reads every lock's key on one server, heldChunk GETs per pipeline,
-// and reports which hold the lock's value.
+// and reports which hold the lock's value: the token itself, or a renewal
+// session's lock of the token whose session key holds its incarnation.
 func heldOn(addr string, hs heldSet, k int) ([]bool, error) {
 	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})
 	defer c.Close()
 	ctx := context.Background()
+	sessions := map[string]string{} // session key: its incarnation
 	got := make([]bool, k)
 	cmds := make([]*redis.StringCmd, heldChunk)
 	for from := 0; from < k; from += heldChunk {
@@ -833,13 +835,35 @@ func heldOn(addr string, hs heldSet, k int) ([]bool, error) {
 		}
 		for i := from; i < to; i++ {
 			if cmd := cmds[i-from]; cmd != nil {
-				_, want, _ := hs.ident(i)
+				rkey, want, _ := hs.ident(i)
 				v, err := cmd.Result()
-				got[i] = err == nil && v == want
+				got[i] = err == nil && (v == want || sessionHolds(ctx, c, sessions, rkey, v, want))
 			}
 		}
 	}
 	return got, nil
+}
+
+// sessionHolds reports whether v, lock key rkey's value, is a session lock
+// of token want whose session lives (docs/safety.md, "Renewal sessions":
+// token \x1f incarnation \x1f prefix length; the session key is the prefix,
+// "s:" and the token's first 16 bytes). sessions caches the session keys.
+func sessionHolds(ctx context.Context, c *redis.Client, sessions map[string]string, rkey, v, want string) bool {
+	f := strings.Split(v, "\x1f")
+	if len(f) != 3 || f[0] != want || len(want) < 16 {
+		return false
+	}
+	n, err := strconv.Atoi(f[2])
+	if err != nil || n > len(rkey) {
+		return false
+	}
+	sk := rkey[:n] + "s:" + want[:16]
+	inc, ok := sessions[sk]
+	if !ok {
+		inc, _ = c.Get(ctx, sk).Result()
+		sessions[sk] = inc
+	}
+	return inc == f[1]
 }
 
 // vmRSS returns this process's resident set size.

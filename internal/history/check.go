@@ -77,6 +77,10 @@ type Config struct {
 	Replies bool
 	// Audit, if not nil, holds the S3 audit of every node's MONITOR stream.
 	Audit *Audit
+	// SessionKeyTTL is the TTL a session lock's key is given (it only
+	// collects the key once its session has ended); 0 means 10 × the
+	// longest TTL any operation asked for, as redlock sets it.
+	SessionKeyTTL time.Duration
 	// LinTimeout bounds the linearizability check of each independent
 	// segment of one key's history; 0 means 30 s. A segment that times out
 	// is reported in the notes, not as a violation.
@@ -161,6 +165,7 @@ type holding struct {
 	deadline           time.Duration // the latest deadline the holder was given
 	end                time.Duration // end of its window
 	released           bool
+	session            string // a session lock's session key, else ""
 }
 
 func (x *holding) String() string {
@@ -177,7 +182,11 @@ func us(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
 // The window of a successful acquisition (S1, S4, LIN) runs from the moment
 // the acquire call returned to the end of its claim: the latest deadline it
 // was given (by the acquire or a successful extend; a failed extend never
-// moves it later), or the start of its release if that came first. A holder
+// moves it later), or the start of its release if that came first. A
+// session lock's deadline moves with its session's renewals, which no
+// operation records: every Deadline its holder read (Lease) counts as
+// given, so its window ends at the latest of them (the deadline its lease
+// expired at, when its Done closed first) or at its release's start. A holder
 // that died keeps its window to its deadline: a paused process that wakes
 // up may act until then. The window starts at the return, not at the call's
 // start: a correct client may start its winning round before the previous
@@ -204,7 +213,10 @@ func Check(h *History, cfg Config) *Report {
 	r := &Report{Checked: map[Property]int{}, Skipped: map[Property]string{}, counts: map[Property]int{}}
 	r.Ops = len(s.ops)
 	r.Sections = len(s.sections)
-	holds, byKey := holdings(s.ops, cfg, r)
+	if cfg.SessionKeyTTL == 0 {
+		cfg.SessionKeyTTL = 10 * maxTTL(s.ops)
+	}
+	holds, byKey := holdings(s.ops, s.leases, cfg, r)
 	checkS1(byKey, r)
 	checkS2(s, cfg, r)
 	checkS3(cfg, r)
@@ -216,13 +228,22 @@ func Check(h *History, cfg Config) *Report {
 	return r
 }
 
+// maxTTL is the longest TTL any operation asked for.
+func maxTTL(ops []Op) time.Duration {
+	var m time.Duration
+	for _, op := range ops {
+		m = max(m, op.TTL)
+	}
+	return m
+}
+
 func allowance(ttl time.Duration, cfg Config) time.Duration {
 	return drift.Allowance(ttl, cfg.DriftFactor)
 }
 
 // holdings gathers the successful acquisitions, by token and by key (each
 // key's sorted by return).
-func holdings(ops []Op, cfg Config, r *Report) (map[string]*holding, map[string][]*holding) {
+func holdings(ops []Op, leases []Lease, cfg Config, r *Report) (map[string]*holding, map[string][]*holding) {
 	holds := map[string]*holding{}
 	for _, op := range ops {
 		switch {
@@ -230,7 +251,7 @@ func holdings(ops []Op, cfg Config, r *Report) (map[string]*holding, map[string]
 			r.Acquired++
 			holds[op.Token] = &holding{
 				key: op.Key, client: op.Client, token: op.Token, fence: op.Fence, ttl: op.TTL,
-				start: op.Start, ret: op.End, deadline: op.Deadline,
+				start: op.Start, ret: op.End, deadline: op.Deadline, session: op.Session,
 				round: max(op.Start, op.Deadline-(op.TTL-allowance(op.TTL, cfg))),
 			}
 		case op.Kind == Acquire:
@@ -256,6 +277,11 @@ func holdings(ops []Op, cfg Config, r *Report) (map[string]*holding, map[string]
 			if st, ok := relStart[op.Token]; !ok || op.Start < st {
 				relStart[op.Token] = op.Start
 			}
+		}
+	}
+	for _, ls := range leases {
+		if x := holds[ls.Token]; x != nil {
+			x.deadline = max(x.deadline, ls.Deadline)
 		}
 	}
 	byKey := map[string][]*holding{}
@@ -295,7 +321,18 @@ func checkS1(byKey map[string][]*holding, r *Report) {
 // its deadline is no later than the start of its round (its first request)
 // + TTL − allowance, and (with replies recorded) a quorum of nodes said yes
 // before it returned: to the SET, and with fencing to the write-back.
+//
+// A session lock's deadline is the q-th latest of its nodes' session
+// confirmations (an acquire or a renewal that found the session key
+// holding the lock's incarnation there), each good for TTL − allowance from
+// the start of its round: so its acquire needs a quorum of yes to the SET,
+// and every deadline it was given (by the acquire, an extend or a Lease
+// read while it lay ahead) needs a quorum of nodes whose acquire of the lock
+// answered the incarnation that a confirmation then repeated, in a round
+// started no earlier than deadline − (TTL − allowance), before the deadline
+// was given.
 func checkS2(s snapshot, cfg Config, r *Report) {
+	sc := newSessionConfs(s)
 	for _, op := range s.ops {
 		if op.Outcome != OK || (op.Kind != Acquire && op.Kind != Extend) {
 			continue
@@ -311,6 +348,15 @@ func checkS2(s snapshot, cfg Config, r *Report) {
 		if !cfg.Replies {
 			continue
 		}
+		if op.Session != "" {
+			if op.Kind == Acquire {
+				checkQuorum(s, cfg, r, op, ReplyAcquire, -1)
+			}
+			if n := sc.vouching(op.Token, op.Session, earned, op.End); n < cfg.Quorum {
+				r.add(S2, op.Key, "%s by %s (session lock, token %s) returned deadline %v, but only %d nodes had confirmed its session's incarnation in a round started at or after %v, quorum %d", op.Kind, op.Client, op.Token, us(op.Deadline), n, us(earned), cfg.Quorum)
+			}
+			continue
+		}
 		kinds := []ReplyKind{ReplyAcquire}
 		if op.Kind == Extend {
 			kinds = []ReplyKind{ReplyExtend}
@@ -318,28 +364,138 @@ func checkS2(s snapshot, cfg Config, r *Report) {
 			kinds = append(kinds, ReplyRaise)
 		}
 		for _, k := range kinds {
-			nodes := map[int]bool{}
-			first := time.Duration(-1)
-			for _, rep := range s.replies[op.Token] {
-				if rep.Kind != k || rep.End > op.End || rep.Start < op.Start {
-					continue
-				}
-				nodes[rep.Node] = true
-				if first < 0 || rep.Start < first {
-					first = rep.Start
-				}
-			}
-			if len(nodes) < cfg.Quorum {
-				r.add(S2, op.Key, "%s by %s (token %s) succeeded with %d yes (%s) before it returned, quorum %d", op.Kind, op.Client, op.Token, len(nodes), replyName(k), cfg.Quorum)
-			}
-			if k != ReplyRaise && first >= 0 && first < earned {
-				r.add(S2, op.Key, "%s by %s (token %s): its first request left at %v, but its deadline %v counts the TTL from %v", op.Kind, op.Client, op.Token, first, op.Deadline, earned)
-			}
+			checkQuorum(s, cfg, r, op, k, earned)
 		}
 	}
+	checkLeases(s, sc, cfg, r)
 	if !cfg.Replies {
 		r.note("S2: node replies were not recorded: quorums not counted, validity checked")
 	}
+}
+
+// checkQuorum: op (a success) had a quorum of yes of kind k, sent after it
+// started and seen before it returned; with earned ≥ 0, none of them was
+// sent before the round its deadline counts from.
+func checkQuorum(s snapshot, cfg Config, r *Report, op Op, k ReplyKind, earned time.Duration) {
+	nodes := map[int]bool{}
+	first := time.Duration(-1)
+	for _, rep := range s.replies[op.Token] {
+		if rep.Kind != k || rep.End > op.End || rep.Start < op.Start {
+			continue
+		}
+		nodes[rep.Node] = true
+		if first < 0 || rep.Start < first {
+			first = rep.Start
+		}
+	}
+	if len(nodes) < cfg.Quorum {
+		r.add(S2, op.Key, "%s by %s (token %s) succeeded with %d yes (%s) before it returned, quorum %d", op.Kind, op.Client, op.Token, len(nodes), replyName(k), cfg.Quorum)
+	}
+	if k != ReplyRaise && earned >= 0 && first >= 0 && first < earned {
+		r.add(S2, op.Key, "%s by %s (token %s): its first request left at %v, but its deadline %v counts the TTL from %v", op.Kind, op.Client, op.Token, first, op.Deadline, earned)
+	}
+}
+
+// checkLeases: every deadline a session lock's holder read while it lay
+// ahead, before the lock's release started, is backed by a quorum of
+// session confirmations (see checkS2).
+func checkLeases(s snapshot, sc sessionConfs, cfg Config, r *Report) {
+	if len(s.leases) == 0 {
+		return
+	}
+	type lock struct {
+		session    string
+		ttl        time.Duration
+		relStart   time.Duration
+		hasRelease bool
+	}
+	locks := map[string]*lock{}
+	for _, op := range s.ops {
+		if op.Kind == Acquire && op.Outcome == OK && op.Session != "" {
+			locks[op.Token] = &lock{session: op.Session, ttl: op.TTL}
+		}
+	}
+	for _, op := range s.ops {
+		if x := locks[op.Token]; x != nil && op.Kind == Release && (!x.hasRelease || op.Start < x.relStart) {
+			x.relStart, x.hasRelease = op.Start, true
+		}
+	}
+	checked := 0
+	for _, ls := range s.leases {
+		x := locks[ls.Token]
+		if x == nil || ls.Deadline <= ls.At || x.hasRelease && ls.At >= x.relStart {
+			continue
+		}
+		checked++
+		r.Checked[S2]++
+		if !cfg.Replies {
+			continue
+		}
+		earned := ls.Deadline - (x.ttl - allowance(x.ttl, cfg))
+		if n := sc.vouching(ls.Token, x.session, earned, ls.At); n < cfg.Quorum {
+			r.add(S2, ls.Key, "%s's session lock (token %s) read deadline %v at %v, but only %d nodes had confirmed its session's incarnation in a round started at or after %v, quorum %d", ls.Client, ls.Token, us(ls.Deadline), us(ls.At), n, us(earned), cfg.Quorum)
+		}
+	}
+	r.note("S2: %d deadlines of session locks read while they lay ahead, each checked against the session's confirmations", checked)
+}
+
+// conf is one node's confirmation of a session's incarnation: a yes to a
+// session acquire or renewal, sent at start, seen at end.
+type conf struct {
+	inc        string
+	start, end time.Duration
+}
+
+// sessionConfs holds the session confirmations of a run: per session key,
+// per node; and per session lock's token, per node, its acquire's yes.
+type sessionConfs struct {
+	confs map[string]map[int][]conf
+	locks map[string]map[int]conf
+}
+
+func newSessionConfs(s snapshot) sessionConfs {
+	sc := sessionConfs{confs: map[string]map[int][]conf{}, locks: map[string]map[int]conf{}}
+	add := func(sess string, n int, c conf) {
+		if sc.confs[sess] == nil {
+			sc.confs[sess] = map[int][]conf{}
+		}
+		sc.confs[sess][n] = append(sc.confs[sess][n], c)
+	}
+	for _, reps := range s.replies {
+		for _, rep := range reps {
+			switch {
+			case rep.Kind == ReplyRenew:
+				add(rep.Key, rep.Node, conf{inc: rep.Token, start: rep.Start, end: rep.End})
+			case rep.Kind == ReplyAcquire && rep.Session != "":
+				c := conf{inc: fmt.Sprint(rep.Inc), start: rep.Start, end: rep.End}
+				add(rep.Session, rep.Node, c)
+				if sc.locks[rep.Token] == nil {
+					sc.locks[rep.Token] = map[int]conf{}
+				}
+				sc.locks[rep.Token][rep.Node] = c
+			}
+		}
+	}
+	return sc
+}
+
+// vouching counts the nodes that, by at, had answered the acquire of
+// session lock token with an incarnation that a confirmation sent at or
+// after earned, and seen by at, repeated.
+func (sc sessionConfs) vouching(token, session string, earned, at time.Duration) int {
+	n := 0
+	for node, acq := range sc.locks[token] {
+		if acq.end > at {
+			continue
+		}
+		for _, c := range sc.confs[session][node] {
+			if c.inc == acq.inc && c.start >= earned && c.end <= at {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
 
 func replyName(k ReplyKind) string {
@@ -348,6 +504,8 @@ func replyName(k ReplyKind) string {
 		return "SET NX"
 	case ReplyRaise:
 		return "fence write-back"
+	case ReplyRenew:
+		return "session renewal"
 	}
 	return "PEXPIRE"
 }
@@ -484,16 +642,32 @@ func checkL1(s snapshot, cfg Config, r *Report) {
 		}
 		return
 	}
-	var maxTTL time.Duration
-	for _, op := range s.ops {
-		maxTTL = max(maxTTL, op.TTL)
-	}
+	maxTTL := maxTTL(s.ops)
+	limit := maxTTL + allowance(maxTTL, cfg)
 	for _, l := range s.leftovers {
 		r.Checked[L1]++
+		if _, inc, sk, ok := ParseSession(l.Key, l.Token); ok {
+			// A session lock's key lives up to SessionKeyTTL; it keeps
+			// others out only while its session key holds its
+			// incarnation, which lives at most a TTL past its last renewal.
+			switch {
+			case l.PTTL < 0:
+				r.add(L1, l.Key, "node%d: session lock key holds %q with no TTL: it would never be collected", l.Node, l.Token)
+			case time.Duration(l.PTTL)*time.Millisecond > cfg.SessionKeyTTL+allowance(cfg.SessionKeyTTL, cfg):
+				r.add(L1, l.Key, "node%d: session lock key holds %q with PTTL %dms, more than a session lock key's TTL (%v)", l.Node, l.Token, l.PTTL, cfg.SessionKeyTTL)
+			case l.SessionInc != inc:
+				// free: its session has ended on this node
+			case l.SessionPTTL < 0:
+				r.add(L1, l.Key, "node%d: the session key %q the lock key names holds its incarnation %s with no TTL: the lock would be held forever", l.Node, sk, inc)
+			case time.Duration(l.SessionPTTL)*time.Millisecond > limit:
+				r.add(L1, l.Key, "node%d: the session key %q the lock key names holds its incarnation %s with PTTL %dms, more than the longest TTL asked (%v)", l.Node, sk, inc, l.SessionPTTL, maxTTL)
+			}
+			continue
+		}
 		switch {
 		case l.PTTL < 0:
 			r.add(L1, l.Key, "node%d: lock key holds %q with no TTL: it would block the lock forever", l.Node, l.Token)
-		case time.Duration(l.PTTL)*time.Millisecond > maxTTL+allowance(maxTTL, cfg):
+		case time.Duration(l.PTTL)*time.Millisecond > limit:
 			r.add(L1, l.Key, "node%d: lock key holds %q with PTTL %dms, more than the longest TTL asked (%v)", l.Node, l.Token, l.PTTL, maxTTL)
 		}
 	}
@@ -545,37 +719,72 @@ func checkL2(s snapshot, cfg Config, r *Report) {
 	}
 	r.Checked[L2] = len(tokens)
 	reported := map[nodeToken]bool{} // one violation per key, however often it is seen
-	var maxTTL time.Duration
-	for _, op := range s.ops {
-		maxTTL = max(maxTTL, op.TTL)
-	}
+	maxTTL := maxTTL(s.ops)
 	// beyond: the key landed after the library's horizon for it.
 	beyond := map[nodeToken]bool{}
+	free := map[nodeToken]bool{}
 	landedBeyond := func(l Leftover, g gone) bool {
-		landed := l.At - maxTTL + time.Duration(l.PTTL)*time.Millisecond
+		lv, keyTTL, session, _ := sessionView(l, cfg, maxTTL)
+		landed := l.At - keyTTL + time.Duration(l.PTTL)*time.Millisecond
 		if cfg.Horizon > 0 && landed > g.end+cfg.Horizon {
-			beyond[nodeToken{l.Node, l.Token}] = true
+			k := nodeToken{l.Node, lv.Token}
+			beyond[k] = true
+			// A session lock's key that landed this late is held while
+			// its session lives, which may be far longer than the TTL
+			// the leftover bound allows it (case 3).
+			if session && !reported[k] && l.At > landed+maxTTL+allowance(maxTTL, cfg) {
+				reported[k] = true
+				r.add(L2, l.Key, "node%d: the key of %s (call returned at %v) landed at about %v, past the library's horizon, and its live session still held it at %v, more than a TTL (%v) later",
+					l.Node, g.what, us(g.end), us(landed), us(l.At), maxTTL)
+			}
 			return true
 		}
 		return false
 	}
+	// lookup: the gone token a key holds, if any; a session lock's key
+	// whose session has ended is free (it keeps no one out) and judged by
+	// L1 only.
+	lookup := func(l Leftover) (Leftover, gone, bool) {
+		lv, _, _, isFree := sessionView(l, cfg, maxTTL)
+		g, ok := tokens[lv.Token]
+		if ok && isFree {
+			free[nodeToken{l.Node, lv.Token}] = true
+			return lv, g, false
+		}
+		return lv, g, ok
+	}
 	for _, l := range s.leftovers {
-		if g, ok := tokens[l.Token]; ok && !landedBeyond(l, g) {
-			reported[nodeToken{l.Node, l.Token}] = true
-			r.add(L2, l.Key, "node%d still holds the token %q of %s (call returned at %v) after the run (PTTL %dms)", l.Node, l.Token, g.what, us(g.end), l.PTTL)
+		if lv, g, ok := lookup(l); ok && !landedBeyond(l, g) {
+			reported[nodeToken{l.Node, lv.Token}] = true
+			r.add(L2, l.Key, "node%d still holds the token %q of %s (call returned at %v) after the run (PTTL %dms)", l.Node, lv.Token, g.what, us(g.end), l.PTTL)
 		}
 	}
 	defer func() {
 		if len(beyond) > 0 {
 			r.note("L2: %d keys of ours landed later than the library's horizon (%v) after their call and were left to their TTL, as it states", len(beyond), cfg.Horizon)
 		}
+		if len(free) > 0 {
+			r.note("L2: %d session lock keys of failed rounds or released locks were found after their session had ended there: free, left to their own TTL", len(free))
+		}
 	}()
-	judgeSweeps(s, cfg, r, tokens, maxTTL, reported, landedBeyond)
+	judgeSweeps(s, cfg, r, maxTTL, reported, lookup, landedBeyond)
+}
 
+// sessionView returns l as the checker judges it: for a session lock's key,
+// its token (not its whole value), the TTL it was set with, and whether it
+// is free (its session key no longer holds its incarnation); for any other
+// key, l and the longest TTL.
+func sessionView(l Leftover, cfg Config, maxTTL time.Duration) (lv Leftover, keyTTL time.Duration, session, free bool) {
+	tok, inc, _, ok := ParseSession(l.Key, l.Token)
+	if !ok {
+		return l, maxTTL, false, false
+	}
+	l.Token = tok
+	return l, cfg.SessionKeyTTL, true, l.SessionInc != inc
 }
 
 // judgeSweeps is checkL2's part for the keys found by sweeps during the run.
-func judgeSweeps(s snapshot, cfg Config, r *Report, tokens map[string]gone, maxTTL time.Duration, reported map[nodeToken]bool, landedBeyond func(Leftover, gone) bool) {
+func judgeSweeps(s snapshot, cfg Config, r *Report, maxTTL time.Duration, reported map[nodeToken]bool, lookup func(Leftover) (Leftover, gone, bool), landedBeyond func(Leftover, gone) bool) {
 	if s.sweeps == 0 {
 		return
 	}
@@ -588,15 +797,16 @@ func judgeSweeps(s snapshot, cfg Config, r *Report, tokens map[string]gone, maxT
 	landedLate := cfg.NodeTimeout + maxTTL + allowance(maxTTL, cfg)
 	early, late := map[nodeToken]bool{}, map[nodeToken]bool{}
 	for _, l := range s.swept {
-		g, ok := tokens[l.Token]
+		lv, g, ok := lookup(l)
 		if !ok || landedBeyond(l, g) {
 			continue
 		}
-		k := nodeToken{l.Node, l.Token}
+		_, keyTTL, _, _ := sessionView(l, cfg, maxTTL)
+		k := nodeToken{l.Node, lv.Token}
 		if l.At-g.end > landedLate {
 			late[k] = true
 		}
-		landed := l.At - maxTTL + time.Duration(l.PTTL)*time.Millisecond
+		landed := l.At - keyTTL + time.Duration(l.PTTL)*time.Millisecond
 		if l.At < g.end+cfg.Cleanup || cfg.Horizon > 0 && l.At < landed+cfg.Recheck {
 			early[k] = true
 			continue
@@ -606,7 +816,7 @@ func judgeSweeps(s snapshot, cfg Config, r *Report, tokens map[string]gone, maxT
 		}
 		reported[k] = true
 		r.add(L2, l.Key, "node%d held the token %q of %s at %v, %v after the call returned at %v (clean-up bound %v; PTTL %dms)",
-			l.Node, l.Token, g.what, us(l.At), us(l.At-g.end), us(g.end), cfg.Cleanup, l.PTTL)
+			l.Node, lv.Token, g.what, us(l.At), us(l.At-g.end), us(g.end), cfg.Cleanup, l.PTTL)
 	}
 	unjudged, unjudgedLate := 0, 0
 	for k := range early {

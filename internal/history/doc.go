@@ -3,7 +3,8 @@
 // against the library's safety and liveness properties:
 //
 //   - S1: no two successful acquisitions of one key have overlapping
-//     validity windows;
+//     validity windows (a session lock's lasts as long as the deadlines its
+//     holder read, see Lease);
 //   - S2: an acquisition or extend succeeds only with a quorum of nodes
 //     that said yes before it returned, and with validity left;
 //   - S3: release, extend and the fencing write-back never change a key
@@ -13,7 +14,8 @@
 //   - S5: a counter guarded by the lock equals the number of critical
 //     sections that incremented it;
 //   - L1: a lock whose holder died is free again within TTL + drift, and no
-//     lock key outlives the longest TTL;
+//     lock key outlives the longest TTL (a session lock's key may, but not
+//     the session key that keeps it held; see ParseSession);
 //   - L2: no key of a failed acquisition, and none of a released lock, is
 //     left on a node once the library's clean-up is over: at the end of
 //     the run, and in sweeps during it (late deliveries included);

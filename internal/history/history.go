@@ -2,6 +2,8 @@ package history
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -88,6 +90,26 @@ type Op struct {
 	Quorum, Agreed int
 	// Err is the call's error, if any.
 	Err string
+	// Session is the session key of a session lock (redlock's renewal
+	// sessions, docs/safety.md): its deadline moves with its session's
+	// renewals, which the History learns from Leases and ReplyRenew
+	// replies. Empty for every other lock.
+	Session string
+}
+
+// Lease is a session lock's Deadline as its holder (or a watcher on its
+// behalf) read it: the lock's window lasts at least until the latest
+// Deadline read before its Release started (S1, LIN), and each Deadline
+// read while it lay ahead must be backed by a quorum of the session's
+// confirmations (S2). Record one whenever the value read changes, and once
+// after the lock's Done closed.
+type Lease struct {
+	Client string
+	Key    string
+	Token  string
+	// At is when the Deadline was read, Deadline what it said, both on the
+	// History's clock.
+	At, Deadline time.Duration
 }
 
 // FenceResult is what a fenced resource did with a critical section's write.
@@ -141,6 +163,9 @@ const (
 	ReplyRaise
 	// ReplyExtend is a yes to a token-checked PEXPIRE.
 	ReplyExtend
+	// ReplyRenew is a yes to a session renewal: Key is the session key,
+	// Token the incarnation the node confirmed.
+	ReplyRenew
 )
 
 // Reply is one node's yes to one client's call, as the client saw it: Start
@@ -153,6 +178,10 @@ type Reply struct {
 	Token  string
 	Start  time.Duration
 	End    time.Duration
+	// Session and Inc: for a ReplyAcquire of a session lock, its session
+	// key and the incarnation the node answered.
+	Session string
+	Inc     int64
 }
 
 // ProbeNode is what one node said, when a holder died, about the dead lock's
@@ -161,10 +190,12 @@ type ProbeNode struct {
 	Node int
 	// Reached: the node answered GET and PTTL.
 	Reached bool
-	// Holds: the key held the dead holder's token.
+	// Holds: the key held the dead holder's token (for a session lock:
+	// named it, and its session key held the incarnation it names).
 	Holds bool
 	// PTTL is the key's remaining time to live in ms (-1: none); meaningful
-	// when Holds.
+	// when Holds. For a session lock, the time the node still holds it:
+	// the shorter of the key's and its session key's.
 	PTTL int64
 	// At is read just before the node was asked.
 	At time.Duration
@@ -195,6 +226,12 @@ type Leftover struct {
 	// At is when the node was read (with PTTL, it tells when the key
 	// landed; see Config.Horizon).
 	At time.Duration
+	// SessionInc and SessionPTTL: when Token is a session lock's value
+	// (see ParseSession), what the session key it names held when the node
+	// was read ("" when absent) and its PTTL in ms. The key is held exactly
+	// while SessionInc is the incarnation it names; otherwise it is free.
+	SessionInc  string
+	SessionPTTL int64
 }
 
 // History is the record of one test run. Its zero value is not usable; make
@@ -205,8 +242,9 @@ type History struct {
 	mu        sync.Mutex
 	ops       []Op
 	sections  []Section
-	replies   map[string][]Reply // yes-replies by token
+	replies   map[string][]Reply // yes-replies by token (renewals: by session key)
 	nreplies  int
+	leases    []Lease
 	probes    []Probe
 	leftovers []Leftover
 	swept     []Leftover
@@ -248,9 +286,20 @@ func (h *History) AddSection(s Section) {
 // AddReply records a node's yes to a client (S2). Only yes-replies matter:
 // a no or an error never counts towards a quorum.
 func (h *History) AddReply(r Reply) {
+	k := r.Token
+	if r.Kind == ReplyRenew {
+		k = r.Key
+	}
 	h.mu.Lock()
-	h.replies[r.Token] = append(h.replies[r.Token], r)
+	h.replies[k] = append(h.replies[k], r)
 	h.nreplies++
+	h.mu.Unlock()
+}
+
+// AddLease records a session lock's Deadline as read (S1, S2, LIN).
+func (h *History) AddLease(l Lease) {
+	h.mu.Lock()
+	h.leases = append(h.leases, l)
 	h.mu.Unlock()
 }
 
@@ -305,14 +354,14 @@ func (h *History) SetCounter(key string, v int64) {
 
 // Stats is a snapshot of a History's size, for progress lines.
 type Stats struct {
-	Ops, Acquired, Sections, Replies int
+	Ops, Acquired, Sections, Replies, Leases int
 }
 
 // Stats returns the History's size so far.
 func (h *History) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return Stats{Ops: len(h.ops), Acquired: h.acquired, Sections: len(h.sections), Replies: h.nreplies}
+	return Stats{Ops: len(h.ops), Acquired: h.acquired, Sections: len(h.sections), Replies: h.nreplies, Leases: len(h.leases)}
 }
 
 // snapshot is a copy of the record, for Check.
@@ -320,6 +369,7 @@ type snapshot struct {
 	ops       []Op
 	sections  []Section
 	replies   map[string][]Reply
+	leases    []Lease
 	probes    []Probe
 	leftovers []Leftover
 	scanned   bool
@@ -335,6 +385,7 @@ func (h *History) snapshot() snapshot {
 		ops:       append([]Op(nil), h.ops...),
 		sections:  append([]Section(nil), h.sections...),
 		replies:   make(map[string][]Reply, len(h.replies)),
+		leases:    append([]Lease(nil), h.leases...),
 		probes:    append([]Probe(nil), h.probes...),
 		leftovers: append([]Leftover(nil), h.leftovers...),
 		scanned:   h.scanned,
@@ -349,4 +400,19 @@ func (h *History) snapshot() snapshot {
 		s.counters[k] = v
 	}
 	return s
+}
+
+// ParseSession reads v, the value of lock key k, as a session lock's:
+// token 0x1f incarnation 0x1f prefix length (internal/scripts/lib.lua). It
+// returns the token, the incarnation and the session key it names (k's
+// first <prefix length> bytes, "s:" and the token's first 16), or ok false
+// for any other value.
+func ParseSession(k, v string) (token, inc, sessionKey string, ok bool) {
+	token, rest, ok1 := strings.Cut(v, "\x1f")
+	inc, plen, ok2 := strings.Cut(rest, "\x1f")
+	n, err := strconv.Atoi(plen)
+	if !ok1 || !ok2 || err != nil || n < 0 || n > len(k) || len(token) < 16 || inc == "" {
+		return "", "", "", false
+	}
+	return token, inc, k[:n] + "s:" + token[:16], true
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,16 +28,35 @@ const (
 	ScriptExtend
 	// ScriptRelease is the token-checked DEL.
 	ScriptRelease
+	// ScriptAcquirePlain is the unfenced acquire script: SET if free.
+	ScriptAcquirePlain
+	// ScriptExtendMany is the token-checked PEXPIRE of many keys, each with
+	// its own token.
+	ScriptExtendMany
+	// ScriptAcquireSession is the session acquire: SET the lock key if
+	// free, create the session key with an incarnation from the sequence
+	// (INCR) or lengthen it.
+	ScriptAcquireSession
+	// ScriptRenewSession lengthens a session key while it holds the
+	// incarnation it names.
+	ScriptRenewSession
+	// ScriptPeek reads who holds a lock; it writes nothing.
+	ScriptPeek
 )
 
 // LibraryScripts maps the SHA1 (lower-case hex, as EVALSHA sends it) of each
 // of quorumlock's lock scripts to its kind.
 func LibraryScripts() map[string]ScriptKind {
 	return map[string]ScriptKind{
-		scripts.AcquireFenced.Hash(): ScriptAcquire,
-		scripts.RaiseFence.Hash():    ScriptRaise,
-		scripts.Extend.Hash():        ScriptExtend,
-		scripts.Release.Hash():       ScriptRelease,
+		scripts.AcquireFenced.Hash():  ScriptAcquire,
+		scripts.RaiseFence.Hash():     ScriptRaise,
+		scripts.Extend.Hash():         ScriptExtend,
+		scripts.Release.Hash():        ScriptRelease,
+		scripts.Acquire.Hash():        ScriptAcquirePlain,
+		scripts.ExtendMany.Hash():     ScriptExtendMany,
+		scripts.AcquireSession.Hash(): ScriptAcquireSession,
+		scripts.RenewSession.Hash():   ScriptRenewSession,
+		scripts.Peek.Hash():           ScriptPeek,
 	}
 }
 
@@ -53,7 +73,8 @@ type Entry struct {
 type AuditConfig struct {
 	// Prefix starts every lock key (redlock.DefaultKeyPrefix unless the
 	// clients set another); keys that end in ":fence" are fencing
-	// counters, not lock keys.
+	// counters, not lock keys; Prefix + "s:" starts the renewal sessions'
+	// keys (Prefix + "s:seq" is their incarnation sequence, a counter).
 	Prefix string
 	// Scripts maps script SHA1s to their kinds; nil means LibraryScripts().
 	Scripts map[string]ScriptKind
@@ -67,9 +88,10 @@ type AuditConfig struct {
 type AuditStats struct {
 	Entries int // MONITOR entries observed
 	// Checked counts the changes made by a lock script (a delete by
-	// release, a PEXPIRE by extend, a counter raise) while the key's
-	// content on that node was known from the stream: each was verified to
-	// hit a key holding the script's own token.
+	// release, a PEXPIRE by extend, a counter raise, a session renewal)
+	// while the key's content on that node was known from the stream: each
+	// was verified to hit a key holding the script's own token (for a
+	// renewal: the session key holding the renewal's incarnation).
 	Checked int
 	// Unchecked counts such changes while the key's content was unknown
 	// (after a gap in the stream, before the key was next set).
@@ -108,20 +130,23 @@ type auditNode struct {
 	script *openScript // the script whose commands are arriving, if any
 }
 
-// keyState is what the stream says a lock key holds on one node.
+// keyState is what the stream says a lock key (or a session key) holds on
+// one node.
 type keyState struct {
 	known bool
-	token string // "" when absent
+	token string // "" when absent; a session lock's token (not its whole value); a session key's incarnation
 }
 
 // openScript is a script call whose own commands follow it in the stream
 // (Redis feeds the EVAL/EVALSHA line before the commands it runs).
 type openScript struct {
 	kind    ScriptKind
-	key     string // KEYS[1] when it is a lock key, else ""
+	key     string // KEYS[1] when it is a lock key (a session key for a renewal), else ""
 	token   string // ARGV[1]
 	lines   int    // commands seen from it
 	checked bool   // the raise has been checked
+	keys    []string
+	argv    []string
 }
 
 // maxFindings bounds the violations an Audit keeps (all are counted).
@@ -172,8 +197,18 @@ func (a *Audit) Gap(n int) {
 }
 
 func (a *Audit) isLockKey(k string) bool {
-	return strings.HasPrefix(k, a.cfg.Prefix) && !strings.HasSuffix(k, ":fence")
+	return strings.HasPrefix(k, a.cfg.Prefix) && !strings.HasSuffix(k, ":fence") && !strings.HasPrefix(k[len(a.cfg.Prefix):], "s:")
 }
+
+// isSessionKey reports whether k is a renewal session's key (not the
+// sequence): a write to it changes whether that session's locks are held.
+func (a *Audit) isSessionKey(k string) bool {
+	return strings.HasPrefix(k, a.cfg.Prefix+"s:") && k != a.cfg.Prefix+"s:seq"
+}
+
+// isGuarded: a write to k from outside the lock scripts changes who holds
+// a lock.
+func (a *Audit) isGuarded(k string) bool { return a.isLockKey(k) || a.isSessionKey(k) }
 
 func (a *Audit) report(n int, key, format string, args ...any) {
 	a.nfound++
@@ -231,8 +266,48 @@ func (a *Audit) Observe(n int, e Entry) {
 			s.checked = true
 			a.check(n, nd, s, "the fencing write-back raised the counter of")
 		}
+	case ScriptAcquirePlain:
+		// GET key (and a session key); SET key token PX ttl if free.
+		if cmd == "set" && s.key != "" && len(e.Args) > 1 && e.Args[1] == s.key {
+			nd.keys[s.key] = keyState{known: true, token: s.token}
+		}
+	case ScriptAcquireSession:
+		a.acquireSession(nd, s, cmd, e)
+	case ScriptRenewSession:
+		// GET session key; PEXPIRE it GT only if it holds the incarnation.
+		if cmd == "pexpire" && s.key != "" && len(e.Args) > 1 && e.Args[1] == s.key {
+			a.check(n, nd, s, "a session renewal lengthened")
+		}
+	case ScriptExtendMany:
+		// per key: GET it; PEXPIRE it GT only if it names its token.
+		if cmd == "pexpire" && len(e.Args) > 1 {
+			if i := slices.Index(s.keys, e.Args[1]); i >= 0 && i+1 < len(s.argv) && a.isLockKey(e.Args[1]) {
+				one := &openScript{kind: ScriptExtendMany, key: e.Args[1], token: s.argv[i+1]}
+				a.check(n, nd, one, "a batched extend set the TTL of")
+			}
+		}
+	case ScriptPeek:
+		a.scriptWrite(n, nd, cmd, e, "the read-only peek script")
 	default:
 		a.scriptWrite(n, nd, cmd, e, "a script that is not one of quorumlock's")
+	}
+}
+
+// acquireSession follows a session acquire's commands: GET the lock key
+// (and, for a session lock's value, its session key); if free: GET the
+// session key, then PEXPIRE it or INCR the sequence and SET it, then SET
+// the lock key to the token's session value.
+func (a *Audit) acquireSession(nd *auditNode, s *openScript, cmd string, e Entry) {
+	if cmd != "set" || len(e.Args) < 3 || len(s.keys) < 2 {
+		return
+	}
+	switch e.Args[1] {
+	case s.key:
+		if s.key != "" {
+			nd.keys[s.key] = keyState{known: true, token: s.token}
+		}
+	case s.keys[1]:
+		nd.keys[s.keys[1]] = keyState{known: true, token: e.Args[2]}
 	}
 }
 
@@ -265,13 +340,16 @@ func (a *Audit) openScript(cmd string, args []string) *openScript {
 	}
 	s.kind = a.cfg.Scripts[strings.ToLower(id)]
 	nkeys, err := strconv.Atoi(args[2])
-	if err != nil || nkeys < 1 || len(args) < 3+nkeys+1 {
+	if err != nil || nkeys < 1 || len(args) < 3+nkeys {
 		return s
 	}
-	if k := args[3]; a.isLockKey(k) {
+	s.keys, s.argv = args[3:3+nkeys], args[3+nkeys:]
+	if k := args[3]; a.isLockKey(k) || s.kind == ScriptRenewSession && a.isSessionKey(k) {
 		s.key = k
 	}
-	s.token = args[3+nkeys]
+	if len(s.argv) > 0 {
+		s.token = s.argv[0]
+	}
 	return s
 }
 
@@ -299,10 +377,10 @@ func (a *Audit) clientWrite(n int, nd *auditNode, cmd string, e Entry) {
 		return
 	}
 	for _, k := range writtenKeys(e.Args, pos) {
-		if !a.isLockKey(k) {
+		if !a.isGuarded(k) {
 			continue
 		}
-		if cmd == "set" && hasArg(e.Args[2:], "nx") {
+		if cmd == "set" && hasArg(e.Args[2:], "nx") && a.isLockKey(k) {
 			// An unfenced acquire: whether it set the key does not show.
 			nd.keys[k] = keyState{}
 			continue
@@ -322,7 +400,7 @@ func (a *Audit) scriptWrite(n int, nd *auditNode, cmd string, e Entry, who strin
 		return
 	}
 	for _, k := range writtenKeys(e.Args, pos) {
-		if !a.isLockKey(k) {
+		if !a.isGuarded(k) {
 			continue
 		}
 		nd.keys[k] = keyState{}

@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -27,15 +26,8 @@ const sessionSeq = redlock.DefaultKeyPrefix + "s:seq"
 // is a session lock's: token \x1f incarnation \x1f prefix length, its
 // session key being the prefix, "s:" and the token's first 16 bytes.
 func sessionOf(k, v string) (string, bool) {
-	parts := strings.Split(v, "\x1f")
-	if len(parts) != 3 {
-		return "", false
-	}
-	n, err := strconv.Atoi(parts[2])
-	if err != nil || n > len(k) || len(parts[0]) < 16 {
-		return "", false
-	}
-	return k[:n] + "s:" + parts[0][:16], true
+	_, _, sk, ok := node.ParseSession(k, v)
+	return sk, ok
 }
 
 // sessionClient returns a Client whose auto-extended locks hang on renewal

@@ -114,8 +114,10 @@ func (l *Lock) deadlineLocked() time.Time {
 // than what was left). On the nodes, an extend never shortens the key's
 // TTL, so one that lands late, after a later extend, cannot cut the lock
 // short; a ttl shorter than what is left moves only the local deadline.
-// Extend is safe for concurrent use; concurrent calls run one after the
-// other.
+// A lock renewed through a session (see WithAutoExtend) is extended by
+// renewing its session: ttl must then be 0 or the lock's TTL, else Extend
+// returns an error without any I/O. Extend is safe for concurrent use;
+// concurrent calls run one after the other.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	cfg := l.cfg
 	if ttl == 0 {

@@ -17,19 +17,14 @@ import (
 // owner is lib.lua's owner: the token that holds key with value v, "" when
 // it is free. p.mu must be held.
 func (p *memPool) owner(key, v string) string {
-	parts := strings.Split(v, string(node.Sep))
-	if len(parts) != 3 {
+	token, inc, sk, ok := node.ParseSession(key, v)
+	if !ok {
 		return v
 	}
-	n, err := strconv.Atoi(parts[2])
-	if err != nil {
-		return v
-	}
-	s, ok := p.get(key[:n] + "s:" + parts[0][:16])
-	if !ok || s.val != parts[1] {
+	if s, ok := p.get(sk); !ok || s.val != inc {
 		return ""
 	}
-	return parts[0]
+	return token
 }
 
 // names is lib.lua's names: whether v was written for token t.

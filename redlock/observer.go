@@ -21,8 +21,8 @@ type Event struct {
 // for different locks. Embed NopObserver to implement only some methods.
 type Observer interface {
 	Acquired(Event)     // a Lock or TryLock won its round
-	Extended(Event)     // an automatic renewal succeeded
-	ExtendFailed(Event) // an automatic renewal failed; it is retried while validity is left
+	Extended(Event)     // an automatic renewal of a lock renewed key by key succeeded (none for session locks: WithAutoExtend)
+	ExtendFailed(Event) // such a renewal failed; it is retried while validity is left
 	Lost(Event)         // the lock was lost: validity ran out, or the nodes said the token is gone
 	Released(Event)     // Release (or Close) ran; Err is its error, if any
 }

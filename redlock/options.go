@@ -297,7 +297,11 @@ func (c *config) renewInterval() time.Duration {
 // the lock is declared lost (Done closes, Err and the Context's cause are
 // ErrLockLost). Renewal never re-creates an expired lock, and stops when the
 // lock is released, lost or its Client closed; Release waits for a renewal
-// under way.
+// under way. Locks with random tokens and neither WithFencing nor
+// WithMaxHold, over Pools of package pool that are not Cluster clients, are
+// renewed through a renewal session: one command per node renews all of a
+// Client's locks of one TTL, and the Observer sees no Extended event for
+// them (docs/safety.md, "Renewal sessions").
 func WithAutoExtend(on bool) Option {
 	return func(c *config) error {
 		c.autoExtend = on

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	wire "github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -509,4 +510,48 @@ func groupMembers(pgid int) []int {
 		}
 	}
 	return out
+}
+
+// TestStatusSessionLock: status reads a lock of a renewal session (an
+// auto-extended lock of the library) as held while its session lives, with
+// the session's TTL, and as free once the session has ended.
+func TestStatusSessionLock(t *testing.T) {
+	c := redistest.Start(t, 5)
+	addrs := strings.Join(c.Addrs(), ",")
+	pools := make([]pool.Pool, len(c.Addrs()))
+	for i, a := range c.Addrs() {
+		p, err := pool.Dial(&redis.Options{Addr: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pools[i] = p
+	}
+	defer closePools(pools)
+	client, err := redlock.New(pools, redlock.WithTTL(time.Minute), redlock.WithAutoExtend(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	const key = "status-session"
+	l, err := client.TryLock(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := startCLI(t, nil, "status", nodeTimeout, "--addrs", addrs, key)
+	if code := st.wait(t); code != 0 || !regexp.MustCompile(`held: token `+l.Token()[:8]+` on [345] of 5 nodes`).MatchString(st.stdout.String()) {
+		t.Fatalf("status of a session lock: exit %d\n%s", code, st.stdout.String())
+	}
+	rkey := redlock.DefaultKeyPrefix + "{" + key + "}"
+	for _, cl := range c.Clients(t) {
+		v, _ := cl.Get(context.Background(), rkey).Result()
+		_, _, sk, ok := wire.ParseSession(rkey, v)
+		if !ok {
+			t.Fatalf("%s = %q: not a session lock's value", rkey, v)
+		}
+		cl.Del(context.Background(), sk) // the session ends, as by expiry
+	}
+	st = startCLI(t, nil, "status", nodeTimeout, "--addrs", addrs, key)
+	if code := st.wait(t); code != 0 || !strings.Contains(st.stdout.String(), "free:") {
+		t.Fatalf("status after the session ended: exit %d\n%s", code, st.stdout.String())
+	}
 }

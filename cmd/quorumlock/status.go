@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	wire "github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -137,6 +138,12 @@ func inspect(ctx context.Context, n node, rkey string, timeout time.Duration) no
 		}
 	}
 	s := nodeState{token: get.Val(), ttl: pttl.Val(), fence: fence.Val()}
+	if tok, inc, sk, ok := wire.ParseSession(rkey, s.token); ok {
+		var err error
+		if s.token, s.ttl, err = sessionState(ctx, c, tok, inc, sk); err != nil {
+			return nodeState{err: err}
+		}
+	}
 	if o, err := strconv.ParseUint(old.Val(), 10, 64); err == nil {
 		if f, err := strconv.ParseUint(s.fence, 10, 64); err != nil || o > f {
 			s.fence = old.Val() // the key's next token is above it
@@ -148,6 +155,26 @@ func inspect(ctx context.Context, n node, rkey string, timeout time.Duration) no
 		}
 	}
 	return s
+}
+
+// sessionState is a session lock's holder and TTL on one node: its token and
+// its session key's TTL while that key holds the incarnation the lock names,
+// else none (the lock is free: docs/safety.md, "Renewal sessions").
+func sessionState(ctx context.Context, c *redis.Client, token, inc, sessionKey string) (string, time.Duration, error) {
+	var get *redis.StringCmd
+	var pttl *redis.DurationCmd
+	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.Get(ctx, sessionKey)
+		pttl = p.PTTL(ctx, sessionKey)
+		return nil
+	})
+	switch {
+	case err != nil && !errors.Is(err, redis.Nil):
+		return "", 0, err
+	case get.Val() != inc:
+		return "", 0, nil
+	}
+	return token, pttl.Val(), nil
 }
 
 // short is the first 8 characters of a token: enough to tell holders apart.

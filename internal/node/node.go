@@ -11,6 +11,7 @@ package node
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -92,6 +93,20 @@ type Op struct {
 // SessionValue reports whether v, a lock key's value, is a session lock's,
 // which only a script can tell held or free.
 func SessionValue(v string) bool { return strings.IndexByte(v, Sep) >= 0 }
+
+// ParseSession reads v, the value of lock key k, as a session lock's:
+// token Sep incarnation Sep prefix length (internal/scripts/lib.lua). It
+// returns the token, the incarnation and the session key (the prefix of k,
+// "s:" and the token's first 16 bytes), or ok false for any other value.
+func ParseSession(k, v string) (token, inc, sessionKey string, ok bool) {
+	token, rest, ok1 := strings.Cut(v, string(Sep))
+	inc, plen, ok2 := strings.Cut(rest, string(Sep))
+	n, err := strconv.Atoi(plen)
+	if !ok1 || !ok2 || err != nil || n < 0 || n > len(k) || len(token) < 16 {
+		return "", "", "", false
+	}
+	return token, inc, k[:n] + "s:" + token[:16], true
+}
 
 // Sep separates a session lock's token from its incarnation in the key's
 // value; no token contains it.

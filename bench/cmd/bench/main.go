@@ -62,7 +62,7 @@ func main() {
 	flag.IntVar(&sc.nice, "nice", 15, "starved: the client child runs at this much lower priority (nice -n) than the servers and burners")
 	var hc heldCfg
 	flag.StringVar(&hc.kList, "held-k", "1000,10000,50000,100000", "held: comma-separated numbers of locks to hold, a child process per number and implementation")
-	flag.DurationVar(&hc.hold, "held-d", 20*time.Second, "held: how long each run holds (and renews) its locks")
+	flag.DurationVar(&hc.hold, "held-d", 60*time.Second, "held: how long each run holds (and renews) its locks")
 	flag.DurationVar(&hc.acquireMax, "held-acquire-max", 2*time.Minute, "held: stop acquiring after this long and hold the locks acquired so far")
 	// Internal: the held scenario re-execs this command as its client child.
 	heldChildFlag := flag.Bool("held-child", false, "internal: run as the held scenario's client")

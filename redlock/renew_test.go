@@ -15,8 +15,9 @@ import (
 
 // sendPool is a memPool that queues commands (node.Sender), as the Pools of
 // package pool do, and counts them by kind. Each command answers after the
-// pool's delay for its kind; the next drop commands of a kind get no reply
-// (an error at deadline + Follow, as a Pool reports a lost reply).
+// pool's delay for its kind, or with an error at its deadline + Follow if
+// that comes first; the next drop commands of a kind get no reply (an error
+// at deadline + Follow, as a Pool reports a lost reply).
 type sendPool struct {
 	*memPool
 	mu    sync.Mutex
@@ -52,6 +53,13 @@ func (p *sendPool) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag 
 	go func() {
 		if drop {
 			time.Sleep(time.Until(deadline.Add(op.Follow)))
+			rcv.Deliver(tag, node.Result{Err: context.DeadlineExceeded})
+			return
+		}
+		if end := deadline.Add(op.Follow); time.Now().Add(wait).After(end) {
+			// As a Pool does: a reply that does not come by the deadline
+			// and the follow budget is an error then.
+			time.Sleep(time.Until(end))
 			rcv.Deliver(tag, node.Result{Err: context.DeadlineExceeded})
 			return
 		}

@@ -210,3 +210,42 @@ func genOn(l *Lock, n int) uint64 {
 	defer l.mu.Unlock()
 	return l.gens[n]
 }
+
+// TestSessionDegradesNotCollapses: renewals that every node drops once, and
+// renewals answered far slower than the node timeout (a busy server), lose
+// no lock that still had validity: a session renewal waits for as long as
+// its node's confirmation can still use an answer, and a missed one is
+// followed by the next a renewal interval later.
+func TestSessionDegradesNotCollapses(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		wait       time.Duration
+		drop       int
+		nodeTimout time.Duration
+	}{
+		{"one renewal dropped on every node", 0, 1, 50 * time.Millisecond},
+		{"renewals 6 node timeouts slow", 300 * time.Millisecond, 0, 50 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ps, c, _ := sessionEnv(t, WithNodeTimeout(tc.nodeTimout))
+				ls := lockMany(t, c, 200)
+				synctest.Wait()
+				for _, p := range ps {
+					p.set(node.RenewSession, tc.wait, tc.drop, nil)
+				}
+				time.Sleep(10 * time.Second)
+				for _, l := range ls {
+					if err := l.Err(); err != nil {
+						t.Fatalf("%s: %v", l.key, err)
+					}
+				}
+				if n, _ := ps[0].count(node.RenewSession); n < 5 {
+					t.Fatalf("%d session renewals on node 0 in 10s", n)
+				}
+				_ = c.Close()
+				time.Sleep(time.Second) // the fake pools' last, slow replies
+			})
+		})
+	}
+}

@@ -185,8 +185,9 @@ func us(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
 // moves it later), or the start of its release if that came first. A
 // session lock's deadline moves with its session's renewals, which no
 // operation records: every Deadline its holder read (Lease) counts as
-// given, so its window ends at the latest of them (the deadline its lease
-// expired at, when its Done closed first) or at its release's start. A holder
+// given, so its window ends at the latest of them, at its release's start,
+// or once its holder saw its Done closed (a lock the client itself declared
+// lost is not held against it), whichever comes first. A holder
 // that died keeps its window to its deadline: a paused process that wakes
 // up may act until then. The window starts at the return, not at the call's
 // start: a correct client may start its winning round before the previous
@@ -279,9 +280,15 @@ func holdings(ops []Op, leases []Lease, cfg Config, r *Report) (map[string]*hold
 			}
 		}
 	}
+	doneAt := map[string]time.Duration{} // by token: the first read after Done closed
 	for _, ls := range leases {
-		if x := holds[ls.Token]; x != nil {
-			x.deadline = max(x.deadline, ls.Deadline)
+		x := holds[ls.Token]
+		if x == nil {
+			continue
+		}
+		x.deadline = max(x.deadline, ls.Deadline)
+		if at, ok := doneAt[ls.Token]; ls.Done && (!ok || ls.At < at) {
+			doneAt[ls.Token] = ls.At
 		}
 	}
 	byKey := map[string][]*holding{}
@@ -289,6 +296,9 @@ func holdings(ops []Op, leases []Lease, cfg Config, r *Report) (map[string]*hold
 		x.end = x.deadline
 		if st, ok := relStart[tok]; ok && st < x.end {
 			x.end, x.released = st, true
+		}
+		if at, ok := doneAt[tok]; ok && at < x.end {
+			x.end = at
 		}
 		byKey[x.key] = append(byKey[x.key], x)
 	}

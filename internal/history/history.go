@@ -102,7 +102,7 @@ type Op struct {
 // Deadline read before its Release started (S1, LIN), and each Deadline
 // read while it lay ahead must be backed by a quorum of the session's
 // confirmations (S2). Record one whenever the value read changes, and once
-// after the lock's Done closed.
+// after the lock's Done closed (with Done set).
 type Lease struct {
 	Client string
 	Key    string
@@ -110,6 +110,10 @@ type Lease struct {
 	// At is when the Deadline was read, Deadline what it said, both on the
 	// History's clock.
 	At, Deadline time.Duration
+	// Done: the lock's Done had closed when it was read (the lease ended,
+	// lost or released, no later than At). A holder does not act under a
+	// lock it saw lost, so its window ends by At.
+	Done bool
 }
 
 // FenceResult is what a fenced resource did with a critical section's write.

@@ -275,3 +275,31 @@ func TestAuditSessions(t *testing.T) {
 		})
 	}
 }
+
+// A lock its client declared lost before its deadline (a node said its
+// session had ended: Done closed early) is not held against it once its
+// holder saw Done closed; before that, it is.
+func TestSessionDoneEndsWindow(t *testing.T) {
+	build := func(doneSeen bool, next int) *builder {
+		b := newBuilder()
+		b.sessAcquire("a", "k", sidA+"1", sessA, 1, 0, 0, 5)
+		b.renew("a", sessA, "1", 300, 302)
+		b.held("a", "k", sidA+"1", 303, 300) // deadline 300 + TTL − allowance
+		if doneSeen {
+			b.h.AddLease(Lease{Client: "a", Key: "k", Token: sidA + "1", At: ms(600), Deadline: ms(590), Done: true})
+		}
+		b.release("a", "k", sidA+"1", 1200, 1201)
+		b.sessAcquire("b", "k", sidB+"1", sessB, 4, next-10, next-5, next)
+		b.release("b", "k", sidB+"1", next+10, next+11)
+		return b
+	}
+	want(t, check(t, build(true, 700), sessCfg), nil)
+	r := check(t, build(false, 700), sessCfg)
+	if r.Count(S1) != 1 {
+		t.Errorf("b acquired inside a's window (no Done seen): %d S1 violations, want 1", r.Count(S1))
+	}
+	r = check(t, build(true, 550), sessCfg)
+	if r.Count(S1) != 1 {
+		t.Errorf("b acquired before a saw its lock lost: %d S1 violations, want 1", r.Count(S1))
+	}
+}

@@ -48,14 +48,17 @@ func chaosDuration(t *testing.T) time.Duration {
 }
 
 // recPool records every yes a node gives a client to an acquire, a fencing
-// write-back or an extend (S2: success only with a quorum of them before the
-// call returned), on both paths the library uses: the queued one (Send) and
-// the synchronous methods.
+// write-back, an extend or a session renewal (S2: success only with a
+// quorum of them before the call returned; a session lock's deadline only
+// with a quorum of its session's confirmations), on both paths the library
+// uses: the queued one (Send) and the synchronous methods. With sent set,
+// it also notes the token of every acquire command it is given.
 type recPool struct {
 	pool.Pool
 	h      *hist.History
 	client string
 	node   int
+	sent   *sentTokens
 }
 
 func (p *recPool) record(k hist.ReplyKind, key, token string, start time.Duration) {
@@ -102,6 +105,12 @@ func (p *recPool) Extend(ctx context.Context, key, token string, ttl time.Durati
 // node.Sender: the path the library takes for them, pipelined) and records
 // the node's yes when it is delivered.
 func (p *recPool) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag int) {
+	if p.sent != nil {
+		switch op.Kind {
+		case node.Acquire, node.AcquireFenced, node.AcquireSession:
+			p.sent.add(op.Token, op.Kind)
+		}
+	}
 	p.Pool.(node.Sender).Send(op, deadline, &recReceiver{p: p, op: op, start: p.h.Now(), rcv: rcv}, tag)
 }
 
@@ -122,6 +131,11 @@ func (r *recReceiver) Deliver(tag int, res node.Result) {
 			r.p.record(hist.ReplyRaise, r.op.Key, r.op.Token, r.start)
 		case k == node.Extend && res.Int == 1:
 			r.p.record(hist.ReplyExtend, r.op.Key, r.op.Token, r.start)
+		case k == node.AcquireSession && res.Int > 0: // the session's incarnation on the node
+			r.p.h.AddReply(hist.Reply{Client: r.p.client, Node: r.p.node, Kind: hist.ReplyAcquire, Key: r.op.Key, Token: r.op.Token,
+				Start: r.start, End: r.p.h.Now(), Session: r.op.Session, Inc: res.Int})
+		case k == node.RenewSession && res.Int == 1: // Key: the session key; Token: the incarnation
+			r.p.record(hist.ReplyRenew, r.op.Key, r.op.Token, r.start)
 		}
 	}
 	r.rcv.Deliver(tag, res)
@@ -158,6 +172,45 @@ func (g *tokGen) since(n int) []string {
 	return slices.Clone(g.made[n:])
 }
 
+// sentTokens notes the tokens of the acquire commands a Client sends, in
+// the order they are first sent, with the command's kind: the tokens of a
+// Client that makes its own (a session's) are known this way. Safe for
+// concurrent use.
+type sentTokens struct {
+	mu    sync.Mutex
+	order []string
+	kinds map[string]node.Kind
+}
+
+func (s *sentTokens) add(tok string, k node.Kind) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.kinds[tok]; !ok {
+		s.kinds[tok] = k
+		s.order = append(s.order, tok)
+	}
+}
+
+func (s *sentTokens) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.order)
+}
+
+func (s *sentTokens) since(n int) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.order[n:])
+}
+
+// kind returns the kind of the acquire command tok was sent with.
+func (s *sentTokens) kind(tok string) (node.Kind, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k, ok := s.kinds[tok]
+	return k, ok
+}
+
 // chaosClient is one independent client: its own proxies to the 5 nodes (so
 // that faults can cut it off alone), recording pools and redlock.Client.
 // Each of its lock operations is recorded in h. It is driven by one
@@ -169,8 +222,16 @@ type chaosClient struct {
 	proxies []*redistest.Proxy
 	pools   []pool.Pool
 	cl      *redlock.Client
-	gen     *tokGen
+	gen     *tokGen // fenced clients' tokens
 	once    sync.Once
+
+	// A session client (newSessionClient) takes auto-extended locks with
+	// the library's own tokens: it learns them from its pools (sent), and
+	// watchers record the deadlines of its locks (leases).
+	session bool
+	sent    *sentTokens
+	leases  sync.WaitGroup
+	dead    atomic.Bool // cut off from every node for good (die)
 }
 
 // newChaosClient dials one pool per node through a new proxy, with
@@ -178,7 +239,30 @@ type chaosClient struct {
 // (before the proxies, registered earlier).
 func newChaosClient(t *testing.T, c *cluster, h *hist.History, name string, ttl time.Duration, poolOpts []pool.Option, lockOpts ...redlock.Option) *chaosClient {
 	t.Helper()
-	cc := &chaosClient{name: name, h: h, ttl: ttl, gen: &tokGen{prefix: name}}
+	cc, err := makeChaosClient(t, c, h, name, ttl, false, poolOpts, lockOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cc
+}
+
+// newSessionClient is newChaosClient for a Client whose locks are session
+// locks: auto-extended, with the library's random tokens, no fencing. It
+// returns an error rather than failing the test, so that a worker
+// goroutine may call it.
+func newSessionClient(t *testing.T, c *cluster, h *hist.History, name string, ttl time.Duration, poolOpts []pool.Option, lockOpts ...redlock.Option) (*chaosClient, error) {
+	return makeChaosClient(t, c, h, name, ttl, true, poolOpts, lockOpts...)
+}
+
+func makeChaosClient(t *testing.T, c *cluster, h *hist.History, name string, ttl time.Duration, session bool, poolOpts []pool.Option, lockOpts ...redlock.Option) (*chaosClient, error) {
+	cc := &chaosClient{name: name, h: h, ttl: ttl, session: session}
+	var sent *sentTokens
+	if session {
+		sent = &sentTokens{kinds: map[string]node.Kind{}}
+		cc.sent = sent
+	} else {
+		cc.gen = &tokGen{prefix: name}
+	}
 	for i := range c.Len() {
 		px := c.Node(i).Proxy(t)
 		cc.proxies = append(cc.proxies, px)
@@ -189,26 +273,30 @@ func newChaosClient(t *testing.T, c *cluster, h *hist.History, name string, ttl 
 		p, err := pool.Dial(&redis.Options{Addr: px.Addr(), Password: c.password, ReadBufferSize: 4 << 10, WriteBufferSize: 4 << 10},
 			append([]pool.Option{pool.WithName(fmt.Sprintf("node%d", i))}, poolOpts...)...)
 		if err != nil {
-			t.Fatalf("%s: pool.Dial node%d: %v", name, i, err)
+			cc.closePools(t)
+			return nil, fmt.Errorf("%s: pool.Dial node%d: %w", name, i, err)
 		}
 		if _, ok := p.(node.Sender); !ok {
-			t.Fatalf("%s: pool.Dial returned a %T, which does not queue commands (node.Sender): recPool records only that path", name, p)
+			cc.closePools(t)
+			_ = p.Close()
+			return nil, fmt.Errorf("%s: pool.Dial returned a %T, which does not queue commands (node.Sender): recPool records only that path", name, p)
 		}
-		cc.pools = append(cc.pools, &recPool{Pool: p, h: h, client: name, node: i})
+		cc.pools = append(cc.pools, &recPool{Pool: p, h: h, client: name, node: i, sent: sent})
 	}
-	opts := append([]redlock.Option{
-		redlock.WithTTL(ttl),
-		redlock.WithFencing(true),
-		redlock.WithTokenGenerator(cc.gen.gen),
-	}, lockOpts...)
-	cl, err := redlock.New(cc.pools, opts...)
+	opts := []redlock.Option{redlock.WithTTL(ttl)}
+	if session {
+		opts = append(opts, redlock.WithAutoExtend(true))
+	} else {
+		opts = append(opts, redlock.WithFencing(true), redlock.WithTokenGenerator(cc.gen.gen))
+	}
+	cl, err := redlock.New(cc.pools, append(opts, lockOpts...)...)
 	if err != nil {
 		cc.closePools(t)
-		t.Fatalf("%s: redlock.New: %v", name, err)
+		return nil, fmt.Errorf("%s: redlock.New: %w", name, err)
 	}
 	cc.cl = cl
 	t.Cleanup(func() { cc.close(t) })
-	return cc
+	return cc, nil
 }
 
 func (cc *chaosClient) closePools(t *testing.T) {
@@ -221,12 +309,14 @@ func (cc *chaosClient) closePools(t *testing.T) {
 
 // close closes the Client (releasing what it still holds and joining its
 // clean-up) and the pools; only the first call does anything. Release
-// failures of Close are expected after faults and only logged.
+// failures of Close are expected after faults and only logged. Closing
+// ends every lock, so the lease watchers are joined after.
 func (cc *chaosClient) close(t *testing.T) {
 	cc.once.Do(func() {
 		if err := cc.cl.Close(); err != nil && !errors.Is(err, redlock.ErrClosed) {
 			t.Logf("%s: Close: %v", cc.name, err)
 		}
+		cc.leases.Wait()
 		cc.closePools(t)
 	})
 }
@@ -244,11 +334,86 @@ func (cc *chaosClient) warm(ctx context.Context) error {
 	return nil
 }
 
-// partition blackholes (on) or restores (off) this client's links to nodes.
+// partition blackholes (on) or restores (off) this client's links to nodes;
+// a dead client's links stay cut.
 func (cc *chaosClient) partition(on bool, nodes ...int) {
+	if !on && cc.dead.Load() {
+		return
+	}
 	for _, i := range nodes {
 		cc.proxies[i].Blackhole(on)
 	}
+}
+
+// die emulates the death of the client's process: from now on nothing it
+// writes reaches a node (held and delayed bytes included: the proxies drop
+// them), and no reply reaches it. Its Client keeps running, cut off, until
+// the end of the test, as a process that stopped would keep its keys.
+func (cc *chaosClient) die() {
+	cc.dead.Store(true)
+	for _, px := range cc.proxies {
+		px.Blackhole(true)
+	}
+}
+
+// tokens are the tokens the client's acquire calls have used so far.
+func (cc *chaosClient) tokens() interface {
+	count() int
+	since(int) []string
+} {
+	if cc.sent != nil {
+		return cc.sent
+	}
+	return cc.gen
+}
+
+// sessionKey returns the session key of l if it is a session lock (its
+// acquire command was the session script), else "".
+func (cc *chaosClient) sessionKey(l *redlock.Lock) string {
+	if cc.sent == nil {
+		return ""
+	}
+	if k, ok := cc.sent.kind(l.Token()); !ok || k != node.AcquireSession || len(l.Token()) < 16 {
+		return ""
+	}
+	return redlock.DefaultKeyPrefix + "s:" + l.Token()[:16]
+}
+
+// deadline reads l's Deadline; for a session lock it records what it read
+// (hist.Lease): a session lock's deadline moves with its session.
+func (cc *chaosClient) deadline(l *redlock.Lock) time.Time {
+	d := l.Deadline()
+	if cc.session {
+		cc.h.AddLease(hist.Lease{Client: cc.name, Key: l.Key(), Token: l.Token(), At: cc.h.Now(), Deadline: cc.h.Since(d)})
+	}
+	return d
+}
+
+// watch follows a session lock's deadline until its Done closes, and
+// records every change it reads (the moments a holder that reads Deadline
+// may believe it holds the lock), then, once Done has closed, the deadline
+// its lease ended at and that it ended (a holder that saw its lock lost
+// stops acting under it). The client's close joins it.
+func (cc *chaosClient) watch(l *redlock.Lock) {
+	done := l.Done()
+	cc.leases.Go(func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		var last time.Time
+		for {
+			select {
+			case <-done:
+				d := l.Deadline()
+				cc.h.AddLease(hist.Lease{Client: cc.name, Key: l.Key(), Token: l.Token(), At: cc.h.Now(), Deadline: cc.h.Since(d), Done: true})
+				return
+			case <-tick.C:
+			}
+			if d := l.Deadline(); !d.Equal(last) {
+				last = d
+				cc.h.AddLease(hist.Lease{Client: cc.name, Key: l.Key(), Token: l.Token(), At: cc.h.Now(), Deadline: cc.h.Since(d)})
+			}
+		}
+	})
 }
 
 func outcomeOf(err error, ctx context.Context) hist.Outcome {
@@ -268,7 +433,7 @@ func outcomeOf(err error, ctx context.Context) hist.Outcome {
 // acquire calls TryLock (wait 0) or Lock with WithMaxWait(wait), records
 // the call and returns the lock (nil on failure) and the record.
 func (cc *chaosClient) acquire(ctx context.Context, key string, wait time.Duration) (*redlock.Lock, hist.Op, error) {
-	n0 := cc.gen.count()
+	n0 := cc.tokens().count()
 	op := hist.Op{Client: cc.name, Key: key, Kind: hist.Acquire, TTL: cc.ttl, Start: cc.h.Now()}
 	var l *redlock.Lock
 	var err error
@@ -277,11 +442,24 @@ func (cc *chaosClient) acquire(ctx context.Context, key string, wait time.Durati
 	} else {
 		l, err = cc.cl.TryLock(ctx, key)
 	}
+	var deadline time.Time
+	if err == nil && cc.session {
+		// A session lock's deadline moves with its session's renewals:
+		// read it as the call returned, before a renewal can move it.
+		deadline = l.Deadline()
+	}
 	op.End = cc.h.Now()
 	op.Outcome = outcomeOf(err, ctx)
-	tried := cc.gen.since(n0)
+	tried := cc.tokens().since(n0)
 	if err == nil {
-		op.Token, op.Fence, op.Deadline = l.Token(), l.Fence(), cc.h.Since(l.Deadline())
+		if !cc.session {
+			deadline = l.Deadline()
+		}
+		op.Token, op.Fence, op.Deadline = l.Token(), l.Fence(), cc.h.Since(deadline)
+		op.Session = cc.sessionKey(l)
+		if op.Session != "" {
+			cc.watch(l)
+		}
 		tried = slices.DeleteFunc(tried, func(s string) bool { return s == op.Token })
 	} else {
 		op.Err = err.Error()
@@ -298,11 +476,18 @@ func (cc *chaosClient) acquire(ctx context.Context, key string, wait time.Durati
 
 // extend calls l.Extend with the lock's TTL and records it.
 func (cc *chaosClient) extend(ctx context.Context, l *redlock.Lock) (hist.Op, error) {
-	op := hist.Op{Client: cc.name, Key: l.Key(), Kind: hist.Extend, TTL: cc.ttl, Token: l.Token(), Fence: l.Fence(), Start: cc.h.Now()}
+	op := hist.Op{Client: cc.name, Key: l.Key(), Kind: hist.Extend, TTL: cc.ttl, Token: l.Token(), Fence: l.Fence(), Start: cc.h.Now(), Session: cc.sessionKey(l)}
 	err := l.Extend(ctx, 0)
+	var deadline time.Time
+	if cc.session {
+		deadline = l.Deadline() // as the call returned (see acquire)
+	}
 	op.End = cc.h.Now()
 	op.Outcome = outcomeOf(err, ctx)
-	op.Deadline = cc.h.Since(l.Deadline())
+	if !cc.session {
+		deadline = l.Deadline()
+	}
+	op.Deadline = cc.h.Since(deadline)
 	if err != nil {
 		op.Err = err.Error()
 	}
@@ -343,8 +528,7 @@ func (res *resource) section(ctx context.Context, cc *chaosClient, l *redlock.Lo
 		startMargin = 500 * time.Millisecond // validity needed to start
 		writeMargin = 250 * time.Millisecond // validity needed to write: a stall shorter than this cannot push the write past the deadline
 	)
-	deadline := l.Deadline()
-	if time.Until(deadline) < startMargin {
+	if time.Until(cc.deadline(l)) < startMargin {
 		return false
 	}
 	key := l.Key()
@@ -365,7 +549,9 @@ func (res *resource) section(ctx context.Context, cc *chaosClient, l *redlock.Lo
 	}
 	s.Read, s.Counted = v, true
 	time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond) // the work
-	if time.Until(deadline) < writeMargin {
+	// Read again: a session lock's deadline moves with its session, later
+	// or, when a node drops out, earlier.
+	if time.Until(cc.deadline(l)) < writeMargin {
 		return true // too late to write: stop, as a careful holder does
 	}
 	if err := res.cl.Set(rctx, counterKey(key), v+1, 0).Err(); err != nil {
@@ -373,6 +559,9 @@ func (res *resource) section(ctx context.Context, cc *chaosClient, l *redlock.Lo
 		return true
 	}
 	s.Wrote = true
+	if l.Fence() == 0 {
+		return true // no fencing token: nothing to write to the fenced register
+	}
 	switch err := fence.Write(rctx, res.cl, registerKey(key), l.Fence(), fmt.Sprint(v+1)); {
 	case err == nil:
 		s.Fenced = hist.Accepted
@@ -384,7 +573,10 @@ func (res *resource) section(ctx context.Context, cc *chaosClient, l *redlock.Lo
 	return true
 }
 
-// probe reads the dead lock's key on every node, directly (L1).
+// probe reads the dead lock's key on every node, directly (L1). For a
+// session lock, the node holds it while the key names its token and the
+// session key holds the incarnation the key names, until the earlier of
+// the two keys' expiries.
 func probe(ctx context.Context, admins []*redis.Client, h *hist.History, l *redlock.Lock, ttl, died, lastTouch time.Duration) hist.Probe {
 	p := hist.Probe{Key: l.Key(), Token: l.Token(), TTL: ttl, Died: died, LastTouch: lastTouch, Nodes: make([]hist.ProbeNode, len(admins))}
 	var wg sync.WaitGroup
@@ -393,23 +585,74 @@ func probe(ctx context.Context, admins []*redis.Client, h *hist.History, l *redl
 			pn := hist.ProbeNode{Node: i, At: h.Now()}
 			pctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
 			defer cancel()
-			var get *redis.StringCmd
-			var pttl *redis.Cmd
-			_, err := cl.TxPipelined(pctx, func(p redis.Pipeliner) error {
-				get = p.Get(pctx, rkey(l.Key()))
-				pttl = p.Do(pctx, "PTTL", rkey(l.Key()))
-				return nil
-			})
-			if err == nil || errors.Is(err, redis.Nil) {
+			v, ms, err := getPTTL(pctx, cl, rkey(l.Key()))
+			if err == nil {
 				pn.Reached = true
-				pn.Holds = get.Val() == l.Token()
-				pn.PTTL, _ = pttl.Int64()
+				pn.Holds = v == l.Token()
+				pn.PTTL = ms
+				if tok, inc, sk, ok := hist.ParseSession(rkey(l.Key()), v); ok && tok == l.Token() {
+					sv, sms, err := getPTTL(pctx, cl, sk)
+					pn.Reached = err == nil
+					pn.Holds = sv == inc
+					if sms >= 0 && (ms < 0 || sms < ms) {
+						pn.PTTL = sms
+					}
+				}
 			}
 			p.Nodes[i] = pn
 		})
 	}
 	wg.Wait()
 	return p
+}
+
+// getPTTL reads key's value ("" when absent) and PTTL in one transaction.
+func getPTTL(ctx context.Context, cl *redis.Client, key string) (string, int64, error) {
+	var get *redis.StringCmd
+	var pttl *redis.Cmd
+	_, err := cl.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.Get(ctx, key)
+		pttl = p.Do(ctx, "PTTL", key)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", 0, err
+	}
+	ms, _ := pttl.Int64()
+	return get.Val(), ms, nil
+}
+
+// addSessionState fills in, for each key found that holds a session lock's
+// value, what its session key holds and its PTTL (read right after, in one
+// transaction: a session key only moves on by renewals, which make a held
+// lock look held a little longer, never the reverse).
+func addSessionState(ctx context.Context, cl *redis.Client, found []hist.Leftover) error {
+	idx, keys := []int{}, []string{}
+	for j, l := range found {
+		if _, _, sk, ok := hist.ParseSession(l.Key, l.Token); ok {
+			idx, keys = append(idx, j), append(keys, sk)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	gets := make([]*redis.StringCmd, len(keys))
+	pttls := make([]*redis.Cmd, len(keys))
+	_, err := cl.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for j, k := range keys {
+			gets[j] = p.Get(ctx, k)
+			pttls[j] = p.Do(ctx, "PTTL", k)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	for j, i := range idx {
+		found[i].SessionInc = gets[j].Val()
+		found[i].SessionPTTL, _ = pttls[j].Int64()
+	}
+	return nil
 }
 
 // faulter injects faults at random until stopped, and heals each after a
@@ -431,10 +674,12 @@ type faulter struct {
 	stop        chan struct{}
 	wg          sync.WaitGroup
 	// After a late delivery, sweeps read keys on the nodes it went to
-	// through admins and record what they find in h (L2).
-	admins []*redis.Client
-	h      *hist.History
-	keys   []string
+	// through admins and record what they find in h (L2), for sweepFor
+	// (0: until every key it can have set has expired, TTL + allowance).
+	admins   []*redis.Client
+	h        *hist.History
+	keys     []string
+	sweepFor time.Duration
 
 	mu        sync.Mutex
 	nodeBusy  map[int]bool
@@ -508,6 +753,20 @@ func (f *faulter) holdFor(desc string, d time.Duration, full bool, heal func()) 
 		delete(f.active, id)
 		f.mu.Unlock()
 	})
+}
+
+// client returns the client in slot k.
+func (f *faulter) client(k int) *chaosClient {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.clients[k]
+}
+
+// replace puts cc in slot k (a client that died is replaced by a new one).
+func (f *faulter) replace(k int, cc *chaosClient) {
+	f.mu.Lock()
+	f.clients[k] = cc
+	f.mu.Unlock()
 }
 
 func (f *faulter) count(kind string) {
@@ -588,7 +847,11 @@ func (f *faulter) isHeld(k, i int) bool {
 // expired (TTL + allowance), or the faulter stops (the final scan takes
 // over), and records what it finds (L2).
 func (f *faulter) sweep(nodes []int) {
-	until := time.Now().Add(f.ttl + drift.Allowance(f.ttl, drift.DefaultFactor) + 100*time.Millisecond)
+	d := f.sweepFor
+	if d == 0 {
+		d = f.ttl + drift.Allowance(f.ttl, drift.DefaultFactor) + 100*time.Millisecond
+	}
+	until := time.Now().Add(d)
 	for {
 		for _, i := range nodes {
 			if found, ok := readLockKeys(f.admins[i], f.h, i, f.keys); ok {
@@ -631,6 +894,9 @@ func readLockKeys(cl *redis.Client, h *hist.History, i int, keys []string) (foun
 			found = append(found, hist.Leftover{Node: i, Key: rkey(k), Token: tok, PTTL: ms, At: at})
 		}
 	}
+	if addSessionState(ctx, cl, found) != nil {
+		return nil, false
+	}
 	return found, true
 }
 
@@ -644,7 +910,7 @@ const (
 func (f *faulter) inject(kind int) {
 	ms := func(lo, hi int) time.Duration { return time.Duration(lo+f.rng.IntN(hi-lo)) * time.Millisecond }
 	k := f.rng.IntN(len(f.clients))
-	cc := f.clients[k]
+	cc := f.client(k)
 	switch kind {
 	case 0: // kill, restart with the data after more than the TTL
 		i, ok := f.freeNode()
@@ -792,18 +1058,24 @@ func faultSummary(counts map[string]int) string {
 	return fmt.Sprintf("%d faults: %s", total, strings.Join(parts, ", "))
 }
 
-// scanLeftovers records every lock key (not fencing counters) on every node
-// (L1, L2); all nodes must be up.
+// scanLeftovers records every lock key and session key (not the counters of
+// fencing and of session incarnations) on every node (L1, L2); all nodes
+// must be up.
 func scanLeftovers(t *testing.T, admins []*redis.Client, h *hist.History) {
 	t.Helper()
 	for i, cl := range admins {
 		var found []hist.Leftover
 		for _, k := range lockKeys(t, cl) {
-			if strings.HasSuffix(k, ":fence") {
-				continue
+			if strings.HasSuffix(k, ":fence") || k == sessionSeq {
+				continue // counters, without a TTL by design
 			}
 			found = append(found, hist.Leftover{Node: i, Key: k, Token: get(t, cl, k), PTTL: pttl(t, cl, k), At: h.Now()})
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := addSessionState(ctx, cl, found); err != nil {
+			t.Errorf("node%d: reading session keys: %v", i, err)
+		}
+		cancel()
 		h.AddLeftovers(found...)
 	}
 }
@@ -872,7 +1144,24 @@ func cleanupBound(ttl, nodeTimeout time.Duration) time.Duration {
 // every node's MONITOR stream is audited, and at the end the history is
 // checked for S1–S5, L1, L2 and linearizability. QUORUMLOCK_CHAOS_DURATION
 // sets how long it runs (default 15 s; `make chaos` runs 10 minutes).
-func TestChaosMixed(t *testing.T) {
+func TestChaosMixed(t *testing.T) { runChaos(t, false) }
+
+// TestChaosSessions is TestChaosMixed with session locks (docs/safety.md,
+// "Renewal sessions"): the clients take auto-extended locks with the
+// library's random tokens and no fencing, so that each Client's locks hang
+// on one renewal session per node. A session lock's deadline moves with
+// its session's renewals: watchers record every deadline the holders could
+// read (hist.Lease), which the checker takes as the end of their windows
+// (S1, LIN) and backs with the session's recorded confirmations (S2). A
+// holder that dies takes its whole Client with it (the process stops: its
+// links are cut for good, and its session is no longer renewed), and a new
+// client takes its place. QUORUMLOCK_CHAOS_DURATION sets how long it runs
+// (default 15 s).
+func TestChaosSessions(t *testing.T) { runChaos(t, true) }
+
+// runChaos runs the mixed chaos scenario, with fenced locks or, with
+// sessions, with session locks.
+func runChaos(t *testing.T, sessions bool) {
 	const (
 		ttl         = 2 * time.Second
 		nodeTimeout = 200 * time.Millisecond
@@ -904,9 +1193,24 @@ func TestChaosMixed(t *testing.T) {
 	defer redis.SetLogger(stderrLogger{})
 	poolOpts := []pool.Option{pool.WithRestartGuard(guard), pool.WithLogger(slog.New(slog.DiscardHandler))}
 	lockOpts := []redlock.Option{redlock.WithNodeTimeout(nodeTimeout), redlock.WithRetryBackoff(5*time.Millisecond, 100*time.Millisecond)}
+	newClient := func(name string) (*chaosClient, error) {
+		if sessions {
+			return newSessionClient(t, c, h, name, ttl, poolOpts, lockOpts...)
+		}
+		return newChaosClient(t, c, h, name, ttl, poolOpts, lockOpts...), nil
+	}
 	clients := make([]*chaosClient, nclients)
+	var all struct { // every client made, the dead ones too
+		sync.Mutex
+		list []*chaosClient
+	}
 	for k := range clients {
-		clients[k] = newChaosClient(t, c, h, fmt.Sprintf("c%02d", k), ttl, poolOpts, lockOpts...)
+		cc, err := newClient(fmt.Sprintf("c%02d", k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients[k] = cc
+		all.list = append(all.list, cc)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -925,11 +1229,20 @@ func TestChaosMixed(t *testing.T) {
 		t.FailNow()
 	}
 
+	f := newFaulter(t, c, clients, ttl, nodeTimeout, guard, uint64(time.Now().UnixNano()))
+	f.admins, f.h, f.keys = admins, h, keys
+	if sessions {
+		// A session lock's key that landed late may be held as long as its
+		// session lives: follow it longer than a plain key's TTL.
+		f.sweepFor = 3 * ttl
+	}
 	allow := drift.Allowance(ttl, drift.DefaultFactor)
 	var lat latencies
+	var deaths atomic.Int64
 	why := newTally()
-	for k, cc := range clients {
+	for k := range clients {
 		rng := rand.New(rand.NewPCG(uint64(k), 99))
+		cc := clients[k]
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				key := keys[rng.IntN(len(keys))]
@@ -959,19 +1272,43 @@ func TestChaosMixed(t *testing.T) {
 						}
 					}
 				}
-				if rng.IntN(40) == 0 { // the holder dies: no release
+				if rng.IntN(40) != 0 {
+					_, _ = cc.release(ctx, l)
+					continue
+				}
+				// The holder dies: no release.
+				if !sessions {
 					died := h.Now()
 					h.Add(hist.Op{Client: cc.name, Key: key, Kind: hist.Abandon, Token: l.Token(), Fence: l.Fence(), Start: died, End: died})
 					h.AddProbe(probe(ctx, admins, h, l, ttl, died, lastTouch))
 					continue
 				}
-				_, _ = cc.release(ctx, l)
+				// A session lock lives as long as its Client renews the
+				// session: the holder's death is its process's. From the
+				// cut on, nothing of it lands, so the session ends a TTL
+				// after its last renewal landed, by the cut.
+				cc.die()
+				died := h.Now()
+				h.Add(hist.Op{Client: cc.name, Key: key, Kind: hist.Abandon, Token: l.Token(), Start: died, End: died})
+				h.AddProbe(probe(ctx, admins, h, l, ttl, died, died))
+				n := deaths.Add(1)
+				next, err := newClient(fmt.Sprintf("c%02d-%d", k, n))
+				if err != nil {
+					t.Errorf("replacing dead client %s: %v", cc.name, err)
+					return
+				}
+				all.Lock()
+				all.list = append(all.list, next)
+				all.Unlock()
+				if err := next.warm(ctx); err != nil && ctx.Err() == nil {
+					t.Logf("%s (replacing %s): %v", next.name, cc.name, err)
+				}
+				f.replace(k, next)
+				cc = next
 			}
 		})
 	}
 
-	f := newFaulter(t, c, clients, ttl, nodeTimeout, guard, uint64(time.Now().UnixNano()))
-	f.admins, f.h, f.keys = admins, h, keys
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); f.run() }()
 
@@ -983,8 +1320,8 @@ func TestChaosMixed(t *testing.T) {
 		st := h.Stats()
 		active, counts := f.status()
 		as := audit.Stats()
-		t.Logf("chaos %4.0fs: %d ops, %d acquisitions, %d sections, %d audited changes; %s; active: %s; node answers in failed attempts: %s",
-			time.Since(begin).Seconds(), st.Ops, st.Acquired, st.Sections, as.Checked, faultSummary(counts), strings.Join(active, "; "), why.take())
+		t.Logf("chaos %4.0fs: %d ops, %d acquisitions, %d sections, %d audited changes, %d deadlines read; %s; active: %s; node answers in failed attempts: %s",
+			time.Since(begin).Seconds(), st.Ops, st.Acquired, st.Sections, as.Checked, st.Leases, faultSummary(counts), strings.Join(active, "; "), why.take())
 		if st.Acquired == last.Acquired && st.Ops > last.Ops {
 			t.Logf("chaos: no acquisition in the last %v; last failure: %s", progressEvery, why.lastErr())
 		}
@@ -996,9 +1333,12 @@ func TestChaosMixed(t *testing.T) {
 	wg.Wait()
 	close(f.stop)
 	<-faultsDone
-	for _, cc := range clients {
-		cc.close(t)
+	// Close every client, the dead ones too (cut off, they release
+	// nothing), at once: each may wait for its clean-up.
+	for _, cc := range all.list {
+		wg.Go(func() { cc.close(t) })
 	}
+	wg.Wait()
 	scanLeftovers(t, admins, h)
 	for _, key := range keys {
 		v, err := res.cl.Get(context.Background(), counterKey(key)).Int64()
@@ -1011,17 +1351,21 @@ func TestChaosMixed(t *testing.T) {
 
 	start := time.Now()
 	horizon, recheck := recheckBounds(ttl, nodeTimeout)
-	r := hist.Check(h, hist.Config{Nodes: nodes, NodeTimeout: nodeTimeout, Cleanup: cleanupBound(ttl, nodeTimeout), Horizon: horizon, Recheck: recheck, Fencing: true, Replies: true, Audit: audit})
+	r := hist.Check(h, hist.Config{Nodes: nodes, NodeTimeout: nodeTimeout, Cleanup: cleanupBound(ttl, nodeTimeout), Horizon: horizon, Recheck: recheck, Fencing: !sessions, Replies: true, Audit: audit})
 	_, counts := f.status()
 	t.Logf("checked in %v:\n%s", time.Since(start).Round(time.Millisecond), r)
 	for _, v := range r.Violations {
 		t.Errorf("%s", v)
 	}
-	t.Logf("chaos summary (max %d faults at once; %d bytes delivered late; go-redis logged %d failed dials)", f.maxFaults, f.lateBytes, quiet.n.Load())
+	t.Logf("chaos summary (max %d faults at once; %d bytes delivered late; go-redis logged %d failed dials; %d clients died)", f.maxFaults, f.lateBytes, quiet.n.Load(), deaths.Load())
 	t.Logf("acquire calls that won: %s", durations(lat.get(true)))
 	t.Logf("acquire calls that failed: %s; their last rounds' node answers: %s", durations(lat.get(false)), why.all())
+	scenario := fmt.Sprintf("mixed: %d clients, %d keys, %v", nclients, len(keys), dur)
+	if sessions {
+		scenario = fmt.Sprintf("sessions: %d clients, %d keys, %v", nclients, len(keys), dur)
+	}
 	t.Logf("| scenario | faults | properties checked | operations | violations |")
-	t.Logf("| %s | %s | %s | %s | %s |", fmt.Sprintf("mixed: %d clients, %d keys, %v", nclients, len(keys), dur), faultSummary(counts),
+	t.Logf("| %s | %s | %s | %s | %s |", scenario, faultSummary(counts),
 		checkedList(r), fmt.Sprintf("%d (%d acquisitions, %d failed attempts, %d extends, %d releases, %d deaths, %d sections)", r.Ops, r.Acquired, r.FailedAcquires, r.Extends, r.Releases, r.Abandoned, r.Sections),
 		violationList(r))
 	if r.Checked[hist.S3] == 0 {
@@ -1032,6 +1376,13 @@ func TestChaosMixed(t *testing.T) {
 	// almost nothing to check proves nothing.
 	if r.Acquired < 10 {
 		t.Errorf("only %d acquisitions in %v: the scenario did not exercise the lock", r.Acquired, dur)
+	}
+	if sessions {
+		st := h.Stats()
+		t.Logf("session locks: %d deadlines read and checked against %d recorded node replies", st.Leases, st.Replies)
+		if st.Leases == 0 {
+			t.Errorf("no session lock deadline was recorded: the clients' locks were not session locks")
+		}
 	}
 }
 

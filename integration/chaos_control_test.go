@@ -229,3 +229,118 @@ func TestChaosControlClockJump(t *testing.T) {
 		}
 	})
 }
+
+// TestChaosControlSessionJump is TestChaosControlClockJump for session
+// locks: the holder's session key on C is deleted (its session expired
+// early there, as after a forward clock jump), so C no longer holds the
+// holder's lock, and the rival takes the key on C, D and E while the
+// holder's deadline lies ahead: the checker must report the overlap (S1,
+// LIN) from what the chaos clients record (the acquisitions, and the
+// deadlines the holder's watcher read). The holder's client notices at its
+// next renewal, when C answers that the incarnation is gone, and loses the
+// lock. Without the jump, the rival cannot acquire and nothing is reported.
+func TestChaosControlSessionJump(t *testing.T) {
+	c := startCluster(t, controlTTL, "")
+	ctx := ctxT(t, 60*time.Second)
+	audit, stopAudit := startAudit(t, c, true)
+	check := func(h *hist.History) *hist.Report {
+		return hist.Check(h, hist.Config{Nodes: nodes, NodeTimeout: controlNodeTimeout, Replies: true})
+	}
+	// holder takes key on A, B and C only, as a session lock.
+	holder := func(h *hist.History, key string) (*chaosClient, *redlock.Lock) {
+		cc, err := newSessionClient(t, c, h, "holder-"+key, controlTTL, []pool.Option{pool.WithRestartGuard(0)}, redlock.WithNodeTimeout(controlNodeTimeout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cc.warm(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cc.partition(true, 3, 4)
+		t.Cleanup(func() { cc.partition(false, 3, 4) })
+		l, op, err := cc.acquire(ctx, key, 2*time.Second)
+		if err != nil {
+			t.Fatalf("holder: acquire %s on A, B, C: %v", key, err)
+		}
+		if op.Session == "" {
+			t.Fatalf("holder: %s is not a session lock", key)
+		}
+		admins := c.admins(t)
+		for i := range nodes {
+			tok, _, _, _ := hist.ParseSession(rkey(key), get(t, admins[i], rkey(key)))
+			if (i < 3) != (tok == l.Token()) {
+				t.Fatalf("setup: node%d holds token %q; want the holder's session lock on node0..2 only", i, tok)
+			}
+		}
+		return cc, l
+	}
+	rival := func(h *hist.History, key string) *chaosClient {
+		cc, err := newSessionClient(t, c, h, "rival-"+key, controlTTL, nil, redlock.WithNodeTimeout(controlNodeTimeout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cc.warm(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cc.partition(true, 0, 1)
+		t.Cleanup(func() { cc.partition(false, 0, 1) })
+		return cc
+	}
+
+	t.Run("no-jump", func(t *testing.T) {
+		h := hist.New()
+		hc, l1 := holder(h, "sjump-no")
+		rc := rival(h, "sjump-no")
+		if _, _, err := rc.acquire(ctx, "sjump-no", time.Second); err == nil {
+			t.Fatal("the rival acquired a session lock that C still holds")
+		}
+		_, _ = hc.release(ctx, l1)
+		hc.close(t)
+		rc.close(t)
+		if r := check(h); r.Total() != 0 {
+			t.Errorf("violations without a jump:\n%s", r)
+		}
+	})
+
+	t.Run("jump", func(t *testing.T) {
+		h := hist.New()
+		hc, l1 := holder(h, "sjump")
+		rc := rival(h, "sjump")
+		cl := c.admin(t, 2)
+		_, _, sk, ok := hist.ParseSession(rkey("sjump"), get(t, cl, rkey("sjump")))
+		if !ok {
+			t.Fatal("C holds no session lock's value")
+		}
+		if err := cl.Del(ctx, sk).Err(); err != nil {
+			t.Fatal(err)
+		}
+		l2, _, err := rc.acquire(ctx, "sjump", 2*time.Second)
+		if err != nil {
+			t.Fatalf("control did not happen: the rival could not acquire on C (session ended early), D, E: %v", err)
+		}
+		t.Logf("rival acquired too, while the holder's deadline is %v ahead", time.Until(l1.Deadline()).Round(time.Millisecond))
+		// The holder's next renewal finds the incarnation gone on C: with
+		// A and B only, it has no quorum, and its lock is lost.
+		select {
+		case <-l1.Done():
+			t.Logf("holder lost its lock %v before its former deadline: %v", time.Until(l1.Deadline()).Round(time.Millisecond), l1.Err())
+		case <-time.After(controlTTL/3 + 2*controlNodeTimeout + time.Second):
+			t.Errorf("the holder still holds its lock a renewal interval after its session ended on C")
+		}
+		_, _ = rc.release(ctx, l2)
+		_, _ = hc.release(ctx, l1)
+		hc.close(t)
+		rc.close(t)
+		stopAudit()
+		r := check(h)
+		t.Logf("checker report:\n%s", r)
+		if r.Count(hist.S1) == 0 || r.Count(hist.LIN) == 0 {
+			t.Errorf("two holders at once, but the checker reports %d S1 and %d LIN violations", r.Count(hist.S1), r.Count(hist.LIN))
+		}
+		if r.Count(hist.S2) != 0 {
+			t.Errorf("every deadline was backed by its session's confirmations, but S2 reports %d violations", r.Count(hist.S2))
+		}
+		if st := audit.Stats(); st.External != 1 {
+			t.Errorf("the MONITOR audit saw %d writes from outside the lock scripts, want 1 (the injected DEL)", st.External)
+		}
+	})
+}

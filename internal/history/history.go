@@ -2,6 +2,7 @@ package history
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -310,11 +311,18 @@ func (h *History) AddLease(l Lease) {
 // Forget drops the replies recorded for tokens, to save memory: call it with
 // the tokens of rounds that did not win, whose replies S2 never needs.
 // Replies that arrive later are kept; they cost memory, not correctness.
+// A yes to a session acquire is kept: it confirmed its session on the node,
+// for every lock of the session, whether or not its own round won.
 func (h *History) Forget(tokens []string) {
 	h.mu.Lock()
 	for _, tok := range tokens {
-		h.nreplies -= len(h.replies[tok])
-		delete(h.replies, tok)
+		kept := slices.DeleteFunc(h.replies[tok], func(r Reply) bool { return r.Session == "" })
+		h.nreplies -= len(h.replies[tok]) - len(kept)
+		if len(kept) == 0 {
+			delete(h.replies, tok)
+		} else {
+			h.replies[tok] = kept
+		}
 	}
 	h.mu.Unlock()
 }

@@ -303,3 +303,18 @@ func TestSessionDoneEndsWindow(t *testing.T) {
 		t.Errorf("b acquired before a saw its lock lost: %d S1 violations, want 1", r.Count(S1))
 	}
 }
+
+// A failed round's yes to a session acquire confirmed the session on its
+// nodes, for every lock of it: Forget keeps it, and it backs the deadline.
+func TestSessionFailedRoundConfirms(t *testing.T) {
+	b := newBuilder()
+	b.sessAcquire("a", "k", sidA+"1", sessA, 1, 0, 0, 5)
+	for _, n := range []int{0, 1, 2} {
+		b.h.AddReply(Reply{Client: "a", Node: n, Kind: ReplyAcquire, Key: "quorumlock:{j}", Token: sidA + "2", Start: ms(300), End: ms(302), Session: sessA, Inc: 1})
+	}
+	b.failed("a", "j", 299, 303, sidA+"2")
+	b.h.Forget([]string{sidA + "2"})
+	b.held("a", "k", sidA+"1", 304, 300)
+	b.release("a", "k", sidA+"1", 400, 402)
+	want(t, check(t, b, sessCfg), nil)
+}

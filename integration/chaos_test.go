@@ -1290,6 +1290,7 @@ func runChaos(t *testing.T, sessions bool) {
 				cc.die()
 				died := h.Now()
 				h.Add(hist.Op{Client: cc.name, Key: key, Kind: hist.Abandon, Token: l.Token(), Start: died, End: died})
+				h.Add(hist.Op{Client: cc.name, Kind: hist.Crash, Start: died, End: died})
 				h.AddProbe(probe(ctx, admins, h, l, ttl, died, died))
 				n := deaths.Add(1)
 				next, err := newClient(fmt.Sprintf("c%02d-%d", k, n))

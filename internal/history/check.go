@@ -90,7 +90,7 @@ type Config struct {
 // Report is the outcome of Check. It is built by one Check call and only
 // read afterwards: reading it from many goroutines is safe.
 type Report struct {
-	Ops, Acquired, FailedAcquires, Extends, Releases, Abandoned, Sections int
+	Ops, Acquired, FailedAcquires, Extends, Releases, Abandoned, Crashed, Sections int
 	// Checked counts, per property, the cases it examined (pairs of
 	// successive holders, successful operations, audited changes...).
 	Checked map[Property]int
@@ -137,8 +137,8 @@ func (r *Report) note(format string, args ...any) {
 // violations kept and the notes.
 func (r *Report) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d operations: %d acquisitions (%d failed attempts), %d extends, %d releases, %d holders died, %d critical sections\n",
-		r.Ops, r.Acquired, r.FailedAcquires, r.Extends, r.Releases, r.Abandoned, r.Sections)
+	fmt.Fprintf(&b, "%d operations: %d acquisitions (%d failed attempts), %d extends, %d releases, %d holders died (%d with their client), %d critical sections\n",
+		r.Ops, r.Acquired, r.FailedAcquires, r.Extends, r.Releases, r.Abandoned, r.Crashed, r.Sections)
 	for _, p := range Properties {
 		if why, ok := r.Skipped[p]; ok {
 			fmt.Fprintf(&b, "  %-3s not checked: %s\n", p, why)
@@ -263,6 +263,8 @@ func holdings(ops []Op, leases []Lease, cfg Config, r *Report) (map[string]*hold
 			r.Releases++
 		case op.Kind == Abandon:
 			r.Abandoned++
+		case op.Kind == Crash:
+			r.Crashed++
 		}
 	}
 	relStart := map[string]time.Duration{}
@@ -685,8 +687,9 @@ func checkL1(s snapshot, cfg Config, r *Report) {
 
 // gone is what should have removed a token, and when that call returned.
 type gone struct {
-	what string
-	end  time.Duration
+	what   string
+	client string
+	end    time.Duration
 }
 
 // nodeToken is one key of ours on one node.
@@ -715,7 +718,7 @@ func checkL2(s snapshot, cfg Config, r *Report) {
 	for _, op := range s.ops {
 		for _, tok := range op.Tried {
 			if !won[tok] {
-				tokens[tok] = gone{fmt.Sprintf("a failed acquisition by %s", op.Client), op.End}
+				tokens[tok] = gone{fmt.Sprintf("a failed acquisition by %s", op.Client), op.Client, op.End}
 			}
 		}
 	}
@@ -724,7 +727,7 @@ func checkL2(s snapshot, cfg Config, r *Report) {
 			continue
 		}
 		if g, ok := tokens[op.Token]; !ok || op.End > g.end {
-			tokens[op.Token] = gone{fmt.Sprintf("%s's released lock", op.Client), op.End}
+			tokens[op.Token] = gone{fmt.Sprintf("%s's released lock", op.Client), op.Client, op.End}
 		}
 	}
 	r.Checked[L2] = len(tokens)
@@ -754,11 +757,31 @@ func checkL2(s snapshot, cfg Config, r *Report) {
 	// lookup: the gone token a key holds, if any; a session lock's key
 	// whose session has ended is free (it keeps no one out) and judged by
 	// L1 only.
+	crashed := map[string]time.Duration{}
+	for _, op := range s.ops {
+		if op.Kind == Crash {
+			crashed[op.Client] = op.End
+		}
+	}
+	// A key of a client that crashed before it was read is left to expire:
+	// its clean-up died with it. It must still be free within TTL + 2 ×
+	// allowance (+ a node timeout for what was in flight) after the crash.
+	afterCrash := map[nodeToken]bool{}
+	crashBound := cfg.NodeTimeout + maxTTL + 2*allowance(maxTTL, cfg)
 	lookup := func(l Leftover) (Leftover, gone, bool) {
 		lv, _, _, isFree := sessionView(l, cfg, maxTTL)
 		g, ok := tokens[lv.Token]
 		if ok && isFree {
 			free[nodeToken{l.Node, lv.Token}] = true
+			return lv, g, false
+		}
+		if died, dead := crashed[g.client]; ok && dead && died < l.At {
+			k := nodeToken{l.Node, lv.Token}
+			afterCrash[k] = true
+			if l.At > died+crashBound && !reported[k] {
+				reported[k] = true
+				r.add(L2, l.Key, "node%d still held the token %q of %s at %v, %v after its client crashed at %v", l.Node, lv.Token, g.what, us(l.At), us(l.At-died), us(died))
+			}
 			return lv, g, false
 		}
 		return lv, g, ok
@@ -775,6 +798,9 @@ func checkL2(s snapshot, cfg Config, r *Report) {
 		}
 		if len(free) > 0 {
 			r.note("L2: %d session lock keys of failed rounds or released locks were found after their session had ended there: free, left to their own TTL", len(free))
+		}
+		if len(afterCrash) > 0 {
+			r.note("L2: %d keys of clients that had crashed were found: left to expire, judged against the crash + node timeout + TTL + 2 × allowance", len(afterCrash))
 		}
 	}()
 	judgeSweeps(s, cfg, r, maxTTL, reported, lookup, landedBeyond)

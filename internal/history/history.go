@@ -23,9 +23,14 @@ const (
 	// Abandon marks the death of a holder: from End on, it neither uses
 	// nor releases the lock; Start and End are the moment it died.
 	Abandon
+	// Crash marks the death of a whole client (its process): from End on,
+	// nothing it sends reaches a node, so it cleans up nothing; its keys
+	// are left to expire (L2 stops judging them, L1 bounds them). Only
+	// Client, Start and End are set.
+	Crash
 )
 
-var kindNames = [...]string{"?", "acquire", "extend", "release", "abandon"}
+var kindNames = [...]string{"?", "acquire", "extend", "release", "abandon", "crash"}
 
 // String returns the kind's name, as "acquire".
 func (k Kind) String() string {

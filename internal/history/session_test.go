@@ -318,3 +318,18 @@ func TestSessionFailedRoundConfirms(t *testing.T) {
 	b.release("a", "k", sidA+"1", 400, 402)
 	want(t, check(t, b, sessCfg), nil)
 }
+
+// A client that crashed cleans up nothing: its keys are left to expire and
+// judged against the crash, not against its calls' clean-up bound.
+func TestCrashedClientLeftovers(t *testing.T) {
+	val := sidA + "2\x1f1\x1f11"
+	build := func(at int) *builder {
+		b := sessions()
+		b.failed("a", "k", 2600, 2610, sidA+"2")
+		b.h.Add(Op{Client: "a", Kind: Crash, Start: ms(2700), End: ms(2700)})
+		b.h.AddLeftovers(Leftover{Node: 0, Key: "quorumlock:{k}", Token: val, PTTL: 9000, At: ms(at), SessionInc: "1", SessionPTTL: 500})
+		return b
+	}
+	want(t, check(t, build(3000), sessCfg), nil)
+	want(t, check(t, build(2700+int((ttl+2*allow)/time.Millisecond)+60), sessCfg), map[Property]int{L2: 1})
+}

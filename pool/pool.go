@@ -35,11 +35,9 @@ type Pool interface {
 	// Acquire sets key to token with the given TTL (whole milliseconds)
 	// only if key is free (it does not exist, or holds a lock of a renewal
 	// session that has ended) and reports whether it did; false means
-	// another lock holds it. Through a client that may send a
-	// command twice (go-redis retries), it runs as a script that also
-	// answers true when a copy of the call had set the key already, so a
-	// retry never answers "taken" to its own token; Pools whose client never
-	// retries (all of Dial's) send the bare command.
+	// another lock holds it. It runs as a script, which also answers true
+	// when a copy of the call (a go-redis retry) had set the key already,
+	// so a retry never answers "taken" to its own token.
 	Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error)
 	// AcquireFenced is Acquire with a fencing counter: only if it sets key,
 	// it increments the counter fenceKey in the same atomic step and returns
@@ -141,10 +139,6 @@ type redisPool struct {
 	name  string
 	c     client
 	owned bool
-	// exact: the client never sends a command twice (no retries), so
-	// an acquire can be the bare SET NX, cheaper than the script whose
-	// answer to a copy of itself a retrying client needs.
-	exact bool
 	b     batcher // commands sent by a redlock.Client's rounds
 	bg    batcher // background commands (node.Op.Background)
 }
@@ -178,7 +172,7 @@ func New(c redis.UniversalClient, opts ...Option) (Pool, error) {
 	if cfg.name == "" {
 		return nil, fmt.Errorf("pool: New: cannot tell the address of a %T; name the pool with pool.WithName", c)
 	}
-	return &redisPool{name: cfg.name, c: c, exact: !retries(c)}, nil
+	return &redisPool{name: cfg.name, c: c}, nil
 }
 
 // Dial returns a Pool with a client of its own for the server that opt
@@ -213,7 +207,7 @@ func Dial(opt *redis.Options, opts ...Option) (Pool, error) {
 	newGuard(&cfg).install(&o)
 	c := redis.NewClient(&o)
 	c.AddHook(dialHook{}) // lets Close of a subscription end its connection setup
-	return &redisPool{name: cfg.name, c: c, owned: true, exact: true}, nil
+	return &redisPool{name: cfg.name, c: c, owned: true}, nil
 }
 
 // DialURL is Dial for a URL such as "redis://user:password@host:6379/0" or
@@ -266,25 +260,11 @@ func (p *redisPool) run(ctx context.Context, o node.Op) node.Result {
 
 // cmd is op as the command this Pool sends.
 func (p *redisPool) cmd(ctx context.Context, op *node.Op) redis.Cmder {
-	if p.exact && op.Plain != nil {
-		return op.PlainCmd(ctx)
-	}
 	return op.Cmd(ctx)
-}
-
-// retries reports whether go-redis may send a command of c twice: any client
-// but a *redis.Client without retries (MaxRetries −1 in its options, which
-// go-redis keeps as 0).
-func retries(c redis.UniversalClient) bool {
-	rc, ok := c.(*redis.Client)
-	return !ok || rc.Options().MaxRetries > 0
 }
 
 func (p *redisPool) Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	r := p.run(ctx, node.Op{Kind: node.Acquire, Key: key, Token: token, TTL: ttl})
-	if r.Err == nil && node.SessionValue(r.Str) { // the bare SET NX cannot tell: the script can
-		r = p.run(ctx, node.Op{Kind: node.Acquire, Key: key, Token: token, TTL: ttl, Scripted: true})
-	}
 	return r.Int == 1, r.Err
 }
 

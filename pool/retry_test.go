@@ -114,35 +114,3 @@ func TestAcquireRetriedByGoRedis(t *testing.T) {
 type receiver func(tag int, r node.Result)
 
 func (f receiver) Deliver(tag int, r node.Result) { f(tag, r) }
-
-// TestExactPools: Pools whose client never sends a command twice acquire
-// with the bare SET NX; the others with the script that answers a copy of
-// itself. Dial forces no retries.
-func TestExactPools(t *testing.T) {
-	m := miniredis.RunT(t)
-	dialed, err := Dial(&redis.Options{Addr: m.Addr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dialed.Close() })
-	noRetries := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
-	retrying := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = noRetries.Close(); _ = retrying.Close() })
-	for _, c := range []struct {
-		name  string
-		p     func() (Pool, error)
-		exact bool
-	}{
-		{"Dial", func() (Pool, error) { return dialed, nil }, true},
-		{"New, MaxRetries -1", func() (Pool, error) { return New(noRetries) }, true},
-		{"New, default retries", func() (Pool, error) { return New(retrying) }, false},
-	} {
-		p, err := c.p()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := p.(*redisPool).exact; got != c.exact {
-			t.Errorf("%s: bare SET NX %v, want %v", c.name, got, c.exact)
-		}
-	}
-}

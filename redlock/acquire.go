@@ -147,17 +147,9 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 	}
 	defer c.gates.exit(rkey)
 	s := c.sessionFor(cfg)
-	v, err := c.vote(ctx, cfg, rkey, s, false)
+	v, err := c.vote(ctx, cfg, rkey, s)
 	if err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: token generator: %w", key, err)
-	}
-	if !v.won && v.stale {
-		// A bare SET NX found session locks it cannot tell free from held:
-		// roll back and try once more with the script, which can.
-		c.rollback(ctx, cfg, v.rd, v.said)
-		if v, err = c.vote(ctx, cfg, rkey, s, true); err != nil {
-			return nil, fmt.Errorf("redlock: acquire %q: token generator: %w", key, err)
-		}
 	}
 	if v.won && cfg.fencing {
 		v.writeBack(ctx, c, cfg, key)
@@ -200,7 +192,6 @@ type acquisition struct {
 	landed   []chan struct{} // fencing over Pools that do not queue: closed when node i's acquire call returned
 	sess     *session        // a session lock's session, else nil
 	gens     []uint64        // per node that said yes: the session's generation there
-	stale    bool            // a bare SET NX found a session lock's value
 }
 
 // newToken returns an attempt's token: the session's, or cfg's generator's,
@@ -224,14 +215,14 @@ func newToken(cfg *config, s *session) (string, error) {
 // vote runs the SET round with a new token (of session s, when not nil)
 // and decides it: won when a quorum said yes and validity is left. A node
 // whose call failed in a way that may still have set the key is released in
-// the background at once (it does not count for the lock). scripted: never
-// as a bare SET NX. The error is the token generator's.
-func (c *Client) vote(ctx context.Context, cfg *config, rkey string, s *session, scripted bool) (*acquisition, error) {
+// the background at once (it does not count for the lock). The error is the
+// token generator's.
+func (c *Client) vote(ctx context.Context, cfg *config, rkey string, s *session) (*acquisition, error) {
 	token, err := newToken(cfg, s)
 	if err != nil {
 		return nil, err
 	}
-	spec, o := opAcquire, node.Op{Key: rkey, Token: token, TTL: cfg.ttl, Scripted: scripted}
+	spec, o := opAcquire, node.Op{Key: rkey, Token: token, TTL: cfg.ttl}
 	a := &acquisition{start: cfg.now(), said: make([]bool, len(c.pools))}
 	call := c.call
 	switch {
@@ -260,8 +251,6 @@ func (a *acquisition) vote(rep quorum.Reply, yes bool) {
 		if a.sess != nil {
 			a.gens[rep.Node] = a.sess.accepted(rep.Node, rep.Int, a.start)
 		}
-	case rep.Err == nil && node.SessionValue(rep.Str):
-		a.stale = true
 	case mayHaveWritten(rep.Err):
 		a.rd.c.releaseUnsure(a.rd.cfg, rep.Node, a.rd.op.Key, a.rd.op.Token, rep.Err)
 	}

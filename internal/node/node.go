@@ -65,11 +65,6 @@ type Op struct {
 	KeyTTL       time.Duration
 	PrefixLen    int
 
-	// Scripted: an Acquire that must run as its script, never as Plain
-	// (a bare SET NX cannot tell a session lock whose session ended from a
-	// held one).
-	Scripted bool
-
 	// KeyArg and TokenArg are Key and Token as command arguments. Build
 	// boxes them when they are nil; an Op for the same key and token may
 	// take them from an earlier one, to save the allocations.
@@ -79,15 +74,6 @@ type Op struct {
 	// Build and shared by the nodes' commands.
 	Args []any
 	argv [10]any // Args' storage
-
-	// Plain is an Acquire as a bare SET key token PX ttl NX GET, built with
-	// Args: for Pools whose client never sends a command twice (no go-redis
-	// retries), which do not need the script's answer to a copy. It answers
-	// "taken" for a session lock whose session ended; Result's Str then
-	// holds the value found (see SessionValue), and the caller runs the
-	// script.
-	Plain  []any
-	plainv [7]any
 }
 
 // SessionValue reports whether v, a lock key's value, is a session lock's,
@@ -115,7 +101,7 @@ const Sep = '\x1f'
 // Result is one node's answer to an Op.
 type Result struct {
 	Int int64  // Acquire..Release, AcquireSession, RenewSession (see Kind)
-	Str string // Get: the token; ExtendMany: one '1' or '0' per key; Plain: the value that made it "taken"
+	Str string // Get: the value; Peek: the token; ExtendMany: one '1' or '0' per key
 
 	Err error // the node gave no definite answer (see pool.Pool)
 }

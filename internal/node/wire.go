@@ -59,8 +59,8 @@ var wires = [...]wire{
 // Boxed constants of the commands, so that building Args does not allocate
 // for them.
 var (
-	argGet, argEvalSha, argSet, argPX, argNX any           = "get", "evalsha", "set", "px", "nx"
-	shas                                     [Peek + 1]any // per Kind, for scripts
+	argGet, argEvalSha any           = "get", "evalsha"
+	shas               [Peek + 1]any // per Kind, for scripts
 )
 
 func init() {
@@ -88,35 +88,14 @@ func (o *Op) Build() {
 		o.TokenArg = o.Token
 	}
 	o.Args = wires[o.Kind].args(o)
-	if o.Kind == Acquire && !o.Scripted {
-		o.Plain = append(o.plainv[:0], argSet, o.KeyArg, o.TokenArg, argPX, o.TTL.Milliseconds(), argNX, argGet)
-	}
 }
-
-// PlainCmd returns an Acquire as its bare SET NX (see Op.Plain), to be
-// processed and read with Result.
-func (o *Op) PlainCmd(ctx context.Context) redis.Cmder { return redis.NewStringCmd(ctx, o.Plain...) }
 
 // Cmd returns o as a go-redis command bound to ctx, to be processed.
 func (o *Op) Cmd(ctx context.Context) redis.Cmder { return wires[o.Kind].reply(ctx, o.Args...) }
 
-// Result reads a processed Cmd (or PlainCmd) as o's Result. A NOSCRIPT
-// error means the server has lost its script cache: run Eval.
-func (o *Op) Result(c redis.Cmder) Result {
-	if sc, ok := c.(*redis.StringCmd); ok && o.Kind == Acquire { // PlainCmd: nil when set, the value found when taken
-		v, err := sc.Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-			return Result{Int: 1}
-		case err != nil:
-			return Result{Err: err}
-		case v == o.Token:
-			return Result{Int: 1}
-		}
-		return Result{Str: v}
-	}
-	return wires[o.Kind].read(o, c)
-}
+// Result reads a processed Cmd as o's Result. A NOSCRIPT error means the
+// server has lost its script cache: run Eval.
+func (o *Op) Result(c redis.Cmder) Result { return wires[o.Kind].read(o, c) }
 
 // NoScript reports whether r asks for Eval.
 func NoScript(r Result) bool { return r.Err != nil && redis.HasErrorPrefix(r.Err, "NOSCRIPT") }

@@ -794,7 +794,7 @@ func checkL2(s snapshot, cfg Config, r *Report) {
 	}
 	defer func() {
 		if len(beyond) > 0 {
-			r.note("L2: %d keys of ours landed later than the library's horizon (%v) after their call and were left to their TTL, as it states", len(beyond), cfg.Horizon)
+			r.note("L2: %d keys of ours landed later than the library's horizon (%v) after their call and were left to their TTL, as it states (a session lock's key judged only by how long its session kept it held)", len(beyond), cfg.Horizon)
 		}
 		if len(free) > 0 {
 			r.note("L2: %d session lock keys of failed rounds or released locks were found after their session had ended there: free, left to their own TTL", len(free))

@@ -181,3 +181,18 @@ func (rc *rechecks) stop(wg *sync.WaitGroup) {
 func cleanupTimeout(cfg *config) time.Duration {
 	return min(cfg.ttl, max(10*cfg.nodeTimeout, 2*time.Second))
 }
+
+// releaseLost deletes a lost session lock's key (token-checked) from every
+// node in the background: its session may still live on the nodes, which
+// would keep the key held for its whole garbage-collection TTL (10 × TTL)
+// rather than the TTL that frees the key of a lost plain lock. Nothing
+// after Close, which has released what it tracks.
+func (c *Client) releaseLost(l *Lock) {
+	if l.sess == nil || c.enter() != nil {
+		return
+	}
+	defer c.wg.Done()
+	for i := range c.pools {
+		c.releaseUnsure(l.cfg, i, l.rkey, l.token, nil)
+	}
+}

@@ -515,7 +515,7 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 		c.renew.add(l, firstRenewal(l, cfg.now()))
 	}
 	if cfg.debug(ctx) {
-		cfg.logger.Debug("redlock: acquired", "key", key, "took", a.elapsed, "deadline", l.deadline)
+		cfg.logger.Debug("redlock: acquired", "key", key, "took", a.elapsed, "deadline", l.Deadline())
 	}
 	if cfg.observer != nil {
 		cfg.observer.Acquired(l.event(a.elapsed, nil))

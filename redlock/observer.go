@@ -55,4 +55,5 @@ func (c *Client) observe(cfg *config, fn func(Observer)) {
 func (c *Client) observeLost(l *Lock, why string) {
 	l.cfg.logger.Warn("redlock: lock lost", "key", l.key, "why", why)
 	c.observe(l.cfg, func(o Observer) { o.Lost(l.event(0, ErrLockLost)) })
+	c.releaseLost(l)
 }

@@ -258,13 +258,16 @@ func (rn *renewal) quorumError(i int) *QuorumError {
 }
 
 // refreshed records a session lock's key refresh: each node that confirmed
-// vouches for its key for the TTL set from the round's start; a node that
-// said the key no longer holds the token stops counting for the lock. It
+// in time vouches for its key for the TTL set from the round's start; a node
+// that said the key no longer holds the token, or whose earlier refresh had
+// stopped vouching before this one was read (the key may have expired in
+// between), stops counting for the lock. It
 // frees the lock's op slot and schedules the next refresh: half a key TTL
 // on when every node the lock holds confirmed, sooner otherwise.
 func (rn *renewal) refreshed(r *renewer, i int, l *Lock) {
 	cfg := l.cfg
 	until := drift.Deadline(rn.start, rn.ttl, cfg.driftFactor)
+	now := cfg.now()
 	all := true
 	l.mu.Lock()
 	for j, rep := range rn.reps {
@@ -272,7 +275,7 @@ func (rn *renewal) refreshed(r *renewer, i int, l *Lock) {
 		case l.gens[j] == 0:
 		case rep.Err != nil || len(rep.Str) <= i:
 			all = false
-		case rep.Str[i] == '1':
+		case rep.Str[i] == '1' && now.Before(l.keyUntil[j]):
 			l.keyUntil[j] = later(l.keyUntil[j], until)
 		default:
 			l.gens[j], all = 0, false

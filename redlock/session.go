@@ -59,7 +59,7 @@ type sessionNode struct {
 	inc  int64     // the incarnation the node's session key holds
 	gen  uint64    // the Client's name for (node, inc); 0: none known to live
 	conf time.Time // start of the latest round the node confirmed inc in
-	busy bool      // a renewal is in flight
+	busy int       // renewals in flight
 }
 
 // sessionFor returns the session the auto-extended locks of cfg hang on, or
@@ -102,13 +102,23 @@ func (s *session) until(n int) time.Time {
 
 // accepted records that node n said at a round started at start that the
 // session lives there with incarnation inc, and returns the generation a
-// lock acquired by that round holds on n. An incarnation other than the
-// known one, or one that may have lapsed since it was last confirmed, is a
-// new generation: the locks of the old one lose node n.
+// lock acquired by that round holds on n (0: none). While the node's last
+// confirmation still vouches (now, and at start), an incarnation below the
+// known one is a reply older than it: that incarnation has ended, and the
+// lock does not count n. Any other incarnation, or one whose confirmation
+// may have lapsed, is a new generation: the locks of the old one lose n.
+// A generation's vouching, once lapsed, never comes back, so no deadline
+// ever moves from the past to the future.
 func (s *session) accepted(n int, inc int64, start time.Time) uint64 {
+	now := s.cfg.now()
 	s.mu.Lock()
 	nd := &s.nodes[n]
-	dropped := nd.gen != 0 && (nd.inc != inc || !start.Before(s.until(n)))
+	vouching := start.Before(s.until(n)) && now.Before(s.until(n))
+	if vouching && inc < nd.inc {
+		s.mu.Unlock()
+		return 0
+	}
+	dropped := nd.gen != 0 && (nd.inc != inc || !vouching)
 	if dropped {
 		nd.gen = 0
 	}
@@ -248,10 +258,10 @@ func (s *session) send(now time.Time, replies chan sessionReply) int {
 	s.mu.Lock()
 	for n := range s.nodes {
 		nd := &s.nodes[n]
-		if nd.gen == 0 || nd.busy && replies == nil || !s.c.ids.verified[n].Load() {
+		if nd.gen == 0 || nd.busy > 0 && replies == nil || !s.c.ids.verified[n].Load() {
 			continue
 		}
-		nd.busy = true
+		nd.busy++
 		wait := min(max(s.cfg.nodeTimeout, (s.until(n).Sub(now)-s.cfg.nodeTimeout)/2), cleanupTimeout(s.cfg))
 		sends = append(sends, sessionRenewal{s: s, n: n, start: now, gen: nd.gen, inc: nd.inc, deadline: now.Add(wait), replies: replies})
 	}
@@ -284,17 +294,19 @@ type sessionRenewal struct {
 
 // Deliver records node n's answer: a confirmation moves the node's
 // confirmation time; a "no" (the incarnation has ended there, for good), or
-// a confirmation that comes after the node's last one stopped vouching
-// (the session may have lapsed in between), drops the generation. An error
-// changes nothing: the deadlines it would have moved stay where they are.
+// a confirmation sent or read after the node's last one stopped vouching
+// (the session may have lapsed in between, and a deadline read meanwhile
+// must not come back), drops the generation. An error changes nothing:
+// the deadlines it would have moved stay where they are.
 func (sr *sessionRenewal) Deliver(n int, r node.Result) {
 	s := sr.s
+	now := s.cfg.now()
 	s.mu.Lock()
 	nd := &s.nodes[n]
-	nd.busy = false
+	nd.busy--
 	dropped := false
 	if r.Err == nil && nd.gen == sr.gen && sr.gen != 0 {
-		if r.Int == 1 && sr.start.Before(s.until(n)) {
+		if r.Int == 1 && sr.start.Before(s.until(n)) && now.Before(s.until(n)) {
 			if sr.start.After(nd.conf) {
 				nd.conf = sr.start
 			}

@@ -249,3 +249,95 @@ func TestSessionDegradesNotCollapses(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionOlderIncarnationIgnored: an acquire reply that names an
+// incarnation older than the one a node vouches for now (a reply processed
+// late, after the session was re-created there) does not replace the live
+// one: the locks of the live incarnation keep the node, and the late lock
+// does not count it.
+func TestSessionOlderIncarnationIgnored(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, c, _ := sessionEnv(t)
+		l := lockMany(t, c, 1)[0]
+		synctest.Wait()
+		s := l.sess
+		s.mu.Lock()
+		inc, gen := s.nodes[0].inc, s.nodes[0].gen
+		s.mu.Unlock()
+		if g := s.accepted(0, inc-1, time.Now()); g != 0 {
+			t.Fatalf("an older incarnation got generation %d", g)
+		}
+		s.mu.Lock()
+		after := s.nodes[0]
+		s.mu.Unlock()
+		if after.inc != inc || after.gen != gen || genOn(l, 0) != gen {
+			t.Fatalf("node 0 after an older reply: inc %d gen %d (was %d, %d); the lock's generation %d", after.inc, after.gen, inc, gen, genOn(l, 0))
+		}
+	})
+}
+
+// TestSessionDeadlineNeverComesBack: a renewal sent while the nodes still
+// vouched but read after they stopped (its goroutine stalled) does not
+// bring a lock whose deadline was seen to pass back: the generation is
+// dropped and the lock stays lost.
+func TestSessionDeadlineNeverComesBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps, c, _ := sessionEnv(t)
+		l := lockMany(t, c, 1)[0]
+		synctest.Wait()
+		for _, p := range ps {
+			p.set(node.RenewSession, 0, 1000, nil) // no renewal answers from now on
+		}
+		time.Sleep(1500 * time.Millisecond) // the renewals sent from here on stall
+		s := l.sess
+		var stalled []*sessionRenewal
+		s.mu.Lock()
+		for n := range s.nodes {
+			s.nodes[n].busy++
+			stalled = append(stalled, &sessionRenewal{s: s, n: n, start: time.Now(), gen: s.nodes[n].gen, inc: s.nodes[n].inc})
+		}
+		s.mu.Unlock()
+		deadline := l.Deadline()
+		time.Sleep(time.Until(deadline) + time.Millisecond)
+		if d := l.Deadline(); d.After(time.Now()) {
+			t.Fatalf("deadline %v after it passed at %v", d, deadline)
+		}
+		for _, sr := range stalled { // the nodes said yes at start
+			sr.Deliver(sr.n, node.Result{Int: 1})
+		}
+		if d := l.Deadline(); d.After(time.Now()) {
+			t.Fatalf("deadline came back to %v after a late confirmation", d)
+		}
+		if !errors.Is(l.Err(), ErrLockLost) {
+			t.Fatalf("Err %v, want ErrLockLost", l.Err())
+		}
+	})
+}
+
+// TestSessionLostLockReleased: a session lock lost on the client while its
+// session still lives on the nodes (kept alive here by hand, as another
+// Client's renewals of a shared session would) has its key deleted: it
+// does not keep others out for its key's whole 10 × TTL.
+func TestSessionLostLockReleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps, c, _ := sessionEnv(t)
+		l := lockMany(t, c, 1)[0]
+		synctest.Wait()
+		for _, p := range ps {
+			p.set(node.RenewSession, 0, 1000, nil)
+			p.memPool.mu.Lock()
+			e := p.memPool.keys[l.sess.skey]
+			e.exp = time.Now().Add(time.Hour)
+			p.memPool.keys[l.sess.skey] = e
+			p.memPool.mu.Unlock()
+		}
+		<-l.Done()
+		synctest.Wait() // the background releases
+		if n := memHolders(ps, l); n != 0 {
+			t.Fatalf("a lost session lock still held on %d nodes", n)
+		}
+		if _, err := clientOver(t, ps).TryLock(t.Context(), l.key); err != nil {
+			t.Fatalf("another client, after the loss: %v", err)
+		}
+	})
+}

@@ -88,7 +88,8 @@ func ParseSession(k, v string) (token, inc, sessionKey string, ok bool) {
 	token, rest, ok1 := strings.Cut(v, string(Sep))
 	inc, plen, ok2 := strings.Cut(rest, string(Sep))
 	n, err := strconv.Atoi(plen)
-	if !ok1 || !ok2 || err != nil || n < 0 || n > len(k) || len(token) < 16 {
+	digits := plen != "" && strings.Trim(plen, "0123456789") == ""
+	if !ok1 || !ok2 || !digits || err != nil || n > len(k) || len(token) < 16 {
 		return "", "", "", false
 	}
 	return token, inc, k[:n] + "s:" + token[:16], true

@@ -8,16 +8,19 @@
 
 -- owner returns the token that holds lock key k whose value is v: v itself
 -- for a plain token, a session lock's token while its session lives, and
--- false when its session has ended (the key is then free).
+-- false when its session has ended (the key is then free). A value that is
+-- not exactly a session lock's (as node.ParseSession reads it) is held as
+-- it is: only a well-formed session lock is ever freed by its session.
 local function owner(k, v)
   local i = string.find(v, '\31', 1, true)
   if not i then
     return v
   end
   local j = string.find(v, '\31', i + 1, true)
-  local n = j and tonumber(string.sub(v, j + 1))
-  if not n then
-    return v -- not a session lock's value: held as it is
+  local digits = j and string.match(string.sub(v, j + 1), '^%d+$')
+  local n = digits and tonumber(digits)
+  if not n or n > #k or i <= 16 then
+    return v
   end
   local s = string.sub(k, 1, n) .. 's:' .. string.sub(v, 1, 16)
   if redis.call('GET', s) ~= string.sub(v, i + 1, j - 1) then

@@ -1122,10 +1122,14 @@ func startAudit(t *testing.T, c *cluster, allowExternal bool) (*hist.Audit, func
 // recheckBounds are the library's statement about late SETs of a token it
 // no longer wants (docs/design.md, the leftover bound): it re-sends the
 // release at least once a second for TTL + the background budget after the
-// SET's fate became unknown, which is after the call returned; a SET that
-// lands within that horizon is gone a re-send (and its round trip) later.
-func recheckBounds(ttl, nodeTimeout time.Duration) (horizon, recheck time.Duration) {
+// SET's fate became unknown, which is after the call returned (for session
+// locks, 10 × TTL, their keys' own TTL, instead of TTL); a SET that lands
+// within that horizon is gone a re-send (and its round trip) later.
+func recheckBounds(ttl, nodeTimeout time.Duration, sessions bool) (horizon, recheck time.Duration) {
 	bg := min(ttl, max(10*nodeTimeout, 2*time.Second))
+	if sessions {
+		return 10*ttl + bg, time.Second + 4*nodeTimeout
+	}
 	return ttl + bg, time.Second + 4*nodeTimeout
 }
 
@@ -1351,7 +1355,7 @@ func runChaos(t *testing.T, sessions bool) {
 	stopAudit()
 
 	start := time.Now()
-	horizon, recheck := recheckBounds(ttl, nodeTimeout)
+	horizon, recheck := recheckBounds(ttl, nodeTimeout, sessions)
 	r := hist.Check(h, hist.Config{Nodes: nodes, NodeTimeout: nodeTimeout, Cleanup: cleanupBound(ttl, nodeTimeout), Horizon: horizon, Recheck: recheck, Fencing: !sessions, Replies: true, Audit: audit})
 	_, counts := f.status()
 	t.Logf("checked in %v:\n%s", time.Since(start).Round(time.Millisecond), r)

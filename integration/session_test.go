@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -220,4 +221,56 @@ func TestSessionCutOffLosesBeforeOthersAcquire(t *testing.T) {
 	for _, px := range proxies[:3] {
 		px.Blackhole(false)
 	}
+}
+
+// TestSessionLateAcquireCleanedUp: a failed session acquire whose commands
+// land long after the call returned (held in the link, delivered past the
+// clean-up horizon of a plain lock) writes into a session its Client still
+// renews for another lock. Its releases are re-sent for as long as such a
+// key can be held (the key's own TTL), so the key is deleted soon after it
+// lands, while the session still lives, instead of being held for up to
+// 10 × TTL.
+func TestSessionLateAcquireCleanedUp(t *testing.T) {
+	const ttl = 2 * time.Second
+	c := startCluster(t, ttl, "")
+	admins := c.admins(t)
+	ctx := ctxT(t, 60*time.Second)
+	var proxies [nodes]*redistest.Proxy
+	a := sessionClient(t, c, func(i int) *redis.Options {
+		proxies[i] = c.Node(i).Proxy(t)
+		return &redis.Options{Addr: proxies[i].Addr()}
+	}, redlock.WithTTL(ttl), redlock.WithNodeTimeout(200*time.Millisecond))
+	x, err := a.TryLock(ctx, "late-x") // keeps the session renewed
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, px := range proxies[:3] {
+		px.Hold(redistest.HoldOpen)
+	}
+	if _, err := a.TryLock(ctx, "late-y"); !errors.Is(err, redlock.ErrNotAcquired) {
+		t.Fatalf("TryLock with 3 of 5 links holding: %v", err)
+	}
+	time.Sleep(2*ttl + 4*time.Second) // past a plain lock's clean-up horizon (TTL + 2 s)
+	for _, px := range proxies[:3] {
+		px.Deliver()
+	}
+	held := 0
+	for _, cl := range admins[:3] {
+		if v := get(t, cl, rkey("late-y")); v != "" {
+			held++
+		}
+	}
+	t.Logf("late-y on %d of 3 nodes right after the late delivery", held)
+	b := c.newLockClient(t, "b", c.direct, redlock.WithTTL(ttl))
+	took := eventually(t, 5*ttl, 50*time.Millisecond, "another client takes late-y", func() bool {
+		l, err := b.TryLock(ctx, "late-y")
+		if err == nil {
+			_ = l.Release(ctx)
+		}
+		return err == nil
+	})
+	if err := x.Err(); err != nil {
+		t.Fatalf("the session's other lock: %v", err)
+	}
+	t.Logf("late-y free %v after its acquire landed (its key's own TTL: %v)", took, 10*ttl)
 }

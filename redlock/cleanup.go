@@ -61,7 +61,7 @@ func (c *Client) releaseUnsure(cfg *config, i int, rkey, token string, err error
 	bg := &background{c: c, cfg: cfg, rkey: rkey, token: token}
 	if err != nil {
 		bg.recheck = recheckDelay(cfg)
-		bg.horizon = time.Now().Add(recheckHorizon(cfg))
+		bg.horizon = time.Now().Add(c.recheckHorizon(cfg))
 	}
 	c.sendRelease(bg, i)
 }
@@ -79,8 +79,15 @@ const maxRecheck = time.Second
 
 // recheckHorizon is how long a release of unknown fate is re-sent: a SET
 // that lands within it is gone within maxRecheck (docs/design.md, the
-// leftover bound); one that lands later lives its TTL.
-func recheckHorizon(cfg *config) time.Duration { return cfg.ttl + cleanupTimeout(cfg) }
+// leftover bound); one that lands later lives its TTL. A session lock's
+// acquire that lands is held while its session lives, up to its key's own
+// TTL: its releases are re-sent for that long.
+func (c *Client) recheckHorizon(cfg *config) time.Duration {
+	if c.sessionLocks(cfg) {
+		return keyTTL(cfg) + cleanupTimeout(cfg)
+	}
+	return cfg.ttl + cleanupTimeout(cfg)
+}
 
 // sendRelease queues bg's release on node i (see releaseUnsure).
 func (c *Client) sendRelease(bg *background, i int) {

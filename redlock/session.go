@@ -68,7 +68,7 @@ type sessionNode struct {
 // queue commands or are Redis Clusters (a script there may only touch the
 // keys of one hash slot).
 func (c *Client) sessionFor(cfg *config) *session {
-	if !cfg.autoExtend || cfg.maxHold > 0 || cfg.fencing || cfg.customToken || !c.queued || c.slotted {
+	if !c.sessionLocks(cfg) {
 		return nil
 	}
 	k := sessionKey{prefix: cfg.prefix, ttl: cfg.ttl, every: cfg.renewInterval(), nt: cfg.nodeTimeout, drift: cfg.driftFactor}
@@ -87,6 +87,12 @@ func (c *Client) sessionFor(cfg *config) *session {
 	}
 	c.sessions[k] = s
 	return s
+}
+
+// sessionLocks reports whether the locks of cfg hang on a session (see
+// sessionFor).
+func (c *Client) sessionLocks(cfg *config) bool {
+	return cfg.autoExtend && cfg.maxHold == 0 && !cfg.fencing && !cfg.customToken && c.queued && !c.slotted
 }
 
 // token returns a new lock token of the session: its id and a counter.

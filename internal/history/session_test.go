@@ -172,15 +172,18 @@ func TestSessionLeftovers(t *testing.T) {
 	b.failed("a", "k", 2600, 2610, sidA+"2")
 	b.h.AddSweep(Leftover{Node: 0, Key: key, Token: val(sidA+"2", "1"), PTTL: 9500, At: ms(3000), SessionInc: "7", SessionPTTL: 900})
 	want(t, check(t, b, c), nil)
-	// Landed past the horizon (left to its TTL by the leftover bound), but
-	// held by its live session more than a TTL after it landed.
+	// Landed past the horizon: left to its own TTL by the leftover bound
+	// (case 3: held while its session lives, at most its key's TTL, which
+	// L1 checks below), even held by its live session more than a TTL after
+	// it landed; within the horizon, the same key is a violation.
 	c.Horizon, c.Recheck = ms(1000), ms(100)
 	b = sessions()
 	b.failed("a", "k", 2600, 2610, sidA+"2")
 	landed := 5000
 	b.h.AddSweep(Leftover{Node: 0, Key: key, Token: val(sidA+"2", "1"), PTTL: int64(10000 - 500), At: ms(landed + 500), SessionInc: "1", SessionPTTL: 900})
-	want(t, check(t, b, c), nil)
 	b.h.AddSweep(Leftover{Node: 0, Key: key, Token: val(sidA+"2", "1"), PTTL: int64(10000 - 1500), At: ms(landed + 1500), SessionInc: "1", SessionPTTL: 900})
+	want(t, check(t, b, c), nil)
+	c.Horizon = ms(10000)
 	want(t, check(t, b, c), map[Property]int{L2: 1})
 
 	// L1: a session key without a TTL, or longer than the TTL, keeps the

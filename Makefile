@@ -47,9 +47,11 @@ bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./redlock/
 
 # chaos runs the mixed chaos scenario (TestChaosMixed: 16 clients, node kills,
-# pauses, partitions, resets, latency, late delivery) for CHAOS_DURATION
-# (default 10m), printing progress every few seconds, then checks the whole
-# history for S1-S5, L1, L2 and linearizability (docs/chaos.md).
+# pauses, partitions, resets, latency, late delivery; fenced locks) and then
+# the same with auto-extended locks on renewal sessions (TestChaosSessions),
+# each for CHAOS_DURATION (default 10m), printing progress every few seconds,
+# then checks each whole history for S1-S5, L1, L2 and linearizability
+# (docs/chaos.md).
 CHAOS_DURATION ?= 10m
 chaos:
-	QUORUMLOCK_CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -race -count=1 -v -timeout 0 -run '^TestChaosMixed$$' ./integration/
+	QUORUMLOCK_CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -race -count=1 -v -timeout 0 -run '^TestChaos(Mixed|Sessions)$$' ./integration/

@@ -10,6 +10,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/fence"
 	hist "github.com/quorumlock/quorumlock/internal/history"
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -266,7 +267,7 @@ func TestChaosControlSessionJump(t *testing.T) {
 		}
 		admins := c.admins(t)
 		for i := range nodes {
-			tok, _, _, _ := hist.ParseSession(rkey(key), get(t, admins[i], rkey(key)))
+			tok, _, _, _ := node.ParseSession(rkey(key), get(t, admins[i], rkey(key)))
 			if (i < 3) != (tok == l.Token()) {
 				t.Fatalf("setup: node%d holds token %q; want the holder's session lock on node0..2 only", i, tok)
 			}
@@ -315,7 +316,7 @@ func TestChaosControlSessionJump(t *testing.T) {
 		hc, l1 := holder(h, "sjump")
 		rc := rival(h, "sjump")
 		cl := c.admin(t, 2)
-		_, _, sk, ok := hist.ParseSession(rkey("sjump"), get(t, cl, rkey("sjump")))
+		_, _, sk, ok := node.ParseSession(rkey("sjump"), get(t, cl, rkey("sjump")))
 		if !ok {
 			t.Fatal("C holds no session lock's value")
 		}

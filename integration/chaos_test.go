@@ -590,7 +590,7 @@ func probe(ctx context.Context, admins []*redis.Client, h *hist.History, l *redl
 				pn.Reached = true
 				pn.Holds = v == l.Token()
 				pn.PTTL = ms
-				if tok, inc, sk, ok := hist.ParseSession(rkey(l.Key()), v); ok && tok == l.Token() {
+				if tok, inc, sk, ok := node.ParseSession(rkey(l.Key()), v); ok && tok == l.Token() {
 					sv, sms, err := getPTTL(pctx, cl, sk)
 					pn.Reached = err == nil
 					pn.Holds = sv == inc
@@ -629,7 +629,7 @@ func getPTTL(ctx context.Context, cl *redis.Client, key string) (string, int64, 
 func addSessionState(ctx context.Context, cl *redis.Client, found []hist.Leftover) error {
 	idx, keys := []int{}, []string{}
 	for j, l := range found {
-		if _, _, sk, ok := hist.ParseSession(l.Key, l.Token); ok {
+		if _, _, sk, ok := node.ParseSession(l.Key, l.Token); ok {
 			idx, keys = append(idx, j), append(keys, sk)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/drift"
+	"github.com/quorumlock/quorumlock/internal/node"
 )
 
 // Property names one checked property.
@@ -658,7 +659,7 @@ func checkL1(s snapshot, cfg Config, r *Report) {
 	limit := maxTTL + allowance(maxTTL, cfg)
 	for _, l := range s.leftovers {
 		r.Checked[L1]++
-		if _, inc, sk, ok := ParseSession(l.Key, l.Token); ok {
+		if _, inc, sk, ok := node.ParseSession(l.Key, l.Token); ok {
 			// A session lock's key lives up to SessionKeyTTL; it keeps
 			// others out only while its session key holds its
 			// incarnation, which lives at most a TTL past its last renewal.
@@ -805,7 +806,7 @@ func checkL2(s snapshot, cfg Config, r *Report) {
 // is free (its session key no longer holds its incarnation); for any other
 // key, l and the longest TTL.
 func sessionView(l Leftover, cfg Config, maxTTL time.Duration) (lv Leftover, keyTTL time.Duration, session, free bool) {
-	tok, inc, _, ok := ParseSession(l.Key, l.Token)
+	tok, inc, _, ok := node.ParseSession(l.Key, l.Token)
 	if !ok {
 		return l, maxTTL, false, false
 	}

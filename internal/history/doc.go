@@ -15,7 +15,7 @@
 //     sections that incremented it;
 //   - L1: a lock whose holder died is free again within TTL + drift, and no
 //     lock key outlives the longest TTL (a session lock's key may, but not
-//     the session key that keeps it held; see ParseSession);
+//     the session key that keeps it held; see node.ParseSession);
 //   - L2: no key of a failed acquisition, and none of a released lock, is
 //     left on a node once the library's clean-up is over: at the end of
 //     the run, and in sweeps during it (late deliveries included);

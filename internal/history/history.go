@@ -3,8 +3,6 @@ package history
 import (
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
@@ -237,7 +235,7 @@ type Leftover struct {
 	// landed; see Config.Horizon).
 	At time.Duration
 	// SessionInc and SessionPTTL: when Token is a session lock's value
-	// (see ParseSession), what the session key it names held when the node
+	// (see node.ParseSession), what the session key it names held when the node
 	// was read ("" when absent) and its PTTL in ms. The key is held exactly
 	// while SessionInc is the incarnation it names; otherwise it is free.
 	SessionInc  string
@@ -417,19 +415,4 @@ func (h *History) snapshot() snapshot {
 		s.counters[k] = v
 	}
 	return s
-}
-
-// ParseSession reads v, the value of lock key k, as a session lock's:
-// token 0x1f incarnation 0x1f prefix length (internal/scripts/lib.lua). It
-// returns the token, the incarnation and the session key it names (k's
-// first <prefix length> bytes, "s:" and the token's first 16), or ok false
-// for any other value.
-func ParseSession(k, v string) (token, inc, sessionKey string, ok bool) {
-	token, rest, ok1 := strings.Cut(v, "\x1f")
-	inc, plen, ok2 := strings.Cut(rest, "\x1f")
-	n, err := strconv.Atoi(plen)
-	if !ok1 || !ok2 || err != nil || n < 0 || n > len(k) || len(token) < 16 || inc == "" {
-		return "", "", "", false
-	}
-	return token, inc, k[:n] + "s:" + token[:16], true
 }

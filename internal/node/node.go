@@ -89,7 +89,7 @@ func ParseSession(k, v string) (token, inc, sessionKey string, ok bool) {
 	inc, plen, ok2 := strings.Cut(rest, string(Sep))
 	n, err := strconv.Atoi(plen)
 	digits := plen != "" && strings.Trim(plen, "0123456789") == ""
-	if !ok1 || !ok2 || !digits || err != nil || n > len(k) || len(token) < 16 {
+	if !ok1 || !ok2 || !digits || err != nil || n > len(k) || len(token) < 16 || inc == "" {
 		return "", "", "", false
 	}
 	return token, inc, k[:n] + "s:" + token[:16], true

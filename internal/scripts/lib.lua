@@ -19,7 +19,7 @@ local function owner(k, v)
   local j = string.find(v, '\31', i + 1, true)
   local digits = j and string.match(string.sub(v, j + 1), '^%d+$')
   local n = digits and tonumber(digits)
-  if not n or n > #k or i <= 16 then
+  if not n or n > #k or i <= 16 or j == i + 1 then
     return v
   end
   local s = string.sub(k, 1, n) .. 's:' .. string.sub(v, 1, 16)

@@ -245,6 +245,12 @@ func (a *Audit) Observe(n int, e Entry) {
 		return
 	}
 	s.lines++
+	a.scriptLine(n, nd, s, cmd, e)
+}
+
+// scriptLine checks one command a library script ran (a line of s), as
+// that script's source allows it.
+func (a *Audit) scriptLine(n int, nd *auditNode, s *openScript, cmd string, e Entry) {
 	switch s.kind {
 	case ScriptAcquire:
 		// SET key token NX PX ttl; then INCR counter only if it set.

@@ -283,17 +283,7 @@ func holdings(ops []Op, leases []Lease, cfg Config, r *Report) (map[string]*hold
 			}
 		}
 	}
-	doneAt := map[string]time.Duration{} // by token: the first read after Done closed
-	for _, ls := range leases {
-		x := holds[ls.Token]
-		if x == nil {
-			continue
-		}
-		x.deadline = max(x.deadline, ls.Deadline)
-		if at, ok := doneAt[ls.Token]; ls.Done && (!ok || ls.At < at) {
-			doneAt[ls.Token] = ls.At
-		}
-	}
+	doneAt := applyLeases(holds, leases)
 	byKey := map[string][]*holding{}
 	for tok, x := range holds {
 		x.end = x.deadline
@@ -309,6 +299,23 @@ func holdings(ops []Op, leases []Lease, cfg Config, r *Report) (map[string]*hold
 		slices.SortFunc(xs, func(a, b *holding) int { return cmp.Or(cmp.Compare(a.ret, b.ret), strings.Compare(a.token, b.token)) })
 	}
 	return holds, byKey
+}
+
+// applyLeases moves each holding's deadline to the latest one its holder
+// read, and returns, by token, the first read after its Done closed.
+func applyLeases(holds map[string]*holding, leases []Lease) map[string]time.Duration {
+	doneAt := map[string]time.Duration{}
+	for _, ls := range leases {
+		x := holds[ls.Token]
+		if x == nil {
+			continue
+		}
+		x.deadline = max(x.deadline, ls.Deadline)
+		if at, ok := doneAt[ls.Token]; ls.Done && (!ok || ls.At < at) {
+			doneAt[ls.Token] = ls.At
+		}
+	}
+	return doneAt
 }
 
 // checkS1: sweeping each key's holdings in order of return, a holding that
@@ -660,21 +667,7 @@ func checkL1(s snapshot, cfg Config, r *Report) {
 	for _, l := range s.leftovers {
 		r.Checked[L1]++
 		if _, inc, sk, ok := node.ParseSession(l.Key, l.Token); ok {
-			// A session lock's key lives up to SessionKeyTTL; it keeps
-			// others out only while its session key holds its
-			// incarnation, which lives at most a TTL past its last renewal.
-			switch {
-			case l.PTTL < 0:
-				r.add(L1, l.Key, "node%d: session lock key holds %q with no TTL: it would never be collected", l.Node, l.Token)
-			case time.Duration(l.PTTL)*time.Millisecond > cfg.SessionKeyTTL+allowance(cfg.SessionKeyTTL, cfg):
-				r.add(L1, l.Key, "node%d: session lock key holds %q with PTTL %dms, more than a session lock key's TTL (%v)", l.Node, l.Token, l.PTTL, cfg.SessionKeyTTL)
-			case l.SessionInc != inc:
-				// free: its session has ended on this node
-			case l.SessionPTTL < 0:
-				r.add(L1, l.Key, "node%d: the session key %q the lock key names holds its incarnation %s with no TTL: the lock would be held forever", l.Node, sk, inc)
-			case time.Duration(l.SessionPTTL)*time.Millisecond > limit:
-				r.add(L1, l.Key, "node%d: the session key %q the lock key names holds its incarnation %s with PTTL %dms, more than the longest TTL asked (%v)", l.Node, sk, inc, l.SessionPTTL, maxTTL)
-			}
+			checkSessionLeftover(l, inc, sk, cfg, r, maxTTL, limit)
 			continue
 		}
 		switch {
@@ -683,6 +676,25 @@ func checkL1(s snapshot, cfg Config, r *Report) {
 		case time.Duration(l.PTTL)*time.Millisecond > limit:
 			r.add(L1, l.Key, "node%d: lock key holds %q with PTTL %dms, more than the longest TTL asked (%v)", l.Node, l.Token, l.PTTL, maxTTL)
 		}
+	}
+}
+
+// checkSessionLeftover is L1 for a session lock's key found by the final
+// scan: it lives up to SessionKeyTTL, and keeps others out only while its
+// session key sk holds its incarnation inc, which lives at most a TTL past
+// its last renewal.
+func checkSessionLeftover(l Leftover, inc, sk string, cfg Config, r *Report, maxTTL, limit time.Duration) {
+	switch {
+	case l.PTTL < 0:
+		r.add(L1, l.Key, "node%d: session lock key holds %q with no TTL: it would never be collected", l.Node, l.Token)
+	case time.Duration(l.PTTL)*time.Millisecond > cfg.SessionKeyTTL+allowance(cfg.SessionKeyTTL, cfg):
+		r.add(L1, l.Key, "node%d: session lock key holds %q with PTTL %dms, more than a session lock key's TTL (%v)", l.Node, l.Token, l.PTTL, cfg.SessionKeyTTL)
+	case l.SessionInc != inc:
+		// free: its session has ended on this node
+	case l.SessionPTTL < 0:
+		r.add(L1, l.Key, "node%d: the session key %q the lock key names holds its incarnation %s with no TTL: the lock would be held forever", l.Node, sk, inc)
+	case time.Duration(l.SessionPTTL)*time.Millisecond > limit:
+		r.add(L1, l.Key, "node%d: the session key %q the lock key names holds its incarnation %s with PTTL %dms, more than the longest TTL asked (%v)", l.Node, sk, inc, l.SessionPTTL, maxTTL)
 	}
 }
 
@@ -709,6 +721,46 @@ func checkL2(s snapshot, cfg Config, r *Report) {
 		r.Skipped[L2] = "no final scan of the nodes and no sweep"
 		return
 	}
+	j := newL2Judge(s, cfg, r)
+	r.Checked[L2] = len(j.tokens)
+	for _, l := range s.leftovers {
+		if lv, g, ok := j.lookup(l); ok && !j.landedBeyond(l, g) {
+			j.reported[nodeToken{l.Node, lv.Token}] = true
+			r.add(L2, l.Key, "node%d still holds the token %q of %s (call returned at %v) after the run (PTTL %dms)", l.Node, lv.Token, g.what, us(g.end), l.PTTL)
+		}
+	}
+	judgeSweeps(s, cfg, r, j.maxTTL, j.reported, j.lookup, j.landedBeyond)
+	j.notes()
+}
+
+// l2Judge is checkL2's state: the tokens no node may keep, and what it has
+// reported and noted so far.
+type l2Judge struct {
+	cfg      Config
+	r        *Report
+	maxTTL   time.Duration
+	tokens   map[string]gone          // tokens of failed rounds and released locks
+	crashed  map[string]time.Duration // client: when it crashed
+	reported map[nodeToken]bool       // one violation per key, however often it is seen
+	// beyond: landed after the library's horizon; free: a session lock's
+	// key whose session had ended; afterCrash: a crashed client's key.
+	beyond, free, afterCrash map[nodeToken]bool
+}
+
+func newL2Judge(s snapshot, cfg Config, r *Report) *l2Judge {
+	j := &l2Judge{cfg: cfg, r: r, maxTTL: maxTTL(s.ops), tokens: goneTokens(s), crashed: map[string]time.Duration{},
+		reported: map[nodeToken]bool{}, beyond: map[nodeToken]bool{}, free: map[nodeToken]bool{}, afterCrash: map[nodeToken]bool{}}
+	for _, op := range s.ops {
+		if op.Kind == Crash {
+			j.crashed[op.Client] = op.End
+		}
+	}
+	return j
+}
+
+// goneTokens are the tokens of the rounds that did not win and of the
+// locks that were released, with the call that should have removed each.
+func goneTokens(s snapshot) map[string]gone {
 	won := map[string]bool{}
 	for _, op := range s.ops {
 		if op.Kind == Acquire && op.Outcome == OK {
@@ -731,74 +783,59 @@ func checkL2(s snapshot, cfg Config, r *Report) {
 			tokens[op.Token] = gone{fmt.Sprintf("%s's released lock", op.Client), op.Client, op.End}
 		}
 	}
-	r.Checked[L2] = len(tokens)
-	reported := map[nodeToken]bool{} // one violation per key, however often it is seen
-	maxTTL := maxTTL(s.ops)
-	// beyond: the key landed after the library's horizon for it.
-	beyond := map[nodeToken]bool{}
-	free := map[nodeToken]bool{}
-	landedBeyond := func(l Leftover, g gone) bool {
-		// A session lock's key that landed this late is held while its
-		// session lives, up to its own TTL (the leftover bound's case 3
-		// for session locks), which L1 bounds.
-		lv, keyTTL, _, _ := sessionView(l, cfg, maxTTL)
-		landed := l.At - keyTTL + time.Duration(l.PTTL)*time.Millisecond
-		if cfg.Horizon > 0 && landed > g.end+cfg.Horizon {
-			beyond[nodeToken{l.Node, lv.Token}] = true
-			return true
-		}
-		return false
+	return tokens
+}
+
+// landedBeyond reports whether key l of g landed after the library's
+// horizon for it: left to its own TTL by the leftover bound (case 3). A
+// session lock's key that landed this late is held while its session
+// lives, up to its own TTL, which L1 bounds.
+func (j *l2Judge) landedBeyond(l Leftover, g gone) bool {
+	lv, keyTTL, _, _ := sessionView(l, j.cfg, j.maxTTL)
+	landed := l.At - keyTTL + time.Duration(l.PTTL)*time.Millisecond
+	if j.cfg.Horizon > 0 && landed > g.end+j.cfg.Horizon {
+		j.beyond[nodeToken{l.Node, lv.Token}] = true
+		return true
 	}
-	// lookup: the gone token a key holds, if any; a session lock's key
-	// whose session has ended is free (it keeps no one out) and judged by
-	// L1 only.
-	crashed := map[string]time.Duration{}
-	for _, op := range s.ops {
-		if op.Kind == Crash {
-			crashed[op.Client] = op.End
-		}
+	return false
+}
+
+// lookup returns the gone token key l holds, if any, and whether it is
+// judged as a leftover: a session lock's key whose session has ended is
+// free (it keeps no one out) and judged by L1 only; a key of a client that
+// crashed before it was read is left to expire (its clean-up died with
+// it), and must be free within TTL + 2 × allowance (+ a node timeout for
+// what was in flight) after the crash.
+func (j *l2Judge) lookup(l Leftover) (Leftover, gone, bool) {
+	lv, _, _, isFree := sessionView(l, j.cfg, j.maxTTL)
+	g, ok := j.tokens[lv.Token]
+	k := nodeToken{l.Node, lv.Token}
+	if ok && isFree {
+		j.free[k] = true
+		return lv, g, false
 	}
-	// A key of a client that crashed before it was read is left to expire:
-	// its clean-up died with it. It must still be free within TTL + 2 ×
-	// allowance (+ a node timeout for what was in flight) after the crash.
-	afterCrash := map[nodeToken]bool{}
-	crashBound := cfg.NodeTimeout + maxTTL + 2*allowance(maxTTL, cfg)
-	lookup := func(l Leftover) (Leftover, gone, bool) {
-		lv, _, _, isFree := sessionView(l, cfg, maxTTL)
-		g, ok := tokens[lv.Token]
-		if ok && isFree {
-			free[nodeToken{l.Node, lv.Token}] = true
-			return lv, g, false
+	if died, dead := j.crashed[g.client]; ok && dead && died < l.At {
+		j.afterCrash[k] = true
+		if l.At > died+j.cfg.NodeTimeout+j.maxTTL+2*allowance(j.maxTTL, j.cfg) && !j.reported[k] {
+			j.reported[k] = true
+			j.r.add(L2, l.Key, "node%d still held the token %q of %s at %v, %v after its client crashed at %v", l.Node, lv.Token, g.what, us(l.At), us(l.At-died), us(died))
 		}
-		if died, dead := crashed[g.client]; ok && dead && died < l.At {
-			k := nodeToken{l.Node, lv.Token}
-			afterCrash[k] = true
-			if l.At > died+crashBound && !reported[k] {
-				reported[k] = true
-				r.add(L2, l.Key, "node%d still held the token %q of %s at %v, %v after its client crashed at %v", l.Node, lv.Token, g.what, us(l.At), us(l.At-died), us(died))
-			}
-			return lv, g, false
-		}
-		return lv, g, ok
+		return lv, g, false
 	}
-	for _, l := range s.leftovers {
-		if lv, g, ok := lookup(l); ok && !landedBeyond(l, g) {
-			reported[nodeToken{l.Node, lv.Token}] = true
-			r.add(L2, l.Key, "node%d still holds the token %q of %s (call returned at %v) after the run (PTTL %dms)", l.Node, lv.Token, g.what, us(g.end), l.PTTL)
-		}
+	return lv, g, ok
+}
+
+// notes says what was found and, as documented, not judged.
+func (j *l2Judge) notes() {
+	if len(j.beyond) > 0 {
+		j.r.note("L2: %d keys of ours landed later than the library's horizon (%v) after their call and were left to their TTL, as it states (a session lock's key: up to its own TTL, which L1 bounds)", len(j.beyond), j.cfg.Horizon)
 	}
-	defer func() {
-		if len(beyond) > 0 {
-			r.note("L2: %d keys of ours landed later than the library's horizon (%v) after their call and were left to their TTL, as it states (a session lock's key judged only by how long its session kept it held)", len(beyond), cfg.Horizon)
-		}
-		if len(free) > 0 {
-			r.note("L2: %d session lock keys of failed rounds or released locks were found after their session had ended there: free, left to their own TTL", len(free))
-		}
-		if len(afterCrash) > 0 {
-			r.note("L2: %d keys of clients that had crashed were found: left to expire, judged against the crash + node timeout + TTL + 2 × allowance", len(afterCrash))
-		}
-	}()
-	judgeSweeps(s, cfg, r, maxTTL, reported, lookup, landedBeyond)
+	if len(j.free) > 0 {
+		j.r.note("L2: %d session lock keys of failed rounds or released locks were found after their session had ended there: free, left to their own TTL", len(j.free))
+	}
+	if len(j.afterCrash) > 0 {
+		j.r.note("L2: %d keys of clients that had crashed were found: left to expire, judged against the crash + node timeout + TTL + 2 × allowance", len(j.afterCrash))
+	}
 }
 
 // sessionView returns l as the checker judges it: for a session lock's key,

@@ -76,7 +76,7 @@ func (l *Lock) expire() {
 	}
 	l.endLocked(true)
 	l.mu.Unlock()
-	l.c.observeLost(l, "validity ran out")
+	l.c.lostLock(l, "validity ran out")
 }
 
 // endLocked ends a held lock: lost (sticky: a later release keeps it lost)
@@ -130,7 +130,7 @@ func (l *Lock) Err() error {
 	}
 	l.mu.Unlock()
 	if lostNow {
-		l.c.observeLost(l, "validity ran out")
+		l.c.lostLock(l, "validity ran out")
 	}
 	return err
 }
@@ -168,7 +168,7 @@ func (l *Lock) declareLost(why string) {
 	lost := l.endLocked(true)
 	l.mu.Unlock()
 	if lost {
-		l.c.observeLost(l, why)
+		l.c.lostLock(l, why)
 	}
 }
 

@@ -223,7 +223,7 @@ func (l *Lock) extended(ctx context.Context, won, gone bool, quorumErr func() *Q
 	}
 	l.mu.Unlock()
 	if lostNow {
-		l.c.observeLost(l, qe.Error())
+		l.c.lostLock(l, qe.Error())
 	}
 	return err
 }
@@ -277,7 +277,7 @@ func (l *Lock) usable(now time.Time) error {
 	lost := !released && !wasLost && !now.Before(deadline) && l.endLocked(true)
 	l.mu.Unlock()
 	if lost {
-		l.c.observeLost(l, "validity ran out")
+		l.c.lostLock(l, "validity ran out")
 	}
 	switch {
 	case released:
@@ -393,7 +393,7 @@ func (l *Lock) endForRelease() (unsure []bool, err error) {
 	unsure = slices.Clone(l.unsure) // nil unless some acquire's fate is unknown
 	l.mu.Unlock()
 	if lost {
-		l.c.observeLost(l, "validity ran out")
+		l.c.lostLock(l, "validity ran out")
 	}
 	return unsure, nil
 }

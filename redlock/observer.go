@@ -22,7 +22,7 @@ type Event struct {
 type Observer interface {
 	Acquired(Event)     // a Lock or TryLock won its round
 	Extended(Event)     // an automatic renewal of a lock renewed key by key succeeded (none for session locks: WithAutoExtend)
-	ExtendFailed(Event) // such a renewal failed; it is retried while validity is left
+	ExtendFailed(Event) // such a renewal failed (none for session locks); it is retried while validity is left
 	Lost(Event)         // the lock was lost: validity ran out, or the nodes said the token is gone
 	Released(Event)     // Release (or Close) ran; Err is its error, if any
 }
@@ -51,8 +51,9 @@ func (c *Client) observe(cfg *config, fn func(Observer)) {
 	}
 }
 
-// observeLost reports a lock that was just lost, to the log and the observer.
-func (c *Client) observeLost(l *Lock, why string) {
+// lostLock handles a lock that was just lost: it reports it to the log and
+// the observer, and deletes a session lock's key (releaseLost).
+func (c *Client) lostLock(l *Lock, why string) {
 	l.cfg.logger.Warn("redlock: lock lost", "key", l.key, "why", why)
 	c.observe(l.cfg, func(o Observer) { o.Lost(l.event(0, ErrLockLost)) })
 	c.releaseLost(l)

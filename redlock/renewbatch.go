@@ -135,11 +135,18 @@ func (r *renewer) after(l *Lock, start time.Time, err error) {
 	r.add(l, now.Add(min(cfg.renewInterval(), max((left-cfg.nodeTimeout)/2, cfg.nodeTimeout/4))))
 }
 
-// failAll records err as the outcome of renewals that could not be sent.
+// failAll records err as the outcome of renewals that could not be sent. A
+// session lock's key refresh is tried again an eighth of the key's TTL later
+// (as refreshed does after a partial one), without an observer event: the
+// Observer sees no renewal of session locks (WithAutoExtend).
 func (r *renewer) failAll(ls []*Lock, err error) {
 	for _, l := range ls {
 		start := l.cfg.now()
 		<-l.op
+		if l.sess != nil {
+			r.add(l, start.Add(keyTTL(l.cfg)/8))
+			continue
+		}
 		r.after(l, start, err)
 	}
 }

@@ -258,7 +258,9 @@ func (s *session) renew() bool {
 
 // send renews the session on the nodes where it lives: those whose last
 // renewal has answered, or all of them when replies is not nil (Extend),
-// which then gets every reply. It returns how many it sent.
+// which then gets every reply. It returns how many it sent. Its caller
+// holds a count on c.wg (run's, or Extend's enter), so that each command's
+// own count can be added; Deliver ends it.
 func (s *session) send(now time.Time, replies chan sessionReply) int {
 	var sends []sessionRenewal
 	s.mu.Lock()
@@ -275,6 +277,7 @@ func (s *session) send(now time.Time, replies chan sessionReply) int {
 	for i := range sends {
 		sr := &sends[i]
 		op := node.New(node.Op{Kind: node.RenewSession, Key: s.skey, Token: strconv.FormatInt(sr.inc, 10), TTL: s.cfg.ttl, Background: true})
+		s.c.wg.Add(1) // Close waits for the reply (by sr.deadline at most)
 		s.c.senders[sr.n].Send(op, sr.deadline, sr, sr.n)
 	}
 	return len(sends)
@@ -306,6 +309,7 @@ type sessionRenewal struct {
 // the deadlines it would have moved stay where they are.
 func (sr *sessionRenewal) Deliver(n int, r node.Result) {
 	s := sr.s
+	defer s.c.wg.Done()
 	now := s.cfg.now()
 	s.mu.Lock()
 	nd := &s.nodes[n]

@@ -294,6 +294,7 @@ func TestSessionDeadlineNeverComesBack(t *testing.T) {
 		s.mu.Lock()
 		for n := range s.nodes {
 			s.nodes[n].busy++
+			c.wg.Add(1) // as send does for each command
 			stalled = append(stalled, &sessionRenewal{s: s, n: n, start: time.Now(), gen: s.nodes[n].gen, inc: s.nodes[n].inc})
 		}
 		s.mu.Unlock()
@@ -315,9 +316,9 @@ func TestSessionDeadlineNeverComesBack(t *testing.T) {
 }
 
 // TestSessionLostLockReleased: a session lock lost on the client while its
-// session still lives on the nodes (kept alive here by hand, as another
-// Client's renewals of a shared session would) has its key deleted: it
-// does not keep others out for its key's whole 10 × TTL.
+// session still lives on the nodes (kept alive here by hand, as renewals
+// that ran on the nodes but whose replies came too late would) has its key
+// deleted: it does not keep others out for its key's whole 10 × TTL.
 func TestSessionLostLockReleased(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ps, c, _ := sessionEnv(t)
@@ -338,6 +339,66 @@ func TestSessionLostLockReleased(t *testing.T) {
 		}
 		if _, err := clientOver(t, ps).TryLock(t.Context(), l.key); err != nil {
 			t.Fatalf("another client, after the loss: %v", err)
+		}
+	})
+}
+
+// TestSessionExtendFails: Extend on a session lock whose renewals a quorum
+// of nodes leave unanswered returns a *QuorumError matching ErrNotHeld
+// that names those nodes as timed out, and leaves the deadline where it
+// was.
+func TestSessionExtendFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps, c, _ := sessionEnv(t)
+		l := lockMany(t, c, 1)[0]
+		synctest.Wait()
+		for _, p := range ps[:3] {
+			p.set(node.RenewSession, 0, 1000, nil)
+		}
+		time.Sleep(100 * time.Millisecond)
+		before := l.Deadline()
+		err := l.Extend(t.Context(), 0)
+		var qe *QuorumError
+		if !errors.Is(err, ErrNotHeld) || !errors.As(err, &qe) {
+			t.Fatalf("Extend with 3 of 5 nodes silent: %v, want a *QuorumError matching ErrNotHeld", err)
+		}
+		timedOut := 0
+		for _, r := range qe.Nodes {
+			if r.Outcome == OutcomeTimeout || r.Outcome == OutcomeError {
+				timedOut++
+			}
+		}
+		if timedOut < 3 || l.Deadline().After(before) {
+			t.Fatalf("%d nodes failed in %v; deadline %v, was %v", timedOut, qe, l.Deadline(), before)
+		}
+	})
+}
+
+// TestSessionCloseJoinsRenewals: Close returns only once every session
+// renewal it found in flight has been answered or has failed.
+func TestSessionCloseJoinsRenewals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps, c, _ := sessionEnv(t, WithNodeTimeout(50*time.Millisecond))
+		l := lockMany(t, c, 1)[0]
+		synctest.Wait()
+		for _, p := range ps {
+			p.set(node.RenewSession, 400*time.Millisecond, 0, nil)
+		}
+		time.Sleep(c.cfg.renewInterval() + 10*time.Millisecond) // a renewal is in flight on every node
+		s := l.sess
+		s.mu.Lock()
+		inFlight := s.nodes[0].busy
+		s.mu.Unlock()
+		if inFlight == 0 {
+			t.Fatal("no renewal in flight")
+		}
+		_ = c.Close()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for n, nd := range s.nodes {
+			if nd.busy != 0 {
+				t.Fatalf("node %d: %d renewals still in flight after Close", n, nd.busy)
+			}
 		}
 	})
 }

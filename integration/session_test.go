@@ -274,3 +274,68 @@ func TestSessionLateAcquireCleanedUp(t *testing.T) {
 	}
 	t.Logf("late-y free %v after its acquire landed (its key's own TTL: %v)", took, 10*ttl)
 }
+
+// TestSessionLateRenewalAfterNextHolder: every command of a session holder
+// is held in its links (HoldAll), so its lock is lost by its own deadline
+// and its session ends on the nodes; another client then takes the key.
+// When the held renewals (and the lost lock's clean-up) land, after the
+// next holder's acquire, they find no incarnation to lengthen and no key of
+// theirs to delete: the next holder keeps the key on every node.
+func TestSessionLateRenewalAfterNextHolder(t *testing.T) {
+	const ttl = 2 * time.Second
+	c := startCluster(t, ttl, "")
+	admins := c.admins(t)
+	ctx := ctxT(t, 60*time.Second)
+	var proxies [nodes]*redistest.Proxy
+	a := sessionClient(t, c, func(i int) *redis.Options {
+		proxies[i] = c.Node(i).Proxy(t)
+		return &redis.Options{Addr: proxies[i].Addr()}
+	}, redlock.WithTTL(ttl), redlock.WithNodeTimeout(200*time.Millisecond))
+	la, err := a.TryLock(ctx, "late-renew")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// After a renewal, so that the nodes have the renewal script cached:
+	// the late EVALSHAs must run, not fail with NOSCRIPT.
+	time.Sleep(ttl / 2)
+	for _, px := range proxies {
+		px.Hold(redistest.HoldAll)
+	}
+	<-la.Done()
+	b := c.newLockClient(t, "b", c.direct, redlock.WithTTL(ttl))
+	lb, err := b.Lock(ctx, "late-renew")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for _, px := range proxies {
+		held += px.Held()
+	}
+	if held == 0 {
+		t.Fatal("nothing of the holder's was held back")
+	}
+	for _, px := range proxies {
+		px.Deliver()
+	}
+	time.Sleep(500 * time.Millisecond) // the delivered commands run
+	for i, cl := range admins {
+		if v := get(t, cl, rkey("late-renew")); v != lb.Token() {
+			t.Errorf("node%d: late-renew = %q after the old holder's commands landed, want the next holder's %q", i, v, lb.Token())
+		}
+	}
+	if ok, err := lb.Held(ctx); !ok || err != nil {
+		t.Fatalf("next holder: Held = %v, %v", ok, err)
+	}
+	// The late renewals did not bring the ended session back either.
+	sk := redlock.DefaultKeyPrefix + "s:" + la.Token()[:16]
+	for i, cl := range admins {
+		if v := get(t, cl, sk); v != "" {
+			t.Errorf("node%d: the old holder's session key %s = %q after its late renewals landed", i, sk, v)
+		}
+	}
+	if !errors.Is(la.Err(), redlock.ErrLockLost) {
+		t.Fatalf("old holder: Err %v, want ErrLockLost", la.Err())
+	}
+	t.Logf("%d bytes of the old holder's landed after the next holder's acquire", held)
+	_ = lb.Release(ctx)
+}

@@ -925,7 +925,7 @@ func heldMarkdown(runs []*heldRun, fr *fenceRun, cfg heldCfg, nodes int) string 
 	var b strings.Builder
 	fmt.Fprintf(&b, "#### Holding K auto-renewed locks (`%s`)\n\n", heldID)
 	fmt.Fprintf(&b, "One child process per implementation and K, one after the other, the servers flushed before each: K distinct keys acquired by %d goroutines, "+
-		"TTL %s, renewed every second (quorumlock: `WithAutoExtend`, the Client's renewal service, every TTL/3; redsync: a goroutine per mutex calling `Extend` on a 1 s ticker), "+
+		"TTL %s, renewed every second (quorumlock: `WithAutoExtend`, a renewal session renewed every TTL/3 with one command per node, each lock's key refreshed every 5 TTL; redsync: a goroutine per mutex calling `Extend` on a 1 s ticker), "+
 		"%s settle and a GC, then held for %s. CPU per held lock-second is the CPU used during the hold ÷ its held lock-seconds, (locks on a quorum at its start + at its end) ÷ 2 × %s: the client's from `getrusage`, "+
 		"the %d `redis-server` processes' from `/proc/<pid>/stat`. Client RSS per lock is `VmRSS` after acquiring (and the settle) less before, ÷ locks acquired. "+
 		"Redis memory per lock is `used_memory` less the client connections' buffers (`mem_clients_normal`), summed over the servers, after acquiring less after the flush that follows the run "+

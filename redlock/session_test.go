@@ -402,3 +402,23 @@ func TestSessionCloseJoinsRenewals(t *testing.T) {
 		}
 	})
 }
+
+// TestLockedSessionValueThroughWrappedPools: a Client over Pools that do not
+// queue (wrappers) cannot tell whether a session lock's value is held (only
+// the pool's script can): Locked says it cannot tell, naming the reason,
+// rather than guessing "free".
+func TestLockedSessionValueThroughWrappedPools(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.client()
+	v := "0123456789abcdefg\x1f1\x1f11" // a session lock's value (prefix "quorumlock:")
+	for _, n := range e.nodes {
+		if err := n.m.Set(rkey("wrapped"), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	locked, err := c.Locked(t.Context(), "wrapped")
+	var qe *QuorumError
+	if locked || !errors.As(err, &qe) || !strings.Contains(err.Error(), "session lock's value") {
+		t.Fatalf("Locked = %v, %v; want a *QuorumError saying it cannot tell", locked, err)
+	}
+}

@@ -9,11 +9,11 @@ require (
 	github.com/quorumlock/quorumlock v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	golang.org/x/image v0.47.0
+	golang.org/x/sys v0.49.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 )

@@ -36,13 +36,18 @@ type session interface {
 	unlock(ctx context.Context) error
 }
 
-var impls = []struct {
+// implEntry names an implementation and sets it up against the servers
+// (nil for the floor, which runFloor runs).
+type implEntry struct {
 	name string
 	new  func(addrs []string) (impl, error)
-}{
+}
+
+var impls = []implEntry{
 	{"quorumlock", newOurs},
 	{"redsync", newRedsync},
 	{"raw", newRaw},
+	{floorName, nil}, // floor.go: not a lock, runFloor runs it (w16 only)
 }
 
 // ---- quorumlock ----

@@ -6,9 +6,17 @@
 // persistence) and stops them at the end, also on Ctrl-C. Scenarios: 1 worker
 // on distinct keys; 16 workers on distinct keys; 16 workers try-locking one
 // key; 16 workers blocking on one key (hand-off); 16 workers on distinct keys
-// with one node 2 ms slower (an in-process proxy delays its replies).
+// with one node 2 ms slower (an in-process proxy delays its replies); N
+// separate processes (-procs-n, child processes of this command) blocking on
+// one key, quorumlock and redsync only (see procs.go). In the 16-worker
+// distinct-keys scenario (w16) a fourth implementation, floor, sends the
+// same 25 server commands per cycle as quorumlock in plain go-redis
+// pipelines, the yardstick of the total (client + servers) CPU per cycle
+// (see floor.go).
 //
 //	go run ./cmd/bench -d 10s -passes 3 -md ../docs/performance.md -png ../docs/performance.png
+//
+//	go run ./cmd/bench -scenarios procs -d 3s -warm 1s -passes 1 # the procs scenario alone, quickly
 //
 // The starved scenario (issue 11: timeout storms under a starved client) runs
 // only when named, once per implementation (quorumlock and redsync unless
@@ -49,11 +57,11 @@ func main() {
 	dur := flag.Duration("d", 10*time.Second, "measured duration of each run")
 	warm := flag.Duration("warm", time.Second, "warm-up before each run's measured window")
 	passes := flag.Int("passes", 3, "interleaved passes over every scenario and implementation")
-	only := flag.String("scenarios", "", "comma-separated scenario ids to run (w1,w16,try1,block1,slow,starved,held); empty: all but starved and held, which ignore -d and -passes (see -starve-* and -held-*)")
-	which := flag.String("impls", "", "comma-separated implementations to run (quorumlock,redsync,raw); empty: all")
+	only := flag.String("scenarios", "", "comma-separated scenario ids to run (w1,w16,try1,block1,slow,procs,starved,held); empty: all but starved and held, which ignore -d and -passes (see -starve-* and -held-*)")
+	which := flag.String("impls", "", "comma-separated implementations to run (quorumlock,redsync,raw,floor); empty: all (floor runs in w16 only)")
 	bin := flag.String("redis-server", "redis-server", "the redis-server binary")
 	md := flag.String("md", "", "write the results table into this Markdown file, between the bench markers")
-	png := flag.String("png", "", "draw the chart into this PNG file (-scenarios held alone: the held chart; with other scenarios too, the held chart goes to the same name ending in -held.png)")
+	png := flag.String("png", "", "draw the chart into this PNG file (-scenarios held or procs alone: its chart; with other scenarios too, the held and procs charts go to the same name ending in -held.png and -procs.png)")
 	var sc starvedCfg
 	flag.DurationVar(&sc.starve, "starve-d", time.Minute, "starved: how long the burners run, per implementation")
 	flag.DurationVar(&sc.base, "starve-base", 5*time.Second, "starved: the unstarved baseline before the burners start")
@@ -64,6 +72,18 @@ func main() {
 	flag.StringVar(&hc.kList, "held-k", "1000,10000,50000,100000", "held: comma-separated numbers of locks to hold, a child process per number and implementation")
 	flag.DurationVar(&hc.hold, "held-d", 60*time.Second, "held: how long each run holds (and renews) its locks")
 	flag.DurationVar(&hc.acquireMax, "held-acquire-max", 2*time.Minute, "held: stop acquiring after this long and hold the locks acquired so far")
+	var pc procsCfg
+	flag.StringVar(&pc.nList, "procs-n", "2,4,16", "procs: comma-separated numbers of client processes blocking on one key")
+	// Internal: the procs scenario re-execs this command as its clients.
+	procsChildFlag := flag.Bool("procs-child", false, "internal: run as one of the procs scenario's clients")
+	procsImpl := flag.String("procs-impl", "", "internal")
+	procsAddrs := flag.String("procs-addrs", "", "internal")
+	procsKey := flag.String("procs-key", "", "internal")
+	procsOutPath := flag.String("procs-out", "", "internal")
+	var pt procsTimes
+	flag.Int64Var(&pt.start, "procs-start", 0, "internal: CLOCK_MONOTONIC ns")
+	flag.Int64Var(&pt.from, "procs-from", 0, "internal: CLOCK_MONOTONIC ns")
+	flag.Int64Var(&pt.to, "procs-to", 0, "internal: CLOCK_MONOTONIC ns")
 	// Internal: the held scenario re-execs this command as its client child.
 	heldChildFlag := flag.Bool("held-child", false, "internal: run as the held scenario's client")
 	heldImpl := flag.String("held-impl", "", "internal")
@@ -90,6 +110,12 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	case *procsChildFlag:
+		if err := procsChild(*procsImpl, *procsAddrs, *procsKey, *procsOutPath, pt); err != nil {
+			fmt.Fprintln(os.Stderr, "bench (procs client):", err)
+			os.Exit(1)
+		}
+		return
 	case *heldChildFlag:
 		if err := heldChild(*heldImpl, *heldAddrs, *heldN, hc.hold, hc.acquireMax); err != nil {
 			fmt.Fprintln(os.Stderr, "bench (held client):", err)
@@ -105,16 +131,17 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *dur, *warm, *passes, *only, *which, *bin, *md, *png, sc, hc); err != nil {
+	if err := run(ctx, *dur, *warm, *passes, *only, *which, *bin, *md, *png, sc, hc, pc); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, bin, md, png string, sc starvedCfg, hc heldCfg) error {
+func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, bin, md, png string, sc starvedCfg, hc heldCfg, pc procsCfg) error {
 	scs := scenarios
 	starved := slices.Contains(strings.Split(only, ","), starvedID)
 	held := slices.Contains(strings.Split(only, ","), heldID)
+	procs := only == "" || slices.Contains(strings.Split(only, ","), procsID)
 	if only != "" {
 		scs = nil
 		for _, s := range scenarios {
@@ -130,14 +157,20 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 		for _, im := range impls {
 			if slices.Contains(strings.Split(which, ","), im.name) {
 				ims = append(ims, im)
-				starvedImpls = append(starvedImpls, im.name)
+				if im.name != floorName {
+					starvedImpls = append(starvedImpls, im.name)
+				}
 			}
 		}
 	}
-	if (len(scs) == 0 && !starved && !held) || len(ims) == 0 || passes < 1 {
+	if (len(scs) == 0 && !starved && !held && !procs) || len(ims) == 0 || passes < 1 {
 		return fmt.Errorf("nothing to run")
 	}
-	heldImpls, heldPNG, err := heldSetup(held, &hc, starvedImpls, png, len(scs) > 0)
+	heldImpls, heldPNG, err := heldSetup(held, &hc, starvedImpls, png, len(scs) > 0 || procs)
+	if err != nil {
+		return err
+	}
+	pb, err := newProcsBench(procs, pc, starvedImpls, png, len(scs) > 0 || held)
 	if err != nil {
 		return err
 	}
@@ -154,9 +187,12 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 	for i, s := range srvs {
 		addrs[i] = s.addr
 	}
-	if len(scs) > 0 {
+	if len(scs) > 0 || pb != nil {
 		fmt.Fprintf(os.Stderr, "bench: 5 redis-server on %s; %d pass(es) of %d scenario(s) × %d implementation(s), %v each (+%v warm-up)\n",
 			strings.Join(addrs, " "), passes, len(scs), len(ims), dur, warm)
+	}
+	if pb != nil {
+		fmt.Fprintf(os.Stderr, "bench: and procs: %v client processes blocking on one key, for %s\n", pb.cfg.ns, strings.Join(pb.impls, " and "))
 	}
 	if starved {
 		text, err := runStarved(ctx, srvs, starvedImpls, sc)
@@ -176,47 +212,73 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 			return err
 		}
 	}
-	if len(scs) == 0 {
+	if len(scs) == 0 && pb == nil {
 		return nil
 	}
 
 	all := map[string]map[string][]result{} // scenario → impl → per pass
 	for p := range passes {
 		for _, sc := range scs {
-			a := addrs
-			var px *delayProxy
-			if sc.slow {
-				if px, err = newDelayProxy(addrs[0], 2*time.Millisecond); err != nil {
-					return err
-				}
-				a = append([]string{px.addr()}, addrs[1:]...)
-			}
-			for k := range ims {
-				im := ims[(k+p)%len(ims)] // rotate who goes first
-				r, err := runOne(ctx, sc, im.new, a, warm, dur)
-				if err != nil {
-					if px != nil {
-						px.close()
-					}
-					return fmt.Errorf("%s/%s: %w", sc.id, im.name, err)
-				}
-				if all[sc.id] == nil {
-					all[sc.id] = map[string][]result{}
-				}
-				all[sc.id][im.name] = append(all[sc.id][im.name], r)
-				fmt.Fprintf(os.Stderr, "pass %d %-7s %-10s %8.0f cycles/s  acq p50 %-9v hand-off p50 %-9v %5.0f allocs  %6.0f B  cpu %v  g+%d left %d  fail %d err %d\n",
-					p+1, sc.id, im.name, r.tput, r.acqP50.Round(time.Microsecond), r.handP50.Round(time.Microsecond), r.allocs, r.bytes, r.cpu.Round(time.Microsecond), r.goroutines, r.leftover, r.failures, r.errs)
-			}
-			if px != nil {
-				px.close()
+			if err := runScenario(ctx, p, sc, ims, addrs, srvs, warm, dur, all); err != nil {
+				return err
 			}
 		}
+		if err := pb.pass(ctx, p, srvs, warm, dur); err != nil {
+			return err
+		}
 	}
+	if len(scs) > 0 {
+		var names []string
+		for _, im := range ims {
+			names = append(names, im.name)
+		}
+		if err := writeReport(all, names, scs, passes, dur, bin, md, png); err != nil {
+			return err
+		}
+	}
+	return pb.report(environment(bin), passes, warm, dur, md)
+}
 
-	rep := report{passes: passes, dur: dur, scs: scs, meds: map[string]map[string]result{}}
-	for _, im := range ims {
-		rep.impls = append(rep.impls, im.name)
+// runScenario runs scenario sc in pass p with every implementation, in an
+// order rotated by p, and adds the results to all.
+func runScenario(ctx context.Context, p int, sc scenario, ims []implEntry, addrs []string, srvs []*server, warm, dur time.Duration, all map[string]map[string][]result) error {
+	if sc.slow {
+		px, err := newDelayProxy(addrs[0], 2*time.Millisecond)
+		if err != nil {
+			return err
+		}
+		defer px.close()
+		addrs = append([]string{px.addr()}, addrs[1:]...)
 	}
+	for k := range ims {
+		im := ims[(k+p)%len(ims)] // rotate who goes first
+		if floorSkips(sc, im.name) {
+			continue
+		}
+		var r result
+		var err error
+		if im.name == floorName {
+			r, err = runFloor(ctx, sc, addrs, srvs, warm, dur)
+		} else {
+			r, err = runOne(ctx, sc, im.new, addrs, srvs, warm, dur)
+		}
+		if err != nil {
+			return fmt.Errorf("%s/%s: %w", sc.id, im.name, err)
+		}
+		if all[sc.id] == nil {
+			all[sc.id] = map[string][]result{}
+		}
+		all[sc.id][im.name] = append(all[sc.id][im.name], r)
+		fmt.Fprintf(os.Stderr, "pass %d %-7s %-10s %8.0f cycles/s  acq p50 %-9v hand-off p50 %-9v %5.0f allocs  %6.0f B  cpu %v + servers %v  g+%d left %d  fail %d err %d\n",
+			p+1, sc.id, im.name, r.tput, r.acqP50.Round(time.Microsecond), r.handP50.Round(time.Microsecond), r.allocs, r.bytes, r.cpu.Round(time.Microsecond), r.srvCPU.Round(time.Microsecond), r.goroutines, r.leftover, r.failures, r.errs)
+	}
+	return nil
+}
+
+// writeReport prints the medians of the in-process scenarios' runs and
+// writes them where -md and -png say.
+func writeReport(all map[string]map[string][]result, names []string, scs []scenario, passes int, dur time.Duration, bin, md, png string) error {
+	rep := report{passes: passes, dur: dur, scs: scs, impls: names, meds: map[string]map[string]result{}}
 	for id, byImpl := range all {
 		rep.meds[id] = map[string]result{}
 		for name, rs := range byImpl {
@@ -269,6 +331,7 @@ func median(rs []result) result {
 		allocs:     pick(func(r result) float64 { return r.allocs }),
 		bytes:      pick(func(r result) float64 { return r.bytes }),
 		cpu:        d(func(r result) time.Duration { return r.cpu }),
+		srvCPU:     d(func(r result) time.Duration { return r.srvCPU }),
 		goroutines: int(pick(func(r result) float64 { return float64(r.goroutines) })),
 		leftover:   slices.MaxFunc(rs, func(a, b result) int { return a.leftover - b.leftover }).leftover, // worst, not median
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -57,6 +58,7 @@ type result struct {
 	allocs     float64       // heap allocations per cycle (whole process)
 	bytes      float64       // heap bytes per cycle
 	cpu        time.Duration // user+system CPU of this process per cycle
+	srvCPU     time.Duration // user+system CPU of the redis-server processes per cycle
 	goroutines int           // most goroutines above the baseline during the window
 	leftover   int           // goroutines above the baseline after close (settled)
 	errs       int64
@@ -112,8 +114,9 @@ type worker struct {
 var runSeq, debugErrs atomic.Int64
 
 // runOne runs one implementation in one scenario: warm-up, then the
-// measured window, then close; it reports what the window measured.
-func runOne(ctx context.Context, sc scenario, mk func([]string) (impl, error), addrs []string, warm, dur time.Duration) (result, error) {
+// measured window, then close; it reports what the window measured (the
+// servers' CPU too, from srvs).
+func runOne(ctx context.Context, sc scenario, mk func([]string) (impl, error), addrs []string, srvs []*server, warm, dur time.Duration) (result, error) {
 	runtime.GC()
 	base := runtime.NumGoroutine()
 	im, err := mk(addrs)
@@ -217,6 +220,7 @@ func runOne(ctx context.Context, sc scenario, mk func([]string) (impl, error), a
 	var r0, r1 syscall.Rusage
 	runtime.ReadMemStats(&m0)
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r0)
+	s0, serr0 := serversCPU(srvs)
 	begin := time.Now()
 	phase.Store(phaseMeasure)
 	maxG := 0
@@ -226,6 +230,7 @@ func runOne(ctx context.Context, sc scenario, mk func([]string) (impl, error), a
 	}
 	phase.Store(phaseStop)
 	elapsed := time.Since(begin)
+	s1, serr1 := serversCPU(srvs)
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r1)
 	runtime.ReadMemStats(&m1)
 	cancel()
@@ -248,6 +253,9 @@ func runOne(ctx context.Context, sc scenario, mk func([]string) (impl, error), a
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}
+	if err := errors.Join(serr0, serr1); err != nil {
+		return res, err
+	}
 	res.tput = float64(res.cycles) / elapsed.Seconds()
 	res.acqP50, res.acqP99 = percentiles(acq)
 	res.cycleP50, res.cycleP99 = percentiles(cyc)
@@ -258,6 +266,7 @@ func runOne(ctx context.Context, sc scenario, mk func([]string) (impl, error), a
 		res.bytes = float64(m1.TotalAlloc-m0.TotalAlloc) / c
 		cpu := time.Duration(r1.Utime.Nano() + r1.Stime.Nano() - r0.Utime.Nano() - r0.Stime.Nano())
 		res.cpu = cpu / time.Duration(res.cycles)
+		res.srvCPU = (s1 - s0) / time.Duration(res.cycles)
 	}
 	res.goroutines = maxG - base
 	res.leftover = max(left, 0)

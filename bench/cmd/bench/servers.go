@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -240,5 +239,3 @@ func (p *delayProxy) close() {
 	p.mu.Unlock()
 	p.wg.Wait()
 }
-
-var errStopped = errors.New("stopped")

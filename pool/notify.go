@@ -22,11 +22,11 @@ var _ node.Subscriber = (*redisPool)(nil)
 // by Dial or DialURL, and otherwise waits for it at most setup. A setup
 // that is not positive counts as retryMax. Closing the Pool does not close
 // subscriptions: their owner (a redlock.Client) does.
-func (p *redisPool) Subscribe(notify func(channel, message string), setup time.Duration) node.Subscription {
+func (p *redisPool) Subscribe(h node.Handler, setup time.Duration) node.Subscription {
 	if setup <= 0 {
 		setup = retryMax // a read bounded by 0 would spin
 	}
-	s := &subscription{notify: notify, setup: setup}
+	s := &subscription{h: h, setup: setup}
 	s.life, s.stop = context.WithCancel(context.WithValue(context.Background(), subscriptionKey{}, s))
 	s.ps = p.c.Subscribe(s.life) // no channel: no I/O
 	s.wg.Go(s.receive)
@@ -34,9 +34,9 @@ func (p *redisPool) Subscribe(notify func(channel, message string), setup time.D
 }
 
 type subscription struct {
-	ps     *redis.PubSub
-	notify func(channel, message string)
-	setup  time.Duration
+	ps    *redis.PubSub
+	h     node.Handler
+	setup time.Duration
 	// life is the context of every call on ps: it carries the subscription
 	// to the dial hook and ends at Close, cancelling a dial in progress.
 	life context.Context
@@ -73,8 +73,13 @@ func (s *subscription) receive() {
 		switch {
 		case err == nil:
 			pause = retryFirst
-			if m, ok := msg.(*redis.Message); ok {
-				s.notify(m.Channel, m.Payload)
+			switch m := msg.(type) {
+			case *redis.Message:
+				s.h.Published(m.Channel, m.Payload)
+			case *redis.Subscription:
+				if m.Kind == "subscribe" {
+					s.h.Subscribed(m.Channel)
+				}
 			}
 		case timedOut(err) && time.Since(start) >= s.setup/2:
 			// An idle connection, or a setup that used up its budget:

@@ -17,7 +17,7 @@ func TestSubscription(t *testing.T) {
 	m, _, p := newPool(t)
 	ctx := context.Background()
 	got := make(chan [2]string, 16)
-	s := p.(node.Subscriber).Subscribe(func(channel, message string) { got <- [2]string{channel, message} }, time.Second)
+	s := p.(node.Subscriber).Subscribe(node.Handler{Published: func(channel, message string) { got <- [2]string{channel, message} }, Subscribed: func(string) {}}, time.Second)
 	defer s.Close()
 	if err := s.Add(ctx, "k"); err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func TestSubscriptionSetupBudget(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addr, accepted := newCountingSilentServer(t)
-			s := tc.pool(t, addr).(node.Subscriber).Subscribe(func(string, string) {}, 50*time.Millisecond)
+			s := tc.pool(t, addr).(node.Subscriber).Subscribe(nopHandler, 50*time.Millisecond)
 			defer s.Close()
 			waitUntil(t, 10*time.Second, "three connection setups", func() bool { return accepted.Load() >= 3 })
 		})
@@ -102,7 +102,7 @@ func TestSubscriptionCloseEndsSetup(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	s := p.(node.Subscriber).Subscribe(func(string, string) {}, time.Minute)
+	s := p.(node.Subscriber).Subscribe(nopHandler, time.Minute)
 	waitUntil(t, 10*time.Second, "the subscription dialled", func() bool { return accepted.Load() > 0 })
 	added := make(chan error, 1)
 	go func() { added <- s.Add(context.Background(), "k") }() // waits for the setup
@@ -134,3 +134,5 @@ func waitUntil(t *testing.T, bound time.Duration, what string, cond func() bool)
 		}
 	}
 }
+
+var nopHandler = node.Handler{Published: func(string, string) {}, Subscribed: func(string) {}}

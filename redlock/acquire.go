@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,7 +34,7 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock
 	if err != nil {
 		return nil, err
 	}
-	return c.attempt(ctx, key, cfg)
+	return c.attempt(ctx, key, cfg, nil)
 }
 
 // Lock acquires key, retrying after jittered, growing delays (see
@@ -41,23 +42,31 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock
 // spent. When ctx ends, the error matches both ErrNotAcquired and ctx.Err()
 // with errors.Is; when the budget is spent it matches ErrNotAcquired. Either
 // way it carries the last attempt's *QuorumError for errors.As. Each attempt
-// behaves like TryLock and leaves nothing behind when it fails. Lock is safe
-// for concurrent use.
+// behaves like TryLock and leaves nothing behind when it fails. Waiters are
+// served in the order they first asked, across Clients, when every Pool is
+// of package pool and none is a Cluster client: a release hands the key to
+// the first waiter and wakes it alone (docs/design.md, "Hand-off"); other
+// Lock calls, TryLock and Lock calls of other Clients are told "taken"
+// meanwhile. Lock is safe for concurrent use.
 func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	cfg, err := c.callConfig("acquire", key, opts)
 	if err != nil {
 		return nil, err
 	}
 	begin := time.Now()
-	s := &sleeper{c: c, rkey: c.redisKey(cfg, key)}
+	s := &sleeper{c: c, cfg: cfg, rkey: c.redisKey(cfg, key)}
+	if c.handoff {
+		s.ln = newLine()
+	}
 	defer s.stop()
 	var last error // the previous attempt's error
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil && last != nil {
 			return nil, fmt.Errorf("redlock: acquire %q: stopped after %d attempts: %w; last attempt: %w", key, attempt, err, last)
 		}
-		l, err := c.attempt(ctx, key, cfg)
+		l, err := c.attempt(ctx, key, cfg, s.ln)
 		if err == nil || !errors.Is(err, ErrNotAcquired) {
+			s.won = err == nil
 			return l, err
 		}
 		if cerr := ctx.Err(); cerr != nil {
@@ -87,7 +96,10 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 // of the key wakes the waiter it registers after the first failed attempt.
 type sleeper struct {
 	c     *Client
+	cfg   *config
 	rkey  string
+	ln    *line // the waiter's place in the key's line, when the Client keeps lines
+	won   bool
 	w     *waiter
 	timer *time.Timer
 }
@@ -95,7 +107,11 @@ type sleeper struct {
 // sleep waits for delay, a release of the key, or ctx's end.
 func (s *sleeper) sleep(ctx context.Context, delay time.Duration) {
 	if s.w == nil {
-		s.w = s.c.notes.add(s.rkey)
+		id := ""
+		if s.ln != nil {
+			id = s.ln.id
+		}
+		s.w = s.c.notes.add(s.rkey, id)
 	}
 	if s.timer == nil {
 		s.timer = time.NewTimer(delay)
@@ -119,18 +135,27 @@ func (s *sleeper) sleep(ctx context.Context, delay time.Duration) {
 	}
 }
 
-// stop leaves the notifier and stops the timer.
+// stop leaves the notifier and the key's line, and stops the timer. A
+// waiter that took the lock leaves the line only where its winning attempt
+// was not told yes (it left it elsewhere as it took the key).
 func (s *sleeper) stop() {
 	if s.w != nil {
 		s.c.notes.remove(s.rkey, s.w)
+	}
+	if ln := s.ln; ln != nil && ln.joined {
+		var ask func(int) bool
+		if s.won {
+			ask = func(i int) bool { return !ln.said[i] }
+		}
+		s.c.leaveLine(s.cfg, s.rkey, ln, ask)
 	}
 	if s.timer != nil {
 		s.timer.Stop()
 	}
 }
 
-// attempt is one acquisition round.
-func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, error) {
+// attempt is one acquisition round, of the waiter ln when it is not nil.
+func (c *Client) attempt(ctx context.Context, key string, cfg *config, ln *line) (*Lock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: not attempted: %w (%w)", key, err, ErrNotAcquired)
 	}
@@ -147,7 +172,7 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config) (*Lock, e
 	}
 	defer c.gates.exit(rkey)
 	s := c.sessionFor(cfg)
-	v, err := c.vote(ctx, cfg, rkey, s)
+	v, err := c.vote(ctx, cfg, rkey, s, ln)
 	if err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: token generator: %w", key, err)
 	}
@@ -208,16 +233,18 @@ func newToken(cfg *config, s *session) (string, error) {
 		return "", errors.New("it returned an empty token")
 	case strings.IndexByte(token, node.Sep) >= 0:
 		return "", fmt.Errorf("it returned a token with the byte %q, which marks session locks", node.Sep)
+	case token[0] == node.Handed:
+		return "", fmt.Errorf("it returned a token that starts with the byte %q, which marks keys handed to waiters", node.Handed)
 	}
 	return token, nil
 }
 
-// vote runs the SET round with a new token (of session s, when not nil)
-// and decides it: won when a quorum said yes and validity is left. A node
-// whose call failed in a way that may still have set the key is released in
-// the background at once (it does not count for the lock). The error is the
-// token generator's.
-func (c *Client) vote(ctx context.Context, cfg *config, rkey string, s *session) (*acquisition, error) {
+// vote runs the SET round with a new token (of session s, when not nil),
+// as waiter ln's (when not nil), and decides it: won when a quorum said yes
+// and validity is left. A node whose call failed in a way that may still
+// have set the key is released in the background at once (it does not
+// count for the lock). The error is the token generator's.
+func (c *Client) vote(ctx context.Context, cfg *config, rkey string, s *session, ln *line) (*acquisition, error) {
 	token, err := newToken(cfg, s)
 	if err != nil {
 		return nil, err
@@ -233,11 +260,18 @@ func (c *Client) vote(ctx context.Context, cfg *config, rkey string, s *session)
 		spec, a.sess, a.gens = opSession, s, make([]uint64, len(c.pools))
 		o.Session, o.Seq, o.KeyTTL, o.PrefixLen = s.skey, s.seq, keyTTL(cfg), len(cfg.prefix)
 	}
+	if ln != nil {
+		ln.fill(&o, cfg)
+	}
 	a.rd = c.runWith(ctx, cfg, spec, nil, o, nil, nil, call)
 	a.rd.settle(a)
 	a.elapsed = cfg.now().Sub(a.start)
 	a.validity = drift.Validity(cfg.ttl, a.elapsed, cfg.driftFactor)
 	a.won = a.rd.won() && a.validity > 0
+	if ln != nil {
+		ln.joined = ln.joined || !a.won || slices.Contains(a.said, false)
+		ln.said = a.said
+	}
 	return a, nil
 }
 

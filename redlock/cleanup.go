@@ -27,7 +27,7 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 			c.releaseUnsure(cfg, rep.Node, rkey, token, rep.Err)
 		}
 	})
-	rel := c.run(context.WithoutCancel(ctx), cfg, opRelease, nil, node.Op{Key: rkey, Token: token, KeyArg: rd.op.KeyArg, TokenArg: rd.op.TokenArg}, nil, func(i int) bool { return said[i] })
+	rel := c.run(context.WithoutCancel(ctx), cfg, opRelease, nil, node.Op{Key: rkey, Token: token, KeyArg: rd.op.KeyArg, TokenArg: rd.op.TokenArg, Grace: c.grace(cfg)}, nil, func(i int) bool { return said[i] })
 	retry := func(rep quorum.Reply) {
 		switch {
 		case rep.Err == nil:
@@ -92,7 +92,7 @@ func (c *Client) recheckHorizon(cfg *config) time.Duration {
 // sendRelease queues bg's release on node i (see releaseUnsure).
 func (c *Client) sendRelease(bg *background, i int) {
 	cfg := bg.cfg
-	op := node.New(node.Op{Kind: node.Release, Key: bg.rkey, Token: bg.token, Background: true})
+	op := node.New(node.Op{Kind: node.Release, Key: bg.rkey, Token: bg.token, Grace: c.grace(cfg), Background: true})
 	deadline := time.Now().Add(cleanupTimeout(cfg))
 	c.wg.Add(1)
 	if s := c.senders[i]; s != nil {

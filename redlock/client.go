@@ -24,6 +24,7 @@ type Client struct {
 	senders []node.Sender // pools[i] as a node.Sender, or nil: called on goroutines
 	queued  bool          // every pool is a node.Sender
 	slotted bool          // some pool is a Redis Cluster: fencing counters per hash slot
+	handoff bool          // queued and not slotted: the nodes keep lines of waiters (line.go)
 	call    quorum.Call   // runs an op through a Pool's methods
 	cfg     *config
 
@@ -88,8 +89,9 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 			c.slotted = true
 		}
 	}
+	c.handoff = c.queued && !c.slotted
 	c.call = c.callPool
-	c.notes.c = c
+	c.notes.c, c.notes.linger = c, subscriptionLinger
 	c.renew.c = c
 	c.renew.ctx, c.renew.cancel = context.WithCancel(context.Background())
 	c.ids.init(len(pools))
@@ -296,7 +298,7 @@ func (rd *round) tallyTokens() (best, answered int, sessions bool) {
 		if node.SessionValue(rep.Str) {
 			return 0, 0, true
 		}
-		if rep.Str != "" {
+		if rep.Str != "" && !node.HandedValue(rep.Str) { // a key handed to a waiter is held by no lock
 			tally[rep.Str]++
 			best = max(best, tally[rep.Str])
 		}

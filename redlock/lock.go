@@ -335,7 +335,7 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	}
 	c, cfg := l.c, l.cfg
 	c.untrack(l)
-	rd := c.run(context.WithoutCancel(ctx), cfg, opRelease, l, node.Op{Key: l.rkey, Token: l.token, KeyArg: l.keyArg, TokenArg: l.tokenArg}, nil, nil)
+	rd := c.run(context.WithoutCancel(ctx), cfg, opRelease, l, node.Op{Key: l.rkey, Token: l.token, KeyArg: l.keyArg, TokenArg: l.tokenArg, Grace: c.grace(cfg)}, nil, nil)
 	if c.queued {
 		// Each node runs the commands of a batch in order: a waiter's SET
 		// sent now most likely lands behind our delete, so it may try at

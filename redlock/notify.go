@@ -3,39 +3,55 @@ package redlock
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
 )
 
-// notifySpread bounds the random delay before a waiter woken by another
-// Client's release (learnt from the nodes) tries: the waiters of several
-// Clients, woken by one release at once, would otherwise split the nodes'
-// votes so that none wins. A release of this Client wakes its own waiter at
-// once, ahead of them.
+// notifySpread bounds the random delay before a waiter woken by a release
+// that named no waiter (learnt from the nodes) tries: the waiters of
+// several Clients, woken by one release at once, would otherwise split the
+// nodes' votes so that none wins. A release that names a waiter (a hand-off:
+// docs/design.md) wakes that waiter alone, at once.
 const notifySpread = time.Millisecond
 
-// recentReleases is how many releases per key a notifier counts nodes for.
+// recentReleases is how many releases per key a notifier counts nodes for,
+// and how many waiters named by a release before they registered it keeps.
 const recentReleases = 4
+
+// subscriptionLinger is how long a key stays subscribed after its last
+// waiter left: a key contended again soon (a process that releases and
+// asks again) keeps its subscription instead of waiting for a new one, and
+// the releases that come while a waiter's first attempt is in flight reach
+// the notifier.
+const subscriptionLinger = 10 * time.Second
 
 // notifier wakes Lock calls waiting for a key when the key is released,
 // instead of letting them sleep out their retry delay. It learns of
-// releases from this Client's own (Lock.Release: at once, once a quorum of
-// nodes confirmed) and from the nodes (the release script publishes the
-// released token on the channel named after the key; one subscription per
-// node and Client, shared by all its waiters, subscribed to the keys that
-// have waiters). A release wakes one waiter of the key, the one that has
-// waited longest among those asleep, and only once a quorum of nodes
-// published it (before that, no round can win). The others keep polling on
-// their jittered schedule, which also covers lost messages (a killed node,
-// a dropped connection) and Pools without subscriptions (node.Subscriber
-// is optional). All methods are safe for concurrent use.
+// releases from the nodes (the release script publishes the released token
+// and the waiter it handed the key to, if any, on the channel named after
+// the key; one subscription per node and Client, shared by all its
+// waiters, subscribed to the keys that have or recently had waiters) and,
+// where no subscription can tell, from this Client's own releases. A
+// release wakes one waiter, once a quorum of nodes published it (before
+// that, no round can win): the waiter it names, also when that waiter
+// registers only after the messages came; else the one that has waited
+// longest among those asleep. Once a quorum of nodes confirmed a key's
+// subscription, every waiter of the key tries once: a release published
+// before that was missed. The others keep polling on their jittered
+// schedule, which also covers lost messages (a killed node, a dropped
+// connection) and Pools without subscriptions (node.Subscriber is
+// optional). All methods are safe for concurrent use.
 type notifier struct {
 	c  *Client
 	mu sync.Mutex
-	// keys with waiters; an entry goes with its last waiter.
+	// keys with waiters, or whose last waiter left less than linger ago.
 	keys   map[string]*keyWaiters
+	linger time.Duration       // subscriptionLinger; tests set their own
 	subs   []node.Subscription // per node, nil where the Pool has none; opened with the first waiter
 	opened bool
 	closed bool
@@ -45,28 +61,39 @@ type notifier struct {
 	syncing bool
 	subbed  map[string]bool // keys subscribed on the nodes
 	wg      sync.WaitGroup  // the syncing goroutine
+	lingers uint64          // linger timers started
+	// Wake-ups sent, for tests: by releases, and by subscription
+	// confirmations.
+	wokenByRelease, wokenBySubscription atomic.Int64
 }
 
 type keyWaiters struct {
-	waiters []*waiter             // oldest first
-	recent  [recentReleases]tally // nodes that published recent releases
-	next    int                   // the slot of recent to reuse
+	waiters   []*waiter              // oldest first
+	recent    [recentReleases]tally  // nodes that published recent releases
+	next      int                    // the slot of recent to reuse
+	named     [recentReleases]string // waiters a release named before they registered
+	nextNamed int
+	confirmed int    // nodes that confirmed the key's subscription
+	idle      uint64 // not 0: the linger timer running since the last waiter left
 }
 
 type tally struct {
-	token string
+	msg   string
 	nodes int // -1: handled (a local release woke a waiter)
 }
 
 type waiter struct {
+	id     string             // the waiter's name in the key's line ("": none)
 	asleep bool               // in Lock's select; guarded by notifier.mu
 	wake   chan time.Duration // capacity 1: the delay before trying
 }
 
-// add registers a waiter for rkey; the key's first waiter subscribes to it
-// (in the background). The caller must call remove when it stops waiting.
-func (n *notifier) add(rkey string) *waiter {
-	w := &waiter{wake: make(chan time.Duration, 1)}
+// add registers waiter id (its name in the key's line, "" if none) for
+// rkey; a key without waiters is subscribed to (in the background). A
+// release that named id already wakes it at once. The caller must call
+// remove when it stops waiting.
+func (n *notifier) add(rkey, id string) *waiter {
+	w := &waiter{id: id, wake: make(chan time.Duration, 1)}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.keys == nil {
@@ -78,12 +105,17 @@ func (n *notifier) add(rkey string) *waiter {
 		n.keys[rkey] = k
 		n.changedLocked(rkey)
 	}
+	k.idle = 0
 	k.waiters = append(k.waiters, w)
+	if i := slices.Index(k.named[:], id); id != "" && i >= 0 {
+		k.named[i] = ""
+		n.wake(w, 0, &n.wokenByRelease)
+	}
 	return w
 }
 
-// remove unregisters w; the key's last waiter unsubscribes it (in the
-// background).
+// remove unregisters w; the key's last waiter leaves the key subscribed
+// for n.linger more.
 func (n *notifier) remove(rkey string, w *waiter) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -91,16 +123,33 @@ func (n *notifier) remove(rkey string, w *waiter) {
 	if k == nil {
 		return
 	}
-	for i, x := range k.waiters {
-		if x == w {
-			k.waiters = append(k.waiters[:i], k.waiters[i+1:]...)
-			break
+	if i := slices.Index(k.waiters, w); i >= 0 {
+		k.waiters = slices.Delete(k.waiters, i, i+1)
+	}
+	if len(k.waiters) > 0 {
+		return
+	}
+	if n.linger <= 0 {
+		n.dropLocked(rkey)
+		return
+	}
+	n.lingers++
+	gen := n.lingers
+	k.idle = gen
+	time.AfterFunc(n.linger, func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.keys[rkey] == k && k.idle == gen {
+			n.dropLocked(rkey)
 		}
-	}
-	if len(k.waiters) == 0 {
-		delete(n.keys, rkey)
-		n.changedLocked(rkey)
-	}
+	})
+}
+
+// dropLocked forgets rkey, which has no waiter, and unsubscribes it (in the
+// background). n.mu must be held.
+func (n *notifier) dropLocked(rkey string) {
+	delete(n.keys, rkey)
+	n.changedLocked(rkey)
 }
 
 // sleep marks w as asleep or awake.
@@ -111,56 +160,89 @@ func (n *notifier) sleep(w *waiter, asleep bool) {
 }
 
 // released tells the waiters of rkey that this Client released token on a
-// quorum: one of them tries at once.
+// quorum: one of them tries at once. Where the nodes hand keys to waiters
+// and subscriptions tell who, their messages decide instead.
 func (n *notifier) released(rkey, token string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := n.keys[rkey]
-	if k == nil {
+	if k == nil || n.c.handoff && n.subs != nil {
 		return
 	}
 	t := k.slot(token)
 	if t.nodes >= 0 {
 		t.nodes = -1
-		k.wakeOne(0)
+		n.wakeOneLocked(k, 0)
 	}
 }
 
 // published counts a node's message for rkey (from its subscription); at a
-// quorum of nodes for one token, one waiter tries after a random delay.
-func (n *notifier) published(rkey, token string) {
+// quorum of nodes for one message, the waiter it names tries at once, or,
+// if it names none, one waiter tries after a random delay.
+func (n *notifier) published(rkey, msg string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := n.keys[rkey]
 	if k == nil {
 		return
 	}
-	t := k.slot(token)
+	t := k.slot(msg)
 	if t.nodes < 0 {
 		return
 	}
 	t.nodes++
-	if t.nodes == n.c.cfg.quorumOf(len(n.c.pools)) {
-		k.wakeOne(1 + rand.N(notifySpread))
+	if t.nodes != n.c.cfg.quorumOf(len(n.c.pools)) {
+		return
+	}
+	_, id, named := strings.Cut(msg, string(node.Sep))
+	if !named {
+		n.wakeOneLocked(k, 1+rand.N(notifySpread))
+		return
+	}
+	for _, w := range k.waiters {
+		if w.id == id {
+			n.wake(w, 0, &n.wokenByRelease)
+			return
+		}
+	}
+	k.named[k.nextNamed] = id // it registers after its attempt's reply
+	k.nextNamed = (k.nextNamed + 1) % len(k.named)
+}
+
+// subscribed counts a node's confirmation of rkey's subscription; from a
+// quorum on, each confirmation wakes every waiter of the key once.
+func (n *notifier) subscribed(rkey string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := n.keys[rkey]
+	if k == nil {
+		return
+	}
+	k.confirmed++
+	if k.confirmed < n.c.cfg.quorumOf(len(n.c.pools)) {
+		return
+	}
+	for _, w := range k.waiters {
+		n.wake(w, 0, &n.wokenBySubscription)
 	}
 }
 
-// slot returns the tally of token, reusing the oldest slot for a new one.
-func (k *keyWaiters) slot(token string) *tally {
+// slot returns the tally of msg, reusing the oldest slot for a new one.
+func (k *keyWaiters) slot(msg string) *tally {
 	for i := range k.recent {
-		if k.recent[i].token == token {
+		if k.recent[i].msg == msg {
 			return &k.recent[i]
 		}
 	}
 	t := &k.recent[k.next]
 	k.next = (k.next + 1) % len(k.recent)
-	*t = tally{token: token}
+	*t = tally{msg: msg}
 	return t
 }
 
-// wakeOne wakes the oldest sleeping waiter, else the oldest (it tries once
-// more after its round). It never blocks.
-func (k *keyWaiters) wakeOne(delay time.Duration) {
+// wakeOneLocked wakes the oldest sleeping waiter of k, else the oldest (it
+// tries once more after its round). n.mu must be held.
+func (n *notifier) wakeOneLocked(k *keyWaiters, delay time.Duration) {
 	if len(k.waiters) == 0 {
 		return
 	}
@@ -171,9 +253,16 @@ func (k *keyWaiters) wakeOne(delay time.Duration) {
 			break
 		}
 	}
+	n.wake(w, delay, &n.wokenByRelease)
+}
+
+// wake makes w try after delay, unless it was woken already, counting the
+// wake-up in count. It never blocks; n.mu must be held.
+func (n *notifier) wake(w *waiter, delay time.Duration, count *atomic.Int64) {
 	select {
 	case w.wake <- delay:
 		w.asleep = false
+		count.Add(1)
 	default: // already woken
 	}
 }
@@ -194,7 +283,7 @@ func (n *notifier) changedLocked(rkey string) {
 		setup := cleanupTimeout(n.c.cfg)
 		for i, p := range n.c.pools {
 			if s, ok := p.(node.Subscriber); ok {
-				n.subs[i] = s.Subscribe(func(channel, message string) { n.published(channel, message) }, setup)
+				n.subs[i] = s.Subscribe(node.Handler{Published: n.published, Subscribed: n.subscribed}, setup)
 				some = true
 			}
 		}

@@ -15,6 +15,7 @@ func TestNotifier(t *testing.T) {
 	}
 	defer c.Close()
 	n := &c.notes
+	n.linger = 0 // a key goes with its last waiter
 	woken := func(w *waiter) (d int64, ok bool) {
 		select {
 		case d := <-w.wake:
@@ -23,7 +24,7 @@ func TestNotifier(t *testing.T) {
 			return 0, false
 		}
 	}
-	w := n.add("k")
+	w := n.add("k", "")
 	n.sleep(w, true)
 	n.published("k", "a")
 	n.published("k", "a")
@@ -51,7 +52,7 @@ func TestNotifier(t *testing.T) {
 	if _, ok := woken(w); ok {
 		t.Fatal("woken by the messages of an own release")
 	}
-	other := n.add("other")
+	other := n.add("other", "")
 	n.remove("k", w)
 	n.released("k", "d") // no waiter: nothing to do
 	if _, ok := woken(other); ok {

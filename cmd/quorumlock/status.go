@@ -138,6 +138,9 @@ func inspect(ctx context.Context, n node, rkey string, timeout time.Duration) no
 		}
 	}
 	s := nodeState{token: get.Val(), ttl: pttl.Val(), fence: fence.Val()}
+	if wire.HandedValue(s.token) { // handed to a waiter, which has not taken it yet: free
+		s.token, s.ttl = "", 0
+	}
 	if tok, inc, sk, ok := wire.ParseSession(rkey, s.token); ok {
 		var err error
 		if s.token, s.ttl, err = sessionState(ctx, c, tok, inc, sk); err != nil {

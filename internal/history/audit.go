@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
@@ -42,6 +43,9 @@ const (
 	ScriptRenewSession
 	// ScriptPeek reads who holds a lock; it writes nothing.
 	ScriptPeek
+	// ScriptLeave takes a waiter out of a key's line and, only if the key
+	// was handed to that waiter, deletes it and hands it on.
+	ScriptLeave
 )
 
 // LibraryScripts maps the SHA1 (lower-case hex, as EVALSHA sends it) of each
@@ -57,6 +61,7 @@ func LibraryScripts() map[string]ScriptKind {
 		scripts.AcquireSession.Hash(): ScriptAcquireSession,
 		scripts.RenewSession.Hash():   ScriptRenewSession,
 		scripts.Peek.Hash():           ScriptPeek,
+		scripts.Leave.Hash():          ScriptLeave,
 	}
 }
 
@@ -197,8 +202,15 @@ func (a *Audit) Gap(n int) {
 }
 
 func (a *Audit) isLockKey(k string) bool {
-	return strings.HasPrefix(k, a.cfg.Prefix) && !strings.HasSuffix(k, ":fence") && !strings.HasPrefix(k[len(a.cfg.Prefix):], "s:")
+	return strings.HasPrefix(k, a.cfg.Prefix) && !strings.HasSuffix(k, ":fence") && !strings.HasPrefix(k[len(a.cfg.Prefix):], "s:") &&
+		!strings.HasSuffix(k, lineSuffix) && !strings.HasSuffix(k, lapseSuffix)
 }
+
+// The suffixes of a lock key's line of waiters (internal/scripts/lib.lua).
+const (
+	lineSuffix  = string(node.Sep) + "q"
+	lapseSuffix = string(node.Sep) + "x"
+)
 
 // isSessionKey reports whether k is a renewal session's key (not the
 // sequence): a write to it changes whether that session's locks are held.
@@ -257,10 +269,16 @@ func (a *Audit) scriptLine(n int, nd *auditNode, s *openScript, cmd string, e En
 		if cmd == "incr" && s.key != "" {
 			nd.keys[s.key] = keyState{known: true, token: s.token}
 		}
-	case ScriptRelease:
-		if cmd == "del" && s.key != "" && len(e.Args) > 1 && e.Args[1] == s.key {
+	case ScriptRelease, ScriptLeave:
+		// DEL key only while it holds the token (Leave: is handed to the
+		// waiter); then maybe SET it, handed to the next waiter.
+		switch {
+		case s.key == "" || len(e.Args) < 2 || e.Args[1] != s.key:
+		case cmd == "del":
 			a.check(n, nd, s, "release deleted")
 			nd.keys[s.key] = keyState{known: true}
+		case cmd == "set" && len(e.Args) > 2:
+			nd.keys[s.key] = keyState{known: true, token: e.Args[2]}
 		}
 	case ScriptExtend:
 		if cmd == "pexpire" && s.key != "" && len(e.Args) > 1 && e.Args[1] == s.key {
@@ -355,6 +373,9 @@ func (a *Audit) openScript(cmd string, args []string) *openScript {
 	}
 	if len(s.argv) > 0 {
 		s.token = s.argv[0]
+	}
+	if s.kind == ScriptLeave {
+		s.token = string(node.Handed) + s.token // the key handed to the waiter
 	}
 	return s
 }

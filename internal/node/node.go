@@ -31,6 +31,7 @@ const (
 	AcquireSession             // session acquire script: Int = the session's incarnation, 0 when taken
 	RenewSession               // session renewal script: Int 1 while the session key holds Token
 	Peek                       // peek script: Str, the token that holds key, "" when it is free
+	Leave                      // leave script (Waiter, Grace): Int 1 when the key had been handed to Waiter
 )
 
 // Op is one command for every node of a round. It must not change once sent.
@@ -65,6 +66,19 @@ type Op struct {
 	KeyTTL       time.Duration
 	PrefixLen    int
 
+	// Waiter, Rank, LineTTL and InLine make an acquire a waiter's of
+	// Lock (Waiter "": none): taken, it joins the key's line ranked Rank
+	// (µs), its entry living LineTTL; free or handed to it, it takes the
+	// key and leaves the line (when InLine: it may be in it). Grace makes a
+	// Release hand the key to the first waiter for that long (0: no
+	// hand-off); a Leave takes Waiter out of the line and hands the key on
+	// for Grace if it had been handed to Waiter. (internal/scripts/lib.lua)
+	Waiter  string
+	Rank    int64
+	LineTTL time.Duration
+	InLine  bool
+	Grace   time.Duration
+
 	// KeyArg and TokenArg are Key and Token as command arguments. Build
 	// boxes them when they are nil; an Op for the same key and token may
 	// take them from an earlier one, to save the allocations.
@@ -73,7 +87,7 @@ type Op struct {
 	// Args is the Redis command (EVALSHA for the scripts), built once by
 	// Build and shared by the nodes' commands.
 	Args []any
-	argv [10]any // Args' storage
+	argv [14]any // Args' storage
 }
 
 // SessionValue reports whether v, a lock key's value, is a session lock's,
@@ -98,6 +112,15 @@ func ParseSession(k, v string) (token, inc, sessionKey string, ok bool) {
 // Sep separates a session lock's token from its incarnation in the key's
 // value; no token contains it.
 const Sep = '\x1f'
+
+// Handed starts the value of a key a release handed to the first waiter of
+// its line (internal/scripts/lib.lua): no token contains it, and such a
+// key is free for that waiter only, for a short grace.
+const Handed = '\x1e'
+
+// HandedValue reports whether v, a lock key's value, is a key handed to a
+// waiter: held by no lock.
+func HandedValue(v string) bool { return v != "" && v[0] == Handed }
 
 // Result is one node's answer to an Op.
 type Result struct {
@@ -144,12 +167,22 @@ func New(op Op) *Op {
 // Client whose Pools lack it polls.
 type Subscriber interface {
 	// Subscribe opens a subscription, subscribed to no channel yet, whose
-	// messages go to notify(channel, message) on a goroutine of the
-	// subscription; notify must not block. The subscription connects in
-	// the background; setup bounds each of its connection setups (dial,
-	// handshake, the Pool's connection checks), after which it is dropped
-	// and tried again.
-	Subscribe(notify func(channel, message string), setup time.Duration) Subscription
+	// events go to h on a goroutine of the subscription. The subscription
+	// connects in the background; setup bounds each of its connection
+	// setups (dial, handshake, the Pool's connection checks), after which
+	// it is dropped and tried again.
+	Subscribe(h Handler, setup time.Duration) Subscription
+}
+
+// Handler takes a subscription's events; its functions must not block.
+type Handler struct {
+	// Published receives a message.
+	Published func(channel, message string)
+	// Subscribed tells that the node confirmed a subscription to channel:
+	// messages published from then on are delivered. It is called again
+	// when the subscription connects anew (it missed what was published
+	// meanwhile).
+	Subscribed func(channel string)
 }
 
 // Subscription is one node's subscription, shared by all the waiters of a

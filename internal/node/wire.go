@@ -23,10 +23,10 @@ type wire struct {
 
 var wires = [...]wire{
 	Acquire: {script: scripts.Acquire, args: func(o *Op) []any {
-		return o.script(1, o.KeyArg, o.TokenArg, o.TTL.Milliseconds())
+		return o.waiter(o.script(1, o.KeyArg, o.TokenArg, o.TTL.Milliseconds()))
 	}, reply: intCmd, read: readInt},
 	AcquireFenced: {script: scripts.AcquireFenced, args: func(o *Op) []any {
-		return o.script(3, o.KeyArg, o.FenceKey, o.Key+":fence", o.TokenArg, o.TTL.Milliseconds())
+		return o.waiter(o.script(3, o.KeyArg, o.FenceKey, o.Key+":fence", o.TokenArg, o.TTL.Milliseconds()))
 	}, reply: intCmd, read: readCounter},
 	RaiseFence: {script: scripts.RaiseFence, args: func(o *Op) []any {
 		return o.script(2, o.KeyArg, o.FenceKey, o.TokenArg, o.Fence)
@@ -35,6 +35,9 @@ var wires = [...]wire{
 		return o.script(1, o.KeyArg, o.TokenArg, o.TTL.Milliseconds())
 	}, reply: intCmd, read: readInt},
 	Release: {script: scripts.Release, args: func(o *Op) []any {
+		if o.Grace > 0 {
+			return o.script(1, o.KeyArg, o.TokenArg, o.Grace.Milliseconds())
+		}
 		return o.script(1, o.KeyArg, o.TokenArg)
 	}, reply: intCmd, read: readInt},
 	Get: {args: func(o *Op) []any { return append(o.argv[:0], argGet, o.KeyArg) }, reply: stringCmd, read: readGet},
@@ -46,7 +49,7 @@ var wires = [...]wire{
 		return append(a, o.Tokens...)
 	}, reply: stringCmd, read: readBits},
 	AcquireSession: {script: scripts.AcquireSession, args: func(o *Op) []any {
-		return o.script(3, o.KeyArg, o.Session, o.Seq, o.TokenArg, o.TTL.Milliseconds(), o.KeyTTL.Milliseconds(), o.PrefixLen)
+		return o.waiter(o.script(3, o.KeyArg, o.Session, o.Seq, o.TokenArg, o.TTL.Milliseconds(), o.KeyTTL.Milliseconds(), o.PrefixLen))
 	}, reply: intCmd, read: readInt},
 	RenewSession: {script: scripts.RenewSession, args: func(o *Op) []any {
 		return o.script(1, o.KeyArg, o.TokenArg, o.TTL.Milliseconds())
@@ -54,13 +57,16 @@ var wires = [...]wire{
 	Peek: {script: scripts.Peek, args: func(o *Op) []any {
 		return o.script(1, o.KeyArg)
 	}, reply: stringCmd, read: readGet},
+	Leave: {script: scripts.Leave, args: func(o *Op) []any {
+		return o.script(1, o.KeyArg, o.Waiter, o.Grace.Milliseconds())
+	}, reply: intCmd, read: readInt},
 }
 
 // Boxed constants of the commands, so that building Args does not allocate
 // for them.
 var (
-	argGet, argEvalSha any           = "get", "evalsha"
-	shas               [Peek + 1]any // per Kind, for scripts
+	argGet, argEvalSha any            = "get", "evalsha"
+	shas               [Leave + 1]any // per Kind, for scripts
 )
 
 func init() {
@@ -75,6 +81,18 @@ func init() {
 func (o *Op) script(numkeys int, keysAndArgs ...any) []any {
 	a := append(o.argv[:0], argEvalSha, shas[o.Kind], numkeys)
 	return append(a, keysAndArgs...)
+}
+
+// waiter appends an acquire's waiter arguments to a, when it has a waiter.
+func (o *Op) waiter(a []any) []any {
+	if o.Waiter == "" {
+		return a
+	}
+	inLine := "0"
+	if o.InLine {
+		inLine = "1"
+	}
+	return append(a, o.Waiter, o.Rank, o.LineTTL.Milliseconds(), inLine)
 }
 
 // Build fills in o.Args (and KeyArg and TokenArg when nil), in o's own

@@ -2,16 +2,18 @@
 -- or a session lock whose session has ended (lib.lua).
 -- A copy of a call that already set the key (a command sent again) finds
 -- our token and answers like the first one did.
--- KEYS[1] lock key; ARGV[1] token; ARGV[2] TTL in milliseconds.
+-- A waiter of Lock joins the key's line when it is taken, and may take a
+-- key handed to it (lib.lua).
+-- KEYS[1] lock key; ARGV[1] token; ARGV[2] TTL in milliseconds; ARGV[3..6]
+-- the waiter, if any (lib.lua, line).
 -- Returns 1 when the key holds our token, 0 when it is taken.
-local v = redis.call('GET', KEYS[1])
-if v then
-  local o = owner(KEYS[1], v)
-  if o == ARGV[1] then
-    return 1
-  elseif o then
-    return 0
-  end
+local o = free_for(KEYS[1], redis.call('GET', KEYS[1]), 3)
+if o == ARGV[1] then
+  return 1
+elseif o then
+  line(KEYS[1], 3, false)
+  return 0
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+line(KEYS[1], 3, true)
 return 1

@@ -13,13 +13,15 @@
 -- A copy of a call that already set the key (a command sent again) finds our
 -- token and answers with the counter as it is now, without an increment.
 -- KEYS[1] lock key; KEYS[2] fence counter; KEYS[3] the key's old counter
--- (all in one hash slot, no TTL); ARGV[1] token; ARGV[2] TTL in milliseconds.
+-- (all in one hash slot, no TTL); ARGV[1] token; ARGV[2] TTL in milliseconds;
+-- ARGV[3..6] the waiter, if any (lib.lua, line: a waiter of Lock joins the
+-- key's line when it is taken, and may take a key handed to it).
 -- Returns the counter (>= 1) when the key holds our token, 0 when it is taken.
-local v = redis.call('GET', KEYS[1])
-local o = v and owner(KEYS[1], v)
+local o = free_for(KEYS[1], redis.call('GET', KEYS[1]), 3)
 if o == ARGV[1] then
   return tonumber(redis.call('GET', KEYS[2]) or '0')
 elseif o then
+  line(KEYS[1], 3, false)
   return 0
 end
 local n = redis.call('INCR', KEYS[2])
@@ -32,4 +34,5 @@ if old then
   redis.call('DEL', KEYS[3])
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+line(KEYS[1], 3, true)
 return n

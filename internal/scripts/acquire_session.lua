@@ -9,12 +9,14 @@
 -- KEYS[1] lock key; KEYS[2] session key; KEYS[3] incarnation sequence;
 -- ARGV[1] token; ARGV[2] session TTL in ms; ARGV[3] the lock key's own TTL
 -- in ms (it only collects the key once the session has ended); ARGV[4] the
--- length of the prefix that names the session key.
+-- length of the prefix that names the session key; ARGV[5..8] the waiter,
+-- if any (lib.lua, line: a waiter of Lock joins the key's line when it is
+-- taken, and may take a key handed to it).
 -- Returns the incarnation (>= 1) when the key holds our token, 0 when it is
 -- taken.
-local v = redis.call('GET', KEYS[1])
-local o = v and owner(KEYS[1], v)
+local o = free_for(KEYS[1], redis.call('GET', KEYS[1]), 5)
 if o and o ~= ARGV[1] then
+  line(KEYS[1], 5, false)
   return 0
 end
 local inc = redis.call('GET', KEYS[2])
@@ -26,5 +28,6 @@ else
 end
 if not o then
   redis.call('SET', KEYS[1], ARGV[1] .. '\31' .. inc .. '\31' .. ARGV[4], 'PX', ARGV[3])
+  line(KEYS[1], 5, true)
 end
 return tonumber(inc)

@@ -35,3 +35,86 @@ local function names(v, t)
   return v == t or string.sub(v, 1, #t + 1) == t .. '\31'
 end
 
+
+-- A lock key's line of waiters (docs/design.md, "Hand-off"). The sorted set
+-- <key>\31q holds the waiters of Lock ranked by their first attempt (µs on
+-- the waiter's clock, the same score on every node, so that every node
+-- ranks the waiters alike); <key>\31x holds when each entry lapses (ms on
+-- this node's clock), so that a waiter that stops asking leaves the line
+-- by itself. A release hands the key to the first waiter: the key then
+-- holds \30 and that waiter for a grace, taken for every acquire but that
+-- waiter's. Neither tokens nor waiters contain \30 or \31.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- reserved_for reports whether v, a lock key's value, is the key handed to
+-- waiter w ('' : no waiter).
+local function reserved_for(v, w)
+  return w ~= '' and v == '\30' .. w
+end
+
+-- join puts waiter w in the line of k, ranked order unless it is in the
+-- line already, and makes its entry live ttl ms more.
+local function join(k, w, order, ttl)
+  local q, x = k .. '\31q', k .. '\31x'
+  redis.call('ZADD', q, 'NX', order, w)
+  redis.call('ZADD', x, now_ms() + tonumber(ttl), w)
+  for _, s in ipairs({q, x}) do
+    if redis.call('PTTL', s) < tonumber(ttl) then
+      redis.call('PEXPIRE', s, ttl)
+    end
+  end
+end
+
+-- leave takes waiter w out of the line of k.
+local function leave(k, w)
+  redis.call('ZREM', k .. '\31q', w)
+  redis.call('ZREM', k .. '\31x', w)
+end
+
+-- hand_off reserves k, just freed, for the first live waiter of its line
+-- for grace ms, drops the lapsed ones, and returns the waiter ('' when
+-- the line is empty: k stays free).
+local function hand_off(k, grace)
+  local q, x = k .. '\31q', k .. '\31x'
+  local gone = redis.call('ZRANGEBYSCORE', x, '-inf', now_ms())
+  if #gone > 0 then
+    redis.call('ZREM', q, unpack(gone))
+    redis.call('ZREM', x, unpack(gone))
+  end
+  local w = redis.call('ZRANGE', q, 0, 0)[1]
+  if not w then
+    return ''
+  end
+  redis.call('SET', k, '\30' .. w, 'PX', grace)
+  return w
+end
+
+-- line settles the line of k for an acquire whose waiter arguments start
+-- at ARGV[i]: waiter ('' or absent: none), rank, entry TTL in ms, and '1'
+-- when the waiter may be in the line already. A waiter told "taken" joins
+-- the line; one that took the key leaves it.
+local function line(k, i, won)
+  local w = ARGV[i]
+  if not w or w == '' then
+    return
+  end
+  if not won then
+    join(k, w, ARGV[i + 1], ARGV[i + 2])
+  elseif ARGV[i + 3] == '1' then
+    leave(k, w)
+  end
+end
+
+-- free_for reads v, the value of lock key k, for an acquire whose waiter
+-- is ARGV[i]: false when k is free for it (absent, a session lock whose
+-- session ended, or handed to that waiter), else the token that holds it.
+local function free_for(k, v, i)
+  if not v or reserved_for(v, ARGV[i] or '') then
+    return false
+  end
+  return owner(k, v)
+end

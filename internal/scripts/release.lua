@@ -1,13 +1,16 @@
--- Release a lock: delete KEYS[1] only while it holds our token, then tell
--- waiters on the channel named after the key that it is free (the message
--- is the released token, so that a waiter can count the nodes of one
--- release). The notice is best effort (redis.pcall): an ACL user without
+-- Release a lock: delete KEYS[1] only while it holds our token, hand it to
+-- the first waiter of its line when asked to (lib.lua, hand_off), then tell
+-- waiters on the channel named after the key that it is free. The message
+-- is the released token, followed by \31 and the waiter it was handed to,
+-- if any: a waiter counts the nodes of one release, and only the waiter
+-- named tries. The notice is best effort (redis.pcall): an ACL user without
 -- pub/sub permissions (the Redis 7 default for new users) gets an error
 -- reply to PUBLISH, and the release, already done by then, must not be
 -- reported as failed for that; its waiters fall back to polling.
 -- A session lock's key is deleted whether or not its session still lives
 -- (lib.lua), but counts as released only while it does.
--- KEYS[1] lock key; ARGV[1] token.
+-- KEYS[1] lock key; ARGV[1] token; ARGV[2] the grace in ms a waiter the key
+-- is handed to gets (absent or 0: no hand-off).
 -- Returns 1 when the key held our token and was deleted, 0 otherwise
 -- (absent, expired, or held by another token: left untouched; or naming
 -- our token in a session that has ended: deleted).
@@ -15,7 +18,14 @@ local v = redis.call('GET', KEYS[1])
 if v and names(v, ARGV[1]) then
   local held = owner(KEYS[1], v) == ARGV[1]
   redis.call('DEL', KEYS[1])
-  redis.pcall('PUBLISH', KEYS[1], ARGV[1])
+  local msg = ARGV[1]
+  if tonumber(ARGV[2] or '0') > 0 then
+    local w = hand_off(KEYS[1], ARGV[2])
+    if w ~= '' then
+      msg = msg .. '\31' .. w
+    end
+  end
+  redis.pcall('PUBLISH', KEYS[1], msg)
   return held and 1 or 0
 end
 return 0

@@ -30,20 +30,25 @@ var (
 	acquireSessionSrc string
 	//go:embed renew_session.lua
 	renewSessionSrc string
+	//go:embed leave.lua
+	leaveSrc string
 	//go:embed lib.lua
 	lib string // the functions every script that reads a lock key uses
 )
 
 var (
-	// Release deletes KEYS[1] if it holds ARGV[1] and publishes on the
-	// channel KEYS[1] (best effort: a refused PUBLISH is ignored); it
-	// returns 1 if it deleted, else 0.
+	// Release deletes KEYS[1] if it holds ARGV[1], hands it to the first
+	// waiter of its line for ARGV[2] ms if that is given and positive, and
+	// publishes on the channel KEYS[1] (best effort: a refused PUBLISH is
+	// ignored); it returns 1 if it deleted, else 0.
 	Release = redis.NewScript(lib + releaseSrc)
 	// Extend sets the TTL of KEYS[1] to ARGV[2] ms if it holds ARGV[1];
 	// it returns 1 if it did, else 0. It never creates the key.
 	Extend = redis.NewScript(lib + extendSrc)
 	// Acquire sets KEYS[1] to ARGV[1] NX PX ARGV[2]; it returns 1 when the
 	// key holds ARGV[1] (also when a copy of the call set it), 0 when taken.
+	// With a waiter in ARGV[3..6] (lib.lua, line), a key handed to it is
+	// free, and a waiter told "taken" joins the key's line.
 	Acquire = redis.NewScript(lib + acquireSrc)
 	// AcquireFenced sets KEYS[1] to ARGV[1] NX PX ARGV[2] and, if it did,
 	// increments KEYS[2]; it returns the new counter, or 0 when taken.
@@ -65,4 +70,8 @@ var (
 	// RenewSession lengthens the session key KEYS[1] to ARGV[2] ms while it
 	// holds incarnation ARGV[1]; it returns 1 if it did, else 0.
 	RenewSession = redis.NewScript(renewSessionSrc)
+	// Leave takes waiter ARGV[1] out of the line of KEYS[1] and, if the key
+	// was handed to it, hands it on (for ARGV[2] ms) and publishes like
+	// Release; it returns 1 if the key had been handed to the waiter.
+	Leave = redis.NewScript(lib + leaveSrc)
 )

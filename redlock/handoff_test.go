@@ -1,0 +1,186 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/pool"
+)
+
+// Hand-off tests run on real Redis servers: whether a release's message
+// reaches the one waiter it names is a matter of delivery. Their Clients
+// poll once a minute: a waiter that gets the lock within the test was woken
+// by a release (or by its key's subscription being confirmed), never by
+// its retry timer, so a lost wake-up fails the test by its deadline.
+
+// realClients returns n Clients over the servers of cl, each with pools of
+// its own (as separate processes would have), polling once a minute.
+func realClients(t *testing.T, cl *redistest.Cluster, n int) []*Client {
+	t.Helper()
+	var cs []*Client
+	for range n {
+		var pools []pool.Pool
+		for i, addr := range cl.Addrs() {
+			rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+			t.Cleanup(func() { _ = rdb.Close() })
+			p, err := pool.New(rdb, pool.WithName(fmt.Sprintf("node%d", i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pools = append(pools, p)
+		}
+		c, err := New(pools, testNodeTimeout, WithRetryBackoff(time.Minute, time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		if !c.handoff {
+			t.Fatal("a Client over Pools of package pool keeps no lines")
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// wakes sums the wake-ups the Clients' notifiers sent, by releases and by
+// subscription confirmations.
+func wakes(cs []*Client) (byRelease, bySubscription int64) {
+	for _, c := range cs {
+		byRelease += c.notes.wokenByRelease.Load()
+		bySubscription += c.notes.wokenBySubscription.Load()
+	}
+	return byRelease, bySubscription
+}
+
+// settled reports whether c has want waiters of rkey, all asleep, and every
+// node confirmed its subscription to the key.
+func settled(c *Client, rkey string, want int) bool {
+	n := &c.notes
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := n.keys[rkey]
+	if k == nil || len(k.waiters) != want || k.confirmed < len(c.pools) {
+		return false
+	}
+	for _, w := range k.waiters {
+		if !w.asleep {
+			return false
+		}
+	}
+	return true
+}
+
+// waitFor polls cond until it holds, failing the test after a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(time.Minute); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestHandOffWakesExactlyOneAcrossClients: three Clients with two waiters
+// each wait for a key another Client holds. Each release wakes exactly one
+// waiter across all the Clients, the one that asked first, which then gets
+// the lock: six releases, six wake-ups, the waiters served in the order
+// they asked.
+func TestHandOffWakesExactlyOneAcrossClients(t *testing.T) {
+	cl := redistest.Start(t, 5)
+	cs := realClients(t, cl, 4)
+	holder, waiters := cs[0], cs[1:]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	first, err := holder.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu     sync.Mutex
+		served []int
+		wg     sync.WaitGroup
+	)
+	for i := range 6 {
+		c := waiters[i%len(waiters)]
+		wg.Go(func() {
+			l, err := c.Lock(ctx, "k")
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			served = append(served, i)
+			mu.Unlock()
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("waiter %d: release: %v", i, err)
+			}
+		})
+		// The next waiter asks once this one is in line and asleep.
+		waitFor(t, fmt.Sprintf("waiter %d to sleep", i), func() bool { return settled(c, rkey("k"), i/len(waiters)+1) })
+	}
+	rel0, sub0 := wakes(cs)
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	rel, sub := wakes(cs)
+	if got := rel - rel0; got != 6 {
+		t.Errorf("6 releases with waiters woke %d waiters across the Clients; want exactly 6", got)
+	}
+	if sub != sub0 {
+		t.Errorf("%d wake-ups by subscription confirmations after every subscription was confirmed", sub-sub0)
+	}
+	if want := []int{0, 1, 2, 3, 4, 5}; !slices.Equal(served, want) {
+		t.Errorf("waiters served in the order %v; want the order they asked in, %v", served, want)
+	}
+}
+
+// TestNoLostWakeUp: two Clients take turns on one key, each asking again
+// right after it releases, as two processes contending for a lock do.
+// Every turn comes from a wake-up (they poll once a minute): none is lost,
+// and no release wakes more than one waiter.
+func TestNoLostWakeUp(t *testing.T) {
+	cl := redistest.Start(t, 5)
+	cs := realClients(t, cl, 2)
+	const turns = 150
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	releases := make([]int, len(cs))
+	begin := time.Now()
+	for i, c := range cs {
+		wg.Go(func() {
+			for range turns {
+				// Well below the minute between polls: a turn that waits
+				// for its retry timer fails.
+				lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				l, err := c.Lock(lctx, "k")
+				cancel()
+				if err != nil {
+					t.Errorf("client %d after %d turns: %v", i, releases[i], err)
+					return
+				}
+				time.Sleep(time.Millisecond)
+				if err := l.Release(ctx); err != nil {
+					t.Errorf("client %d: release: %v", i, err)
+					return
+				}
+				releases[i]++
+			}
+		})
+	}
+	wg.Wait()
+	rel, sub := wakes(cs)
+	total := releases[0] + releases[1]
+	t.Logf("%d releases in %v, %d wake-ups by releases, %d by subscription confirmations", total, time.Since(begin).Round(time.Millisecond), rel, sub)
+	if rel > int64(total) {
+		t.Errorf("%d releases woke %d waiters: more than one per release", total, rel)
+	}
+}

@@ -1,0 +1,83 @@
+package redlock
+
+import (
+	crand "crypto/rand"
+	"encoding/base64"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
+)
+
+// line is a Lock call's place in the key's line of waiters on the nodes
+// (docs/design.md, "Hand-off"): each attempt told "taken" puts the waiter
+// in the line, ranked by its first attempt; a release hands the key to the
+// first waiter, and names it to the waiting Clients, whose notifier wakes
+// exactly that waiter. Only Clients whose Pools all queue and are not
+// Cluster clients keep lines (Client.handoff).
+type line struct {
+	id     string // the waiter, as the nodes and the release messages name it
+	rank   int64  // the first attempt, in µs since the Unix epoch
+	joined bool   // an attempt was told "taken" or failed: the waiter may be in the line
+	said   []bool // the nodes that said yes to the last attempt
+}
+
+// newLine returns a new waiter's place, ranked now.
+func newLine() *line {
+	var b [12]byte
+	_, _ = crand.Read(b[:]) // never fails (crypto/rand's documented contract)
+	return &line{id: base64.RawURLEncoding.EncodeToString(b[:]), rank: time.Now().UnixMicro()}
+}
+
+// fill makes o, an acquire, this waiter's.
+func (ln *line) fill(o *node.Op, cfg *config) {
+	o.Waiter, o.Rank, o.LineTTL, o.InLine = ln.id, ln.rank, lineTTL(cfg), ln.joined
+}
+
+// lineTTL is how long a waiter's entry lives after its last attempt: the
+// longest wait between two attempts of Lock (the retry delay, plus an
+// attempt bounded by the node timeout), twice. A waiter that stops asking
+// (its process died) leaves the line within it.
+func lineTTL(cfg *config) time.Duration {
+	return 2 * (cfg.retryMax + cfg.nodeTimeout)
+}
+
+// handGrace is how long a key handed to a waiter stays free for it alone:
+// the time for the release's message to reach it and its round to run,
+// which the node timeout bounds. A waiter that does not come in time (its
+// process died, its message was lost) costs the key that much.
+func handGrace(cfg *config) time.Duration {
+	return cfg.nodeTimeout
+}
+
+// grace is the Grace of cfg's releases: handGrace where the nodes keep
+// lines, else 0 (no hand-off).
+func (c *Client) grace(cfg *config) time.Duration {
+	if !c.handoff {
+		return 0
+	}
+	return handGrace(cfg)
+}
+
+// leaveLine takes ln's waiter out of the key's line on the nodes where
+// ask(i) (all when ask is nil), in the background, and hands the key on
+// where it had been handed to it. It does not wait; Close waits for it. An
+// entry it misses lapses by itself (lineTTL).
+func (c *Client) leaveLine(cfg *config, rkey string, ln *line, ask func(int) bool) {
+	if c.enter() != nil {
+		return
+	}
+	defer c.wg.Done()
+	op := node.New(node.Op{Kind: node.Leave, Key: rkey, Waiter: ln.id, Grace: handGrace(cfg), Background: true})
+	deadline := time.Now().Add(cleanupTimeout(cfg))
+	for i, s := range c.senders {
+		if ask == nil || ask(i) {
+			c.wg.Add(1)
+			s.Send(op, deadline, leaving{c}, i)
+		}
+	}
+}
+
+// leaving receives the result of a Leave nobody waits for.
+type leaving struct{ c *Client }
+
+func (l leaving) Deliver(int, node.Result) { l.c.wg.Done() }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -135,19 +134,14 @@ func (s *sleeper) sleep(ctx context.Context, delay time.Duration) {
 	}
 }
 
-// stop leaves the notifier and the key's line, and stops the timer. A
-// waiter that took the lock leaves the line only where its winning attempt
-// was not told yes (it left it elsewhere as it took the key).
+// stop leaves the notifier and stops the timer. A waiter that did not take
+// the lock leaves the key's line; one that did leaves it with its release.
 func (s *sleeper) stop() {
 	if s.w != nil {
 		s.c.notes.remove(s.rkey, s.w)
 	}
-	if ln := s.ln; ln != nil && ln.joined {
-		var ask func(int) bool
-		if s.won {
-			ask = func(i int) bool { return !ln.said[i] }
-		}
-		s.c.leaveLine(s.cfg, s.rkey, ln, ask)
+	if ln := s.ln; ln != nil && ln.joined && !s.won {
+		s.c.leaveLine(s.cfg, s.rkey, ln.id, true, nil)
 	}
 	if s.timer != nil {
 		s.timer.Stop()
@@ -217,6 +211,17 @@ type acquisition struct {
 	landed   []chan struct{} // fencing over Pools that do not queue: closed when node i's acquire call returned
 	sess     *session        // a session lock's session, else nil
 	gens     []uint64        // per node that said yes: the session's generation there
+	refused  []bool          // nodes that said "taken", or failed in a way that may have run the script; nil: none
+	waiter   string          // the Lock call's name in the key's line ("": a TryLock)
+	inLine   bool            // the waiter may be in the line on some node
+}
+
+// refuse notes that node i said "taken", or may have run the script.
+func (a *acquisition) refuse(i int) {
+	if a.refused == nil {
+		a.refused = make([]bool, len(a.said))
+	}
+	a.refused[i] = true
 }
 
 // newToken returns an attempt's token: the session's, or cfg's generator's,
@@ -269,8 +274,8 @@ func (c *Client) vote(ctx context.Context, cfg *config, rkey string, s *session,
 	a.validity = drift.Validity(cfg.ttl, a.elapsed, cfg.driftFactor)
 	a.won = a.rd.won() && a.validity > 0
 	if ln != nil {
-		ln.joined = ln.joined || !a.won || slices.Contains(a.said, false)
-		ln.said = a.said
+		ln.joined = ln.joined || !a.won || a.refused != nil
+		a.waiter, a.inLine = ln.id, ln.joined
 	}
 	return a, nil
 }
@@ -287,6 +292,9 @@ func (a *acquisition) vote(rep quorum.Reply, yes bool) {
 		}
 	case mayHaveWritten(rep.Err):
 		a.rd.c.releaseUnsure(a.rd.cfg, rep.Node, a.rd.op.Key, a.rd.op.Token, rep.Err)
+		a.refuse(rep.Node)
+	case rep.Err == nil:
+		a.refuse(rep.Node) // taken: a waiter joined the line there
 	}
 }
 

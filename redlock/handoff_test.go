@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -75,6 +76,22 @@ func settled(c *Client, rkey string, want int) bool {
 		}
 	}
 	return true
+}
+
+// dumpLine describes rkey and its line on every node of cl.
+func dumpLine(cl *redistest.Cluster, rkey string) string {
+	var b strings.Builder
+	for i, addr := range cl.Addrs() {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		defer rdb.Close()
+		ctx := context.Background()
+		v, _ := rdb.Get(ctx, rkey).Result()
+		pttl, _ := rdb.PTTL(ctx, rkey).Result()
+		q, _ := rdb.ZRangeWithScores(ctx, rkey+"\x1fq", 0, -1).Result()
+		x, _ := rdb.ZRangeWithScores(ctx, rkey+"\x1fx", 0, -1).Result()
+		fmt.Fprintf(&b, "node%d: %q (%v) line %v lapses %v\n", i, v, pttl, q, x)
+	}
+	return b.String()
 }
 
 // waitFor polls cond until it holds, failing the test after a minute.
@@ -164,7 +181,7 @@ func TestNoLostWakeUp(t *testing.T) {
 				l, err := c.Lock(lctx, "k")
 				cancel()
 				if err != nil {
-					t.Errorf("client %d after %d turns: %v", i, releases[i], err)
+					t.Errorf("client %d after %d turns: %v\n%s", i, releases[i], err, dumpLine(cl, rkey("k")))
 					return
 				}
 				time.Sleep(time.Millisecond)

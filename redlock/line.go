@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/quorum"
 )
 
 // line is a Lock call's place in the key's line of waiters on the nodes
@@ -18,7 +19,6 @@ type line struct {
 	id     string // the waiter, as the nodes and the release messages name it
 	rank   int64  // the first attempt, in µs since the Unix epoch
 	joined bool   // an attempt was told "taken" or failed: the waiter may be in the line
-	said   []bool // the nodes that said yes to the last attempt
 }
 
 // newLine returns a new waiter's place, ranked now.
@@ -43,10 +43,11 @@ func lineTTL(cfg *config) time.Duration {
 
 // handGrace is how long a key handed to a waiter stays free for it alone:
 // the time for the release's message to reach it and its round to run,
-// which the node timeout bounds. A waiter that does not come in time (its
-// process died, its message was lost) costs the key that much.
+// which the node timeout bounds; no longer than the first retry delay,
+// after which a waiter whose wake-up was lost tries by itself. A waiter
+// that does not come in time (its process died) costs the key that much.
 func handGrace(cfg *config) time.Duration {
-	return cfg.nodeTimeout
+	return min(cfg.nodeTimeout, cfg.retryBase)
 }
 
 // grace is the Grace of cfg's releases: handGrace where the nodes keep
@@ -58,16 +59,18 @@ func (c *Client) grace(cfg *config) time.Duration {
 	return handGrace(cfg)
 }
 
-// leaveLine takes ln's waiter out of the key's line on the nodes where
-// ask(i) (all when ask is nil), in the background, and hands the key on
-// where it had been handed to it. It does not wait; Close waits for it. An
-// entry it misses lapses by itself (lineTTL).
-func (c *Client) leaveLine(cfg *config, rkey string, ln *line, ask func(int) bool) {
+// leaveLine takes waiter, whose Lock call ended, out of the key's line for
+// good (its attempts that land late do not put it back) on the nodes where
+// ask(i) (every node when ask is nil), in the background, and hands the
+// key on where it had been handed to it, telling the next waiter if tell
+// (a waiter that took the lock does not: its release will). It does not
+// wait; Close waits for it. An entry it misses lapses by itself (lineTTL).
+func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func(int) bool) {
 	if c.enter() != nil {
 		return
 	}
 	defer c.wg.Done()
-	op := node.New(node.Op{Kind: node.Leave, Key: rkey, Waiter: ln.id, Grace: handGrace(cfg), Background: true})
+	op := node.New(node.Op{Kind: node.Leave, Key: rkey, Waiter: waiter, Grace: handGrace(cfg), LineTTL: lineTTL(cfg), Tell: tell, Background: true})
 	deadline := time.Now().Add(cleanupTimeout(cfg))
 	for i, s := range c.senders {
 		if ask == nil || ask(i) {
@@ -81,3 +84,41 @@ func (c *Client) leaveLine(cfg *config, rkey string, ln *line, ask func(int) boo
 type leaving struct{ c *Client }
 
 func (l leaving) Deliver(int, node.Result) { l.c.wg.Done() }
+
+// handTally counts, over a release round's yes replies, the waiters the
+// nodes handed the key to. It allocates nothing for the usual few names.
+type handTally struct {
+	names  [5]string
+	counts [5]int
+	n      int
+}
+
+func (h *handTally) vote(rep quorum.Reply, yes bool) {
+	if !yes || rep.Str == "" {
+		return
+	}
+	for i := range h.n {
+		if h.names[i] == rep.Str {
+			h.counts[i]++
+			return
+		}
+	}
+	if h.n < len(h.names) {
+		h.names[h.n], h.counts[h.n] = rep.Str, 1
+		h.n++
+	}
+}
+
+// most returns the waiter the most nodes handed the key to, or "".
+func (h *handTally) most() string {
+	best := -1
+	for i := range h.n {
+		if best < 0 || h.counts[i] > h.counts[best] {
+			best = i
+		}
+	}
+	if best < 0 {
+		return ""
+	}
+	return h.names[best]
+}

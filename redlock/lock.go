@@ -41,6 +41,12 @@ type Lock struct {
 	// keyArg and tokenArg are rkey and token boxed as command arguments
 	// by the acquiring round, reused by renewals and the release.
 	keyArg, tokenArg any
+	// waiter is the Lock call's name in the key's line ("" for TryLock;
+	// line.go). inLine: it may wait in the line on some node (an attempt
+	// was told "taken"); it leaves the line there once it holds the lock,
+	// and the release takes it out of the line for good everywhere.
+	waiter string
+	inLine bool
 	// landing[i]: node i's acquire command has not answered yet; no other
 	// command of this lock goes to node i before it has (it could overtake
 	// the SET): chained holds the rounds waiting for it. unsure[i]: it
@@ -335,16 +341,32 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	}
 	c, cfg := l.c, l.cfg
 	c.untrack(l)
-	rd := c.run(context.WithoutCancel(ctx), cfg, opRelease, l, node.Op{Key: l.rkey, Token: l.token, KeyArg: l.keyArg, TokenArg: l.tokenArg, Grace: c.grace(cfg)}, nil, nil)
-	if c.queued {
+	o := node.Op{Key: l.rkey, Token: l.token, KeyArg: l.keyArg, TokenArg: l.tokenArg, Grace: c.grace(cfg)}
+	if l.mu.Lock(); l.inLine {
+		o.Waiter, o.LineTTL = l.waiter, lineTTL(cfg)
+	}
+	l.mu.Unlock()
+	rd := c.run(context.WithoutCancel(ctx), cfg, opRelease, l, o, nil, nil)
+	var handed handTally
+	switch {
+	case c.handoff:
+		// The nodes hand the key to the first waiter and name it; if it
+		// is a waiter of this Client, it tries now.
+		rd.settle(&handed)
+		if w := handed.most(); w != "" {
+			c.notes.handedTo(l.rkey, l.token, w)
+		}
+	case c.queued:
 		// Each node runs the commands of a batch in order: a waiter's SET
 		// sent now most likely lands behind our delete, so it may try at
 		// once (if it does not, it is told "taken" and waits again).
 		c.notes.released(l.rkey, l.token)
-	}
-	rd.settle(nil)
-	if rd.won() && !c.queued {
-		c.notes.released(l.rkey, l.token) // a waiter of this Client tries now
+		rd.settle(nil)
+	default:
+		rd.settle(nil)
+		if rd.won() {
+			c.notes.released(l.rkey, l.token) // a waiter of this Client tries now
+		}
 	}
 	// A delete that failed in a way that may not have reached the node is
 	// sent again in the background; so is one that found nothing where our
@@ -416,6 +438,8 @@ func (l *Lock) late(rep quorum.Reply) {
 		l.unsure[rep.Node] = true
 	}
 	keep := !l.released && !l.lost && l.cfg.now().Before(l.deadlineLocked())
+	waited := l.waiter != "" && !(rep.Err == nil && rep.Int > 0) // it may wait in the line there
+	l.inLine = l.inLine || waited
 	if keep && gen != 0 { // the node counts for the lock from now on
 		l.gens[rep.Node] = gen
 		l.keyUntil[rep.Node] = drift.Deadline(l.acquired, keyTTL(l.cfg), l.cfg.driftFactor)
@@ -438,6 +462,9 @@ func (l *Lock) late(rep quorum.Reply) {
 		if cs.r.Send(rep.Node) && cs.release {
 			releasing = true
 		}
+	}
+	if waited {
+		l.c.leaveLine(l.cfg, l.rkey, l.waiter, false, func(i int) bool { return i == rep.Node })
 	}
 	// A definite yes is covered by a chained release sent now; an unknown
 	// fate needs the release that re-checks.
@@ -495,6 +522,7 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 	l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), key: key, rkey: op.Key, token: op.Token, keyArg: op.KeyArg, tokenArg: op.TokenArg,
 		acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor), renewIdx: -1}
 	l.landing = append(l.landingv[:0], a.rd.out...)
+	l.waiter, l.inLine = a.waiter, a.inLine
 	if cfg.fencing {
 		l.fence = a.fence
 	}
@@ -509,6 +537,9 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 	}
 	if l.sess != nil {
 		l.sess.add(l)
+	}
+	if l.inLine { // it holds the key; it must not be handed it where it waits
+		c.leaveLine(cfg, l.rkey, l.waiter, false, func(i int) bool { return !a.said[i] && !l.landing[i] })
 	}
 	a.rd.r.Finish(l.late)
 	if cfg.autoExtend {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/quorum"
 )
 
 // notifySpread bounds the random delay before a waiter woken by a release
@@ -78,8 +79,9 @@ type keyWaiters struct {
 }
 
 type tally struct {
-	msg   string
-	nodes int // -1: handled (a local release woke a waiter)
+	token string    // the released token ("" for waiters that left the line)
+	nodes int       // nodes that published it; -1: handled
+	named handTally // the waiters the nodes handed the key to
 }
 
 type waiter struct {
@@ -160,13 +162,12 @@ func (n *notifier) sleep(w *waiter, asleep bool) {
 }
 
 // released tells the waiters of rkey that this Client released token on a
-// quorum: one of them tries at once. Where the nodes hand keys to waiters
-// and subscriptions tell who, their messages decide instead.
+// quorum: one of them tries at once.
 func (n *notifier) released(rkey, token string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := n.keys[rkey]
-	if k == nil || n.c.handoff && n.subs != nil {
+	if k == nil {
 		return
 	}
 	t := k.slot(token)
@@ -176,9 +177,13 @@ func (n *notifier) released(rkey, token string) {
 	}
 }
 
-// published counts a node's message for rkey (from its subscription); at a
-// quorum of nodes for one message, the waiter it names tries at once, or,
-// if it names none, one waiter tries after a random delay.
+// published counts a node's message for rkey (from its subscription). Once
+// a quorum of nodes published a release (before that, no round can win),
+// the waiter most of them handed the key to tries at once; if they handed
+// it to nobody, one waiter tries after a random delay. (A waiter's attempt
+// and a release can cross on a node, so the nodes need not all name the
+// same waiter; every Client counts the same messages and picks the same
+// one, but for ties between the first quorum of messages it saw.)
 func (n *notifier) published(rkey, msg string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -186,26 +191,55 @@ func (n *notifier) published(rkey, msg string) {
 	if k == nil {
 		return
 	}
-	t := k.slot(msg)
+	token, id, _ := strings.Cut(msg, string(node.Sep))
+	if token == "" { // a waiter that stopped waiting handed the key on
+		n.handLocked(k, id)
+		return
+	}
+	t := k.slot(token)
 	if t.nodes < 0 {
 		return
 	}
 	t.nodes++
-	if t.nodes != n.c.cfg.quorumOf(len(n.c.pools)) {
+	t.named.vote(quorum.Reply{Result: node.Result{Str: id}}, true)
+	if t.nodes < n.c.cfg.quorumOf(len(n.c.pools)) {
 		return
 	}
-	_, id, named := strings.Cut(msg, string(node.Sep))
-	if !named {
-		n.wakeOneLocked(k, 1+rand.N(notifySpread))
+	t.nodes = -1
+	if id := t.named.most(); id != "" {
+		n.handLocked(k, id)
 		return
 	}
+	n.wakeOneLocked(k, 1+rand.N(notifySpread))
+}
+
+// handedTo tells that this Client's release of token handed rkey to waiter
+// id on most of the nodes that released it: if id is a waiter of this
+// Client, it tries at once (and the release's messages wake nobody more).
+func (n *notifier) handedTo(rkey, token, id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := n.keys[rkey]
+	if k == nil {
+		return
+	}
+	if t := k.slot(token); t.nodes >= 0 {
+		t.nodes = -1
+		n.handLocked(k, id)
+	}
+}
+
+// handLocked wakes waiter id of k, to which a release handed the key, at
+// once, or, if it has not registered yet (its attempt's reply is on its
+// way), when it does. n.mu must be held.
+func (n *notifier) handLocked(k *keyWaiters, id string) {
 	for _, w := range k.waiters {
 		if w.id == id {
 			n.wake(w, 0, &n.wokenByRelease)
 			return
 		}
 	}
-	k.named[k.nextNamed] = id // it registers after its attempt's reply
+	k.named[k.nextNamed] = id
 	k.nextNamed = (k.nextNamed + 1) % len(k.named)
 }
 
@@ -227,16 +261,17 @@ func (n *notifier) subscribed(rkey string) {
 	}
 }
 
-// slot returns the tally of msg, reusing the oldest slot for a new one.
-func (k *keyWaiters) slot(msg string) *tally {
+// slot returns the tally of the release of token, reusing the oldest slot
+// for a new one.
+func (k *keyWaiters) slot(token string) *tally {
 	for i := range k.recent {
-		if k.recent[i].msg == msg {
+		if k.recent[i].token == token {
 			return &k.recent[i]
 		}
 	}
 	t := &k.recent[k.next]
 	k.next = (k.next + 1) % len(k.recent)
-	*t = tally{msg: msg}
+	*t = tally{token: token}
 	return t
 }
 

@@ -71,13 +71,16 @@ type Op struct {
 	// (µs), its entry living LineTTL; free or handed to it, it takes the
 	// key and leaves the line (when InLine: it may be in it). Grace makes a
 	// Release hand the key to the first waiter for that long (0: no
-	// hand-off); a Leave takes Waiter out of the line and hands the key on
-	// for Grace if it had been handed to Waiter. (internal/scripts/lib.lua)
+	// hand-off), and its Waiter (the lock's, if it waited) leave the line
+	// for good for LineTTL; a Leave takes Waiter out of the line for good
+	// for LineTTL and hands the key on for Grace if it had been handed to
+	// Waiter, telling the next waiter if Tell. (internal/scripts/lib.lua)
 	Waiter  string
 	Rank    int64
 	LineTTL time.Duration
 	InLine  bool
 	Grace   time.Duration
+	Tell    bool
 
 	// KeyArg and TokenArg are Key and Token as command arguments. Build
 	// boxes them when they are nil; an Op for the same key and token may
@@ -125,7 +128,7 @@ func HandedValue(v string) bool { return v != "" && v[0] == Handed }
 // Result is one node's answer to an Op.
 type Result struct {
 	Int int64  // Acquire..Release, AcquireSession, RenewSession (see Kind)
-	Str string // Get: the value; Peek: the token; ExtendMany: one '1' or '0' per key
+	Str string // Get: the value; Peek: the token; ExtendMany: one '1' or '0' per key; Release with a Grace: the waiter the key was handed to
 
 	Err error // the node gave no definite answer (see pool.Pool)
 }

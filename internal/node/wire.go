@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -35,11 +36,14 @@ var wires = [...]wire{
 		return o.script(1, o.KeyArg, o.TokenArg, o.TTL.Milliseconds())
 	}, reply: intCmd, read: readInt},
 	Release: {script: scripts.Release, args: func(o *Op) []any {
-		if o.Grace > 0 {
+		switch {
+		case o.Grace > 0 && o.Waiter != "":
+			return o.script(1, o.KeyArg, o.TokenArg, o.Grace.Milliseconds(), o.Waiter, o.LineTTL.Milliseconds())
+		case o.Grace > 0:
 			return o.script(1, o.KeyArg, o.TokenArg, o.Grace.Milliseconds())
 		}
 		return o.script(1, o.KeyArg, o.TokenArg)
-	}, reply: intCmd, read: readInt},
+	}, reply: anyCmd, read: readRelease},
 	Get: {args: func(o *Op) []any { return append(o.argv[:0], argGet, o.KeyArg) }, reply: stringCmd, read: readGet},
 	ExtendMany: {script: scripts.ExtendMany, args: func(o *Op) []any {
 		a := make([]any, 0, 4+2*len(o.Keys))
@@ -58,7 +62,11 @@ var wires = [...]wire{
 		return o.script(1, o.KeyArg)
 	}, reply: stringCmd, read: readGet},
 	Leave: {script: scripts.Leave, args: func(o *Op) []any {
-		return o.script(1, o.KeyArg, o.Waiter, o.Grace.Milliseconds())
+		tell := "0"
+		if o.Tell {
+			tell = "1"
+		}
+		return o.script(1, o.KeyArg, o.Waiter, o.Grace.Milliseconds(), o.LineTTL.Milliseconds(), tell)
 	}, reply: intCmd, read: readInt},
 }
 
@@ -141,12 +149,17 @@ func (o *Op) Eval(ctx context.Context, c redis.Scripter) Result {
 		r.SetVal(v)
 		r.SetErr(err)
 		return o.Result(r)
+	case *redis.Cmd:
+		r.SetVal(cmd.Val())
+		r.SetErr(cmd.Err())
+		return o.Result(r)
 	}
 	return Result{Err: errors.New("node: a script with a reply of an unknown type")}
 }
 
 func stringCmd(ctx context.Context, args ...any) redis.Cmder { return redis.NewStringCmd(ctx, args...) }
 func intCmd(ctx context.Context, args ...any) redis.Cmder    { return redis.NewIntCmd(ctx, args...) }
+func anyCmd(ctx context.Context, args ...any) redis.Cmder    { return redis.NewCmd(ctx, args...) }
 
 func readGet(_ *Op, c redis.Cmder) Result {
 	v, err := c.(*redis.StringCmd).Result()
@@ -162,6 +175,25 @@ func readBits(o *Op, c redis.Cmder) Result {
 		err = fmt.Errorf("node: extend of %d keys answered %d results", len(o.Keys), len(v))
 	}
 	return Result{Str: v, Err: err}
+}
+
+// readRelease reads a release's reply: an integer, or, with a Grace, a
+// string: the integer, Sep, and the waiter the key was handed to (Str).
+func readRelease(_ *Op, c redis.Cmder) Result {
+	v, err := c.(*redis.Cmd).Result()
+	if err != nil {
+		return Result{Err: err}
+	}
+	switch v := v.(type) {
+	case int64:
+		return Result{Int: v}
+	case string:
+		n, w, ok := strings.Cut(v, string(Sep))
+		if ok && (n == "0" || n == "1") {
+			return Result{Int: int64(n[0] - '0'), Str: w}
+		}
+	}
+	return Result{Err: fmt.Errorf("node: a release answered %q", v)}
 }
 
 func readInt(_ *Op, c redis.Cmder) Result {

@@ -56,30 +56,52 @@ local function reserved_for(v, w)
   return w ~= '' and v == '\30' .. w
 end
 
--- join puts waiter w in the line of k, ranked order unless it is in the
--- line already, and makes its entry live ttl ms more.
-local function join(k, w, order, ttl)
-  local q, x = k .. '\31q', k .. '\31x'
-  redis.call('ZADD', q, 'NX', order, w)
-  redis.call('ZADD', x, now_ms() + tonumber(ttl), w)
-  for _, s in ipairs({q, x}) do
-    if redis.call('PTTL', s) < tonumber(ttl) then
-      redis.call('PEXPIRE', s, ttl)
-    end
+-- live makes key s live at least ttl ms more.
+local function live(s, ttl)
+  if redis.call('PTTL', s) < tonumber(ttl) then
+    redis.call('PEXPIRE', s, ttl)
   end
 end
 
--- leave takes waiter w out of the line of k.
-local function leave(k, w)
-  redis.call('ZREM', k .. '\31q', w)
-  redis.call('ZREM', k .. '\31x', w)
+-- join puts waiter w in the line of k, ranked order unless it is in the
+-- line already, and makes its entry live ttl ms more. A waiter that left
+-- for good (leave with a ttl) stays out: this is an attempt of it that
+-- landed late.
+local function join(k, w, order, ttl)
+  local q, x = k .. '\31q', k .. '\31x'
+  if not redis.call('ZSCORE', q, w) then
+    if redis.call('ZSCORE', x, w) then
+      return
+    end
+    redis.call('ZADD', q, order, w)
+    live(q, ttl)
+  end
+  redis.call('ZADD', x, now_ms() + tonumber(ttl), w)
+  live(x, ttl)
+end
+
+-- leave takes waiter w out of the line of k; for good when ttl is given
+-- (its Lock call has ended): for ttl ms, until its entry lapses, its
+-- attempts that land late do not put it back.
+local function leave(k, w, ttl)
+  local q, x = k .. '\31q', k .. '\31x'
+  redis.call('ZREM', q, w)
+  if ttl then
+    redis.call('ZADD', x, now_ms() + tonumber(ttl), w)
+    live(x, ttl)
+  else
+    redis.call('ZREM', x, w)
+  end
 end
 
 -- hand_off reserves k, just freed, for the first live waiter of its line
 -- for grace ms, drops the lapsed ones, and returns the waiter ('' when
--- the line is empty: k stays free).
+-- the line is empty: k stays free). A key nobody waits for costs one read.
 local function hand_off(k, grace)
   local q, x = k .. '\31q', k .. '\31x'
+  if redis.call('EXISTS', q) == 0 then
+    return ''
+  end
   local gone = redis.call('ZRANGEBYSCORE', x, '-inf', now_ms())
   if #gone > 0 then
     redis.call('ZREM', q, unpack(gone))

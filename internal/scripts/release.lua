@@ -10,22 +10,35 @@
 -- A session lock's key is deleted whether or not its session still lives
 -- (lib.lua), but counts as released only while it does.
 -- KEYS[1] lock key; ARGV[1] token; ARGV[2] the grace in ms a waiter the key
--- is handed to gets (absent or 0: no hand-off).
+-- is handed to gets (absent or 0: no hand-off); ARGV[3], if given, the
+-- waiter that took the lock, which leaves the line for good (lib.lua,
+-- leave) for ARGV[4] ms.
 -- Returns 1 when the key held our token and was deleted, 0 otherwise
 -- (absent, expired, or held by another token: left untouched; or naming
--- our token in a session that has ended: deleted).
+-- our token in a session that has ended: deleted). With a grace, it
+-- returns that as a string, followed by \31 and the waiter the key was
+-- handed to ('' if none).
+local handing = tonumber(ARGV[2] or '0') > 0
+if ARGV[3] then
+  leave(KEYS[1], ARGV[3], ARGV[4])
+end
 local v = redis.call('GET', KEYS[1])
+local held, w = 0, ''
 if v and names(v, ARGV[1]) then
-  local held = owner(KEYS[1], v) == ARGV[1]
+  if owner(KEYS[1], v) == ARGV[1] then
+    held = 1
+  end
   redis.call('DEL', KEYS[1])
   local msg = ARGV[1]
-  if tonumber(ARGV[2] or '0') > 0 then
-    local w = hand_off(KEYS[1], ARGV[2])
+  if handing then
+    w = hand_off(KEYS[1], ARGV[2])
     if w ~= '' then
       msg = msg .. '\31' .. w
     end
   end
   redis.pcall('PUBLISH', KEYS[1], msg)
-  return held and 1 or 0
 end
-return 0
+if handing then
+  return held .. '\31' .. w
+end
+return held

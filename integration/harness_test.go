@@ -91,15 +91,30 @@ func (c *cluster) reachable(t *testing.T, what string, fn func(i int, cl *redis.
 	}
 }
 
-// lockKeys returns every key with the lock prefix on the node.
+// lockKeys returns every key with the lock prefix on the node but the
+// lines of waiters (lineKeys).
 func lockKeys(t *testing.T, cl *redis.Client) []string {
+	return prefixed(t, cl, false)
+}
+
+// lineKeys returns the keys of the lines of waiters on the node: a lock
+// key's name, 0x1f and q or x (sorted sets; docs/design.md, "Hand-off").
+func lineKeys(t *testing.T, cl *redis.Client) []string {
+	return prefixed(t, cl, true)
+}
+
+func prefixed(t *testing.T, cl *redis.Client, lines bool) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var keys []string
 	iter := cl.Scan(ctx, 0, redlock.DefaultKeyPrefix+"*", 1000).Iterator()
 	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
+		k := iter.Val()
+		line := strings.HasSuffix(k, "\x1fq") || strings.HasSuffix(k, "\x1fx")
+		if line == lines {
+			keys = append(keys, k)
+		}
 	}
 	if err := iter.Err(); err != nil {
 		t.Errorf("SCAN %s: %v", cl.Options().Addr, err)
@@ -161,6 +176,11 @@ func (c *cluster) checkKeyTTLs(t *testing.T, maxTTL time.Duration) {
 				t.Errorf("node%d: lock key %q has no TTL: it would block its lock forever", i, k)
 			case ms > maxTTL.Milliseconds():
 				t.Errorf("node%d: lock key %q has PTTL %dms, longer than the longest lock TTL of this test (%v)", i, k, ms, maxTTL)
+			}
+		}
+		for _, k := range lineKeys(t, cl) {
+			if pttl(t, cl, k) == -1 {
+				t.Errorf("node%d: line of waiters %q has no TTL: it would stay forever", i, k)
 			}
 		}
 	})

@@ -80,6 +80,18 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 		}
 		last = err
 		delay := cfg.retryDelay(attempt)
+		switch {
+		case s.woken:
+			// Woken by a release, and still not the holder: some nodes
+			// had not released yet, or handed the key to a waiter that is
+			// not coming; their hand-off lapses within handGrace.
+			delay = cfg.retryDelay(0)
+		case s.ln != nil && s.ln.joined:
+			// In the line, a release names this waiter when its turn
+			// comes: polling only covers lost messages, and keeps its
+			// entry from lapsing (lineTTL).
+			delay = jitter(cfg.retryMax)
+		}
 		if cfg.maxWait > 0 {
 			left := cfg.maxWait - time.Since(begin)
 			if left <= 0 {
@@ -99,6 +111,7 @@ type sleeper struct {
 	rkey  string
 	ln    *line // the waiter's place in the key's line, when the Client keeps lines
 	won   bool
+	woken bool // the last sleep was cut short by a release
 	w     *waiter
 	timer *time.Timer
 }
@@ -118,10 +131,12 @@ func (s *sleeper) sleep(ctx context.Context, delay time.Duration) {
 		s.timer.Reset(delay)
 	}
 	s.c.notes.sleep(s.w, true)
+	s.woken = false
 	select {
 	case <-s.timer.C:
 		s.c.notes.sleep(s.w, false)
 	case d := <-s.w.wake: // the key was released
+		s.woken = true
 		if d > 0 {
 			s.timer.Reset(d)
 			select {

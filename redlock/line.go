@@ -42,10 +42,12 @@ func lineTTL(cfg *config) time.Duration {
 }
 
 // handGrace is how long a key handed to a waiter stays free for it alone:
-// the time for the release's message to reach it and its round to run,
-// which the node timeout bounds; no longer than the first retry delay,
-// after which a waiter whose wake-up was lost tries by itself. A waiter
-// that does not come in time (its process died) costs the key that much.
+// the time for the release's message to reach it and its round to run, at
+// most the node timeout and the first retry delay. A waiter that does not
+// come in time (its process died, a node kept it in its line after it
+// left) costs the key that much; one that comes later still finds the key
+// free, unless a newcomer took it: the other waiters in the line poll
+// slowly.
 func handGrace(cfg *config) time.Duration {
 	return min(cfg.nodeTimeout, cfg.retryBase)
 }

@@ -130,8 +130,11 @@ func (c *config) retryDelay(attempt int) time.Duration {
 	if attempt < 62 && c.retryBase <= d>>attempt { // no overflow: base·2^attempt ≤ max
 		d = c.retryBase << attempt
 	}
-	return d/2 + rand.N(d/2+1)
+	return jitter(d)
 }
+
+// jitter returns a random duration in [d/2, d].
+func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
 
 // WithTTL sets how long the lock lives on each Redis node (default 10 s),
 // rounded down to whole milliseconds because Redis counts milliseconds. The
@@ -183,7 +186,10 @@ func WithNodeTimeout(d time.Duration) Option {
 // d = min(max, base·2^k). The defaults, 25 ms doubling up to 250 ms, retry
 // quickly when a lock is about to be freed and keep each waiter below about
 // five attempts a second when it is held for long; the randomness keeps
-// waiters from retrying in lockstep.
+// waiters from retrying in lockstep. A waiter in a key's line (Lock, with
+// Pools of package pool that are not Cluster clients) waits between max/2
+// and max from its first failed attempt on: a release wakes it when its
+// turn comes, and its own attempts only cover lost wake-ups.
 func WithRetryBackoff(base, max time.Duration) Option {
 	return func(c *config) error {
 		if base <= 0 || max < base {

@@ -7,7 +7,8 @@ package main
 // -procs-child), each with one client of its own (the same set-up as the
 // in-process scenarios) and one goroutine that loops: Lock the shared key
 // (the implementation's blocking call and retry policy), hold it for
-// holdTime, Release it, and ask again at once. The parent hands every child
+// holdTime, Release it, and ask again once another process got the lock (or
+// a second passed), as in block1 (turns, procsturn.go). The parent hands every child
 // the same three instants on CLOCK_MONOTONIC, which all processes on the
 // machine share: go (start looping), from (the measured window opens: the
 // warm-up is from − go) and to (it closes: the child cancels a Lock still
@@ -102,6 +103,11 @@ func procsChild(name, addrList, key, outPath string, t procsTimes) error {
 		return err
 	}
 	defer im.close()
+	tn, err := openTurns(filepath.Dir(outPath))
+	if err != nil {
+		return err
+	}
+	defer tn.close()
 	s := im.session()
 	if now := mono(); now > t.from {
 		return fmt.Errorf("procs child: ready %v after the measured window opened; start fewer processes", time.Duration(now-t.from))
@@ -126,6 +132,7 @@ func procsChild(name, addrList, key, outPath string, t procsTimes) error {
 			time.Sleep(time.Millisecond) // an error, not contention: do not spin
 			continue
 		}
+		mine := tn.took()
 		time.Sleep(holdTime)
 		call := mono()
 		uerr := s.unlock(context.Background())
@@ -133,6 +140,7 @@ func procsChild(name, addrList, key, outPath string, t procsTimes) error {
 		if uerr != nil && t.in(at) {
 			out.RelErrs++
 		}
+		tn.waitOther(mine, t.to)
 	}
 	b, err := json.Marshal(&out)
 	if err != nil {
@@ -262,6 +270,9 @@ func procsOne(ctx context.Context, name string, n int, srvs []*server, warm, dur
 		return procsRun{}, err
 	}
 	defer os.RemoveAll(dir)
+	if err := createTurns(dir); err != nil {
+		return procsRun{}, err
+	}
 	ps, err := startProcsChildren(name, n, srvs, dir, t)
 	defer func() { // on any early return: kill the children by pid and reap them
 		for _, p := range ps {
@@ -494,7 +505,7 @@ func (pb *procsBench) markdown(meds map[int]map[string]procsRun, passes int, war
 	var b strings.Builder
 	fmt.Fprintf(&b, "#### N processes blocking on one key (`%s`)\n\n", procsID)
 	fmt.Fprintf(&b, "Medians of %d interleaved pass(es), %s measured per run after %s warm-up. "+
-		"Each of N child processes runs one client with one goroutine that loops: Lock one shared key (the blocking call), hold it %s, Release, and ask again at once. "+
+		"Each of N child processes runs one client with one goroutine that loops: Lock one shared key (the blocking call), hold it %s, Release, and ask again once another process got the lock (or a second passed). "+
 		"Hand-off: the next holder's Lock return less the previous holder's Release return (CLOCK_MONOTONIC, shared by the processes), "+
 		"when the next holder is another process; 0 when its Lock returned first; in brackets the number of hand-offs the quantiles are of. "+
 		"Fairness: the fewest and most acquisitions of one process in the window, and Jain's index (1: all the same; 1/N: one process got them all). "+

@@ -341,33 +341,8 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	}
 	c, cfg := l.c, l.cfg
 	c.untrack(l)
-	o := node.Op{Key: l.rkey, Token: l.token, KeyArg: l.keyArg, TokenArg: l.tokenArg, Grace: c.grace(cfg)}
-	if l.mu.Lock(); l.inLine {
-		o.Waiter, o.LineTTL = l.waiter, lineTTL(cfg)
-	}
-	l.mu.Unlock()
-	rd := c.run(context.WithoutCancel(ctx), cfg, opRelease, l, o, nil, nil)
-	var handed handTally
-	switch {
-	case c.handoff:
-		// The nodes hand the key to the first waiter and name it; if it
-		// is a waiter of this Client, it tries now.
-		rd.settle(&handed)
-		if w := handed.most(); w != "" {
-			c.notes.handedTo(l.rkey, l.token, w)
-		}
-	case c.queued:
-		// Each node runs the commands of a batch in order: a waiter's SET
-		// sent now most likely lands behind our delete, so it may try at
-		// once (if it does not, it is told "taken" and waits again).
-		c.notes.released(l.rkey, l.token)
-		rd.settle(nil)
-	default:
-		rd.settle(nil)
-		if rd.won() {
-			c.notes.released(l.rkey, l.token) // a waiter of this Client tries now
-		}
-	}
+	rd := c.run(context.WithoutCancel(ctx), cfg, opRelease, l, l.releaseOp(), nil, nil)
+	l.settleRelease(rd)
 	// A delete that failed in a way that may not have reached the node is
 	// sent again in the background; so is one that found nothing where our
 	// acquire's fate is unknown (its SET may still land).
@@ -395,6 +370,47 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 		cfg.observer.Released(l.event(time.Since(rd.start), err))
 	}
 	return err
+}
+
+// releaseOp is the lock's release command: with a hand-off where the nodes
+// keep lines, and taking the lock's waiter out of the line for good if it
+// may be in it.
+func (l *Lock) releaseOp() node.Op {
+	c, cfg := l.c, l.cfg
+	o := node.Op{Key: l.rkey, Token: l.token, KeyArg: l.keyArg, TokenArg: l.tokenArg, Grace: c.grace(cfg)}
+	l.mu.Lock()
+	if l.inLine {
+		o.Waiter, o.LineTTL = l.waiter, lineTTL(cfg)
+	}
+	l.mu.Unlock()
+	return o
+}
+
+// settleRelease decides the release round rd and wakes the waiter it
+// concerns, if it is one of this Client's.
+func (l *Lock) settleRelease(rd *round) {
+	c := l.c
+	switch {
+	case c.handoff:
+		// The nodes hand the key to the first waiter and name it; if it
+		// is a waiter of this Client, it tries now.
+		var handed handTally
+		rd.settle(&handed)
+		if w := handed.most(); w != "" {
+			c.notes.handedTo(l.rkey, l.token, w)
+		}
+	case c.queued:
+		// Each node runs the commands of a batch in order: a waiter's SET
+		// sent now most likely lands behind our delete, so it may try at
+		// once (if it does not, it is told "taken" and waits again).
+		c.notes.released(l.rkey, l.token)
+		rd.settle(nil)
+	default:
+		rd.settle(nil)
+		if rd.won() {
+			c.notes.released(l.rkey, l.token) // a waiter of this Client tries now
+		}
+	}
 }
 
 // errUnknownFate stands for an acquire command that failed without a reply.

@@ -37,11 +37,12 @@ const subscriptionLinger = 10 * time.Second
 // and the waiter it handed the key to, if any, on the channel named after
 // the key; one subscription per node and Client, shared by all its
 // waiters, subscribed to the keys that have or recently had waiters) and,
-// where no subscription can tell, from this Client's own releases. A
+// from this Client's own releases (their replies name the waiter, or, for
+// Clients without lines, a release wakes a waiter of its own at once). A
 // release wakes one waiter, once a quorum of nodes published it (before
-// that, no round can win): the waiter it names, also when that waiter
-// registers only after the messages came; else the one that has waited
-// longest among those asleep. Once a quorum of nodes confirmed a key's
+// that, no round can win): the waiter most of them named, also when that
+// waiter registers only after the messages came; if they named none, the
+// one that has waited longest among those asleep. Once a quorum of nodes confirmed a key's
 // subscription, every waiter of the key tries once: a release published
 // before that was missed. The others keep polling on their jittered
 // schedule, which also covers lost messages (a killed node, a dropped

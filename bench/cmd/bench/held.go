@@ -205,17 +205,23 @@ func heldScenario(ctx context.Context, srvs []*server, names []string, cfg heldC
 // writeHeldMD writes text between the held markers, opening the section
 // first when the file has none.
 func writeHeldMD(path, text string) error {
+	return writeSection(path, heldHeading, heldBegin, heldEnd, text)
+}
+
+// writeSection writes text between the markers begin and end of the file
+// at path, first appending heading and the markers when the file has none.
+func writeSection(path, heading, begin, end, text string) error {
 	old, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	if !strings.Contains(string(old), heldBegin) {
-		s := strings.TrimRight(string(old), "\n") + "\n\n" + heldHeading + "\n"
+	if !strings.Contains(string(old), begin) {
+		s := strings.TrimRight(string(old), "\n") + "\n\n" + heading + "\n"
 		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
 			return err
 		}
 	}
-	return writeBetween(path, heldBegin, heldEnd, text)
+	return writeBetween(path, begin, end, text)
 }
 
 func runHeld(ctx context.Context, srvs []*server, names []string, cfg heldCfg) ([]*heldRun, *fenceRun, error) {

@@ -487,17 +487,7 @@ func (pb *procsBench) report(env string, passes int, warm, dur time.Duration, md
 // writeProcsMD writes text between the procs markers, opening the section
 // first when the file has none.
 func writeProcsMD(path, text string) error {
-	old, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	if !strings.Contains(string(old), procsBegin) {
-		s := strings.TrimRight(string(old), "\n") + "\n\n" + procsHeading + "\n"
-		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-			return err
-		}
-	}
-	return writeBetween(path, procsBegin, procsEnd, text)
+	return writeSection(path, procsHeading, procsBegin, procsEnd, text)
 }
 
 // markdown renders the description, the targets and the table.

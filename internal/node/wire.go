@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -43,7 +44,7 @@ var wires = [...]wire{
 			return o.script(1, o.KeyArg, o.TokenArg, o.Grace.Milliseconds())
 		}
 		return o.script(1, o.KeyArg, o.TokenArg)
-	}, reply: anyCmd, read: readRelease},
+	}, reply: stringCmd, read: readRelease},
 	Get: {args: func(o *Op) []any { return append(o.argv[:0], argGet, o.KeyArg) }, reply: stringCmd, read: readGet},
 	ExtendMany: {script: scripts.ExtendMany, args: func(o *Op) []any {
 		a := make([]any, 0, 4+2*len(o.Keys))
@@ -140,8 +141,12 @@ func (o *Op) Eval(ctx context.Context, c redis.Scripter) Result {
 	cmd := w.script.Eval(ctx, c, keys, o.Args[3+n:]...)
 	switch r := w.reply(ctx).(type) {
 	case *redis.StringCmd:
-		v, err := cmd.Text()
-		r.SetVal(v)
+		v, err := cmd.Result()
+		if n, ok := v.(int64); ok { // a release's integer reply
+			v = strconv.FormatInt(n, 10)
+		}
+		s, _ := v.(string)
+		r.SetVal(s)
 		r.SetErr(err)
 		return o.Result(r)
 	case *redis.IntCmd:
@@ -149,17 +154,12 @@ func (o *Op) Eval(ctx context.Context, c redis.Scripter) Result {
 		r.SetVal(v)
 		r.SetErr(err)
 		return o.Result(r)
-	case *redis.Cmd:
-		r.SetVal(cmd.Val())
-		r.SetErr(cmd.Err())
-		return o.Result(r)
 	}
 	return Result{Err: errors.New("node: a script with a reply of an unknown type")}
 }
 
 func stringCmd(ctx context.Context, args ...any) redis.Cmder { return redis.NewStringCmd(ctx, args...) }
 func intCmd(ctx context.Context, args ...any) redis.Cmder    { return redis.NewIntCmd(ctx, args...) }
-func anyCmd(ctx context.Context, args ...any) redis.Cmder    { return redis.NewCmd(ctx, args...) }
 
 func readGet(_ *Op, c redis.Cmder) Result {
 	v, err := c.(*redis.StringCmd).Result()
@@ -177,23 +177,19 @@ func readBits(o *Op, c redis.Cmder) Result {
 	return Result{Str: v, Err: err}
 }
 
-// readRelease reads a release's reply: an integer, or, with a Grace, a
-// string: the integer, Sep, and the waiter the key was handed to (Str).
+// readRelease reads a release's reply, read as a string: an integer (0 or
+// 1), or, when the release handed the key to a waiter, the integer, Sep and
+// the waiter (Str). An integer reply costs no allocation.
 func readRelease(_ *Op, c redis.Cmder) Result {
-	v, err := c.(*redis.Cmd).Result()
+	v, err := c.(*redis.StringCmd).Result()
 	if err != nil {
 		return Result{Err: err}
 	}
-	switch v := v.(type) {
-	case int64:
-		return Result{Int: v}
-	case string:
-		n, w, ok := strings.Cut(v, string(Sep))
-		if ok && (n == "0" || n == "1") {
-			return Result{Int: int64(n[0] - '0'), Str: w}
-		}
+	n, w, _ := strings.Cut(v, string(Sep))
+	if n != "0" && n != "1" {
+		return Result{Err: fmt.Errorf("node: a release answered %q", v)}
 	}
-	return Result{Err: fmt.Errorf("node: a release answered %q", v)}
+	return Result{Int: int64(n[0] - '0'), Str: w}
 }
 
 func readInt(_ *Op, c redis.Cmder) Result {

@@ -15,9 +15,9 @@
 -- leave) for ARGV[4] ms.
 -- Returns 1 when the key held our token and was deleted, 0 otherwise
 -- (absent, expired, or held by another token: left untouched; or naming
--- our token in a session that has ended: deleted). With a grace, it
--- returns that as a string, followed by \31 and the waiter the key was
--- handed to ('' if none).
+-- our token in a session that has ended: deleted). When it handed the key
+-- to a waiter, it returns that as a string, followed by \31 and the
+-- waiter.
 local handing = tonumber(ARGV[2] or '0') > 0
 if ARGV[3] then
   leave(KEYS[1], ARGV[3], ARGV[4])
@@ -38,7 +38,7 @@ if v and names(v, ARGV[1]) then
   end
   redis.pcall('PUBLISH', KEYS[1], msg)
 end
-if handing then
+if w ~= '' then
   return held .. '\31' .. w
 end
 return held

@@ -67,6 +67,7 @@ type notifier struct {
 	// Wake-ups sent, for tests: by releases, and by subscription
 	// confirmations.
 	wokenByRelease, wokenBySubscription atomic.Int64
+	wokenAgain                          atomic.Int64 // by later nodes of a release that woke the waiter already
 }
 
 type keyWaiters struct {
@@ -83,6 +84,7 @@ type tally struct {
 	token string    // the released token ("" for waiters that left the line)
 	nodes int       // nodes that published it; -1: handled
 	named handTally // the waiters the nodes handed the key to
+	woke  string    // the waiter woken for it, if any
 }
 
 type waiter struct {
@@ -198,7 +200,13 @@ func (n *notifier) published(rkey, msg string) {
 		return
 	}
 	t := k.slot(token)
-	if t.nodes < 0 {
+	switch {
+	case t.woke != "":
+		if id == t.woke { // a later node handed it the key too
+			n.wakeAgainLocked(k, id)
+		}
+		return
+	case t.nodes < 0:
 		return
 	}
 	t.nodes++
@@ -208,10 +216,25 @@ func (n *notifier) published(rkey, msg string) {
 	}
 	t.nodes = -1
 	if id := t.named.most(); id != "" {
+		t.woke = id
 		n.handLocked(k, id)
 		return
 	}
 	n.wakeOneLocked(k, 1+rand.N(notifySpread))
+}
+
+// wakeAgainLocked makes waiter id of k, woken by a release already, try
+// once more if it is asleep again: its attempt may have come to a node
+// before the release did there (and failed), and each later node that hands
+// it the key is a reason to try again. It counts in wokenAgain, not as a
+// wake-up of its own. n.mu must be held.
+func (n *notifier) wakeAgainLocked(k *keyWaiters, id string) {
+	for _, w := range k.waiters {
+		if w.id == id {
+			n.wake(w, 0, &n.wokenAgain)
+			return
+		}
+	}
 }
 
 // handedTo tells that this Client's release of token handed rkey to waiter
@@ -224,8 +247,8 @@ func (n *notifier) handedTo(rkey, token, id string) {
 	if k == nil {
 		return
 	}
-	if t := k.slot(token); t.nodes >= 0 {
-		t.nodes = -1
+	if t := k.slot(token); t.nodes >= 0 && t.woke == "" {
+		t.nodes, t.woke = -1, id
 		n.handLocked(k, id)
 	}
 }

@@ -226,17 +226,9 @@ type acquisition struct {
 	landed   []chan struct{} // fencing over Pools that do not queue: closed when node i's acquire call returned
 	sess     *session        // a session lock's session, else nil
 	gens     []uint64        // per node that said yes: the session's generation there
-	refused  []bool          // nodes that said "taken", or failed in a way that may have run the script; nil: none
+	refused  bool            // a node said "taken", or failed in a way that may have run the script
 	waiter   string          // the Lock call's name in the key's line ("": a TryLock)
 	inLine   bool            // the waiter may be in the line on some node
-}
-
-// refuse notes that node i said "taken", or may have run the script.
-func (a *acquisition) refuse(i int) {
-	if a.refused == nil {
-		a.refused = make([]bool, len(a.said))
-	}
-	a.refused[i] = true
 }
 
 // newToken returns an attempt's token: the session's, or cfg's generator's,
@@ -289,7 +281,7 @@ func (c *Client) vote(ctx context.Context, cfg *config, rkey string, s *session,
 	a.validity = drift.Validity(cfg.ttl, a.elapsed, cfg.driftFactor)
 	a.won = a.rd.won() && a.validity > 0
 	if ln != nil {
-		ln.joined = ln.joined || !a.won || a.refused != nil
+		ln.joined = ln.joined || !a.won || a.refused
 		a.waiter, a.inLine = ln.id, ln.joined
 	}
 	return a, nil
@@ -307,9 +299,9 @@ func (a *acquisition) vote(rep quorum.Reply, yes bool) {
 		}
 	case mayHaveWritten(rep.Err):
 		a.rd.c.releaseUnsure(a.rd.cfg, rep.Node, a.rd.op.Key, a.rd.op.Token, rep.Err)
-		a.refuse(rep.Node)
+		a.refused = true
 	case rep.Err == nil:
-		a.refuse(rep.Node) // taken: a waiter joined the line there
+		a.refused = true // taken: a waiter joined the line there
 	}
 }
 

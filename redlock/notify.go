@@ -41,8 +41,9 @@ const subscriptionLinger = 10 * time.Second
 // Clients without lines, a release wakes a waiter of its own at once). A
 // release wakes one waiter, once a quorum of nodes published it (before
 // that, no round can win): the waiter most of them named, also when that
-// waiter registers only after the messages came; if they named none, the
-// one that has waited longest among those asleep. Once a quorum of nodes confirmed a key's
+// waiter registers only after the messages came, and again at each later
+// message naming it; if they named none, the one that has waited longest
+// among those asleep. Once a quorum of nodes confirmed a key's
 // subscription, every waiter of the key tries once: a release published
 // before that was missed. The others keep polling on their jittered
 // schedule, which also covers lost messages (a killed node, a dropped

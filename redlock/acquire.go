@@ -55,7 +55,7 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 	begin := time.Now()
 	s := &sleeper{c: c, cfg: cfg, rkey: c.redisKey(cfg, key)}
 	if c.handoff {
-		s.ln = newLine()
+		s.ln = c.lines.next()
 	}
 	defer s.stop()
 	var last error // the previous attempt's error

@@ -38,6 +38,7 @@ type Client struct {
 	ids      identities
 	gates    gates    // one acquisition round per key at a time
 	notes    notifier // wakes waiting Lock calls on releases
+	lines    lines    // names this Client's waiters, where handoff
 	rechecks rechecks // releases to send again; Close sends them at once
 	renew    renewer  // renews auto-extended locks
 
@@ -90,6 +91,9 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 		}
 	}
 	c.handoff = c.queued && !c.slotted
+	if c.handoff {
+		c.lines.init()
+	}
 	c.call = c.callPool
 	c.notes.c, c.notes.linger = c, subscriptionLinger
 	c.renew.c = c

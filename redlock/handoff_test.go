@@ -67,7 +67,7 @@ func settled(c *Client, rkey string, want int) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := n.keys[rkey]
-	if k == nil || len(k.waiters) != want || k.confirmed < len(c.pools) {
+	if k == nil || len(k.waiters) != want || k.confirmed < len(c.pools) || k.confirmedHand < len(c.pools) {
 		return false
 	}
 	for _, w := range k.waiters {
@@ -156,6 +156,65 @@ func TestHandOffWakesExactlyOneAcrossClients(t *testing.T) {
 	}
 	if want := []int{0, 1, 2, 3, 4, 5}; !slices.Equal(served, want) {
 		t.Errorf("waiters served in the order %v; want the order they asked in, %v", served, want)
+	}
+}
+
+// TestHandOffMessageReachesOnlyTheNamedClient: three Clients wait for a key
+// with one waiter each. A release that hands the key to a waiter is told to
+// that waiter's Client alone, one message per node, and the Clients not
+// named receive nothing: the cost of a release does not grow with the
+// number of waiting processes.
+func TestHandOffMessageReachesOnlyTheNamedClient(t *testing.T) {
+	cl := redistest.Start(t, 5)
+	cs := realClients(t, cl, 4)
+	holder, waiters := cs[0], cs[1:]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	l, err := holder.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Lock)
+	for i, c := range waiters {
+		go func() {
+			l, err := c.Lock(ctx, "k")
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+			}
+			got <- l
+		}()
+		waitFor(t, fmt.Sprintf("waiter %d to sleep", i), func() bool { return settled(c, rkey("k"), 1) })
+	}
+	for turn, next := range waiters {
+		before := make([]int64, len(waiters))
+		for i, c := range waiters {
+			before[i] = c.notes.messages.Load()
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if l = <-got; l == nil {
+			t.FailNow()
+		}
+		if l.c != next {
+			t.Fatalf("turn %d: the lock went to another Client than the one that asked first", turn)
+		}
+		// The nodes published before the lock could be won; the messages
+		// of the nodes after the quorum are delivered soon after.
+		waitFor(t, "the named Client's messages", func() bool { return next.notes.messages.Load()-before[turn] >= int64(len(cl.Addrs())) })
+		time.Sleep(50 * time.Millisecond)
+		for i, c := range waiters {
+			n := c.notes.messages.Load() - before[i]
+			switch {
+			case i == turn && n != int64(len(cl.Addrs())):
+				t.Errorf("turn %d: the named Client received %d messages; want one per node", turn, n)
+			case i != turn && n != 0:
+				t.Errorf("turn %d: waiting Client %d, not named, received %d messages", turn, i, n)
+			}
+		}
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 

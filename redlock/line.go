@@ -3,6 +3,8 @@ package redlock
 import (
 	crand "crypto/rand"
 	"encoding/base64"
+	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
@@ -21,11 +23,31 @@ type line struct {
 	joined bool   // an attempt was told "taken" or failed: the waiter may be in the line
 }
 
-// newLine returns a new waiter's place, ranked now.
-func newLine() *line {
+// lines names the waiters of one Client: "<client>.<n>", where <client> is
+// random and the same for all of them. The release script publishes a
+// hand-off to a waiter on the channel of its key and Client (handChannel),
+// so that only that Client reads it.
+type lines struct {
+	client string
+	n      atomic.Uint64
+}
+
+func (ls *lines) init() {
 	var b [12]byte
 	_, _ = crand.Read(b[:]) // never fails (crypto/rand's documented contract)
-	return &line{id: base64.RawURLEncoding.EncodeToString(b[:]), rank: time.Now().UnixMicro()}
+	ls.client = base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// next returns a new waiter's place, ranked now.
+func (ls *lines) next() *line {
+	id := ls.client + "." + strconv.FormatUint(ls.n.Add(1), 36)
+	return &line{id: id, rank: time.Now().UnixMicro()}
+}
+
+// handChannel is the channel on which the nodes tell the Client named
+// client that they handed rkey to one of its waiters (lib.lua, tell).
+func handChannel(rkey, client string) string {
+	return rkey + string(node.Sep) + "w" + client
 }
 
 // fill makes o, an acquire, this waiter's.

@@ -69,16 +69,18 @@ type notifier struct {
 	// confirmations.
 	wokenByRelease, wokenBySubscription atomic.Int64
 	wokenAgain                          atomic.Int64 // by later nodes of a release that woke the waiter already
+	messages                            atomic.Int64 // messages received, on any channel
 }
 
 type keyWaiters struct {
-	waiters   []*waiter              // oldest first
-	recent    [recentReleases]tally  // nodes that published recent releases
-	next      int                    // the slot of recent to reuse
-	named     [recentReleases]string // waiters a release named before they registered
-	nextNamed int
-	confirmed int    // nodes that confirmed the key's subscription
-	idle      uint64 // not 0: the linger timer running since the last waiter left
+	waiters       []*waiter              // oldest first
+	recent        [recentReleases]tally  // nodes that published recent releases
+	next          int                    // the slot of recent to reuse
+	named         [recentReleases]string // waiters a release named before they registered
+	nextNamed     int
+	confirmed     int    // confirmations of the key's channel
+	confirmedHand int    // confirmations of its hand-off channel (Client.handoff)
+	idle          uint64 // not 0: the linger timer running since the last waiter left
 }
 
 type tally struct {
@@ -186,8 +188,10 @@ func (n *notifier) released(rkey, token string) {
 // the waiter most of them handed the key to tries at once; if they handed
 // it to nobody, one waiter tries after a random delay. (A waiter's attempt
 // and a release can cross on a node, so the nodes need not all name the
-// same waiter; every Client counts the same messages and picks the same
-// one, but for ties between the first quorum of messages it saw.)
+// same waiter; a Client sees the messages naming its own waiters and those
+// naming nobody, and wakes the waiter most of them named once they make a
+// quorum. If crossings split a release three ways, nobody is woken: the
+// hand-offs lapse within handGrace, and the waiters' polling takes over.)
 func (n *notifier) published(rkey, msg string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -268,17 +272,56 @@ func (n *notifier) handLocked(k *keyWaiters, id string) {
 	k.nextNamed = (k.nextNamed + 1) % len(k.named)
 }
 
-// subscribed counts a node's confirmation of rkey's subscription; from a
-// quorum on, each confirmation wakes every waiter of the key once.
-func (n *notifier) subscribed(rkey string) {
+// message routes a node's message on channel to the key it is about.
+func (n *notifier) message(channel, msg string) {
+	rkey, _ := n.keyOf(channel)
+	n.messages.Add(1)
+	n.published(rkey, msg)
+}
+
+// confirm routes a node's confirmation of a subscription to channel.
+func (n *notifier) confirm(channel string) {
+	n.subscribed(n.keyOf(channel))
+}
+
+// channels returns the channels rkey's waiters need: the key's own and,
+// where the nodes keep lines, the one on which they tell this Client that
+// they handed the key to one of its waiters.
+func (n *notifier) channels(rkey string) []string {
+	if !n.c.handoff {
+		return []string{rkey}
+	}
+	return []string{rkey, handChannel(rkey, n.c.lines.client)}
+}
+
+// keyOf returns the key channel is about, and whether it is the key's
+// hand-off channel.
+func (n *notifier) keyOf(channel string) (rkey string, hand bool) {
+	if n.c.handoff {
+		if rkey, ok := strings.CutSuffix(channel, handChannel("", n.c.lines.client)); ok {
+			return rkey, true
+		}
+	}
+	return channel, false
+}
+
+// subscribed counts a node's confirmation of one of rkey's channels; once
+// a quorum of nodes confirmed each, every confirmation wakes every waiter
+// of the key once.
+func (n *notifier) subscribed(rkey string, hand bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := n.keys[rkey]
 	if k == nil {
 		return
 	}
-	k.confirmed++
-	if k.confirmed < n.c.cfg.quorumOf(len(n.c.pools)) {
+	if hand {
+		k.confirmedHand++
+	} else {
+		k.confirmed++
+	}
+	q := n.c.cfg.quorumOf(len(n.c.pools))
+	if k.confirmed < q || (n.c.handoff && k.confirmedHand < q) {
 		return
 	}
 	for _, w := range k.waiters {
@@ -343,7 +386,7 @@ func (n *notifier) changedLocked(rkey string) {
 		setup := cleanupTimeout(n.c.cfg)
 		for i, p := range n.c.pools {
 			if s, ok := p.(node.Subscriber); ok {
-				n.subs[i] = s.Subscribe(node.Handler{Published: n.published, Subscribed: n.subscribed}, setup)
+				n.subs[i] = s.Subscribe(node.Handler{Published: n.message, Subscribed: n.confirm}, setup)
 				some = true
 			}
 		}
@@ -380,10 +423,10 @@ func (n *notifier) sync() {
 			want := n.keys[rkey] != nil
 			if want != n.subbed[rkey] {
 				if want {
-					add = append(add, rkey)
+					add = append(add, n.channels(rkey)...)
 					n.subbed[rkey] = true
 				} else {
-					remove = append(remove, rkey)
+					remove = append(remove, n.channels(rkey)...)
 					delete(n.subbed, rkey)
 				}
 			}

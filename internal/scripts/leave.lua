@@ -17,6 +17,6 @@ end
 redis.call('DEL', KEYS[1])
 local w = hand_off(KEYS[1], ARGV[2])
 if w ~= '' and ARGV[4] == '1' then
-  redis.pcall('PUBLISH', KEYS[1], '\31' .. w)
+  tell(KEYS[1], '\31' .. w, w)
 end
 return 1

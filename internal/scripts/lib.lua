@@ -115,6 +115,20 @@ local function hand_off(k, grace)
   return w
 end
 
+-- tell publishes msg, a release's message about k: on the channel of the
+-- Client of waiter w when the key was handed to w (k \31 w and the part of
+-- w before its first '.', which names its Client), so that only that Client
+-- reads it; else (w '' or naming no Client) on k's own channel, which every
+-- waiting Client reads. Best effort (see release.lua).
+local function tell(k, msg, w)
+  local d = string.find(w, '.', 1, true)
+  local ch = k
+  if d then
+    ch = k .. '\31w' .. string.sub(w, 1, d - 1)
+  end
+  redis.pcall('PUBLISH', ch, msg)
+end
+
 -- line settles the line of k for an acquire whose waiter arguments start
 -- at ARGV[i]: waiter ('' or absent: none), rank, entry TTL in ms, and '1'
 -- when the waiter may be in the line already. A waiter told "taken" joins

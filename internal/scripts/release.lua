@@ -1,6 +1,7 @@
 -- Release a lock: delete KEYS[1] only while it holds our token, hand it to
 -- the first waiter of its line when asked to (lib.lua, hand_off), then tell
--- waiters on the channel named after the key that it is free. The message
+-- waiters that it is free (lib.lua, tell: on the channel named after the
+-- key, or on that waiter's Client's channel of the key). The message
 -- is the released token, followed by \31 and the waiter it was handed to,
 -- if any: a waiter counts the nodes of one release, and only the waiter
 -- named tries. The notice is best effort (redis.pcall): an ACL user without
@@ -36,7 +37,7 @@ if v and names(v, ARGV[1]) then
       msg = msg .. '\31' .. w
     end
   end
-  redis.pcall('PUBLISH', KEYS[1], msg)
+  tell(KEYS[1], msg, w)
 end
 if w ~= '' then
   return held .. '\31' .. w

@@ -13,11 +13,13 @@ package integration
 //	TestLateSetOutlivesRelease     a late SET of a won round landing after its Release
 //	TestLateSetAfterFailedRound    late SETs of a failed round landing after its roll-back
 //	TestLateRenewalAfterRelease    a late batched renewal landing after its Release and the next holder's acquire
+//	TestLateAttemptOfDepartedWaiter a Lock call's late attempt landing after it left the key's line
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -505,4 +507,128 @@ func TestLateRenewalAfterRelease(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestLateAttemptOfDepartedWaiter (a waiter comes back after it left): a
+// Lock call waits for a key another client holds; its next attempt is held
+// in the links (HoldOpen) and never answered, and the call gives up. It
+// leaves the key's line on every node (in the background, on connections
+// that are not held). Then the held attempts land: on each node they find
+// the key taken and would put the waiter back in the line, where the next
+// release would hand the key to a waiter that is gone, for a grace each
+// time. They must not: the nodes keep the departed waiter out, and the
+// holder's release leaves the key free for anyone at once.
+func TestLateAttemptOfDepartedWaiter(t *testing.T) {
+	const key = "late-line"
+	c := startCluster(t, lateTTL, "")
+	admins := c.admins(t)
+	ctx := ctxT(t, 60*time.Second)
+	ps, via := c.proxyEach(t)
+	holder := c.newLockClient(t, "holder", c.direct, redlock.WithTTL(lateTTL))
+	a := c.newLockClient(t, "a", via, redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(lateNodeTimeout),
+		redlock.WithRetryBackoff(20*time.Millisecond, 40*time.Millisecond))
+	warm(t, ctx, a)
+	held, err := holder.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := func(i int) []string {
+		w, err := admins[i].ZRange(ctx, rkey(key)+"\x1fq", 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	waitCtx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := a.Lock(waitCtx, key)
+		gaveUp <- err
+	}()
+	var waiter string
+	eventually(t, 5*time.Second, 5*time.Millisecond, "a's waiter in the line of every node", func() bool {
+		for i := range admins {
+			w := line(i)
+			if len(w) != 1 || (waiter != "" && w[0] != waiter) {
+				return false
+			}
+			waiter = w[0]
+		}
+		return true
+	})
+	for _, p := range ps {
+		p.Hold(redistest.HoldOpen)
+	}
+	eventually(t, 5*time.Second, 5*time.Millisecond, "a's next attempt held on every link", func() bool {
+		for _, p := range ps {
+			if p.Held() == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	giveUp()
+	if err := <-gaveUp; !errors.Is(err, redlock.ErrNotAcquired) {
+		t.Fatalf("a.Lock after giving up: %v; want ErrNotAcquired", err)
+	}
+	eventually(t, 5*time.Second, 10*time.Millisecond, "a's waiter out of every node's line", func() bool {
+		for i := range admins {
+			if len(line(i)) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	before := make([]int64, len(admins))
+	for i, cl := range admins {
+		before[i] = scriptCalls(t, cl)
+	}
+	for i, p := range ps {
+		if p.Deliver() == 0 {
+			t.Fatalf("node%d: the held attempt was not delivered", i)
+		}
+	}
+	eventually(t, 5*time.Second, 5*time.Millisecond, "the held attempts run", func() bool {
+		for i, cl := range admins {
+			if scriptCalls(t, cl) == before[i] {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range admins {
+		if w := line(i); len(w) != 0 {
+			t.Errorf("node%d: the line holds %v after the departed waiter's held attempt landed; want it empty", i, w)
+		}
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, cl := range admins {
+		if v := get(t, cl, rkey(key)); v != "" {
+			t.Errorf("node%d: %q holds %q after its release; want it free (handed to nobody)", i, key, v)
+		}
+	}
+	b := c.newLockClient(t, "b", c.direct, redlock.WithTTL(lateTTL))
+	l, err := b.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("another client's TryLock right after the release: %v", err)
+	}
+	_ = l.Release(ctx)
+}
+
+// scriptCalls returns how many scripts the node has run (EVALSHA calls).
+func scriptCalls(t *testing.T, cl *redis.Client) int64 {
+	t.Helper()
+	info, err := cl.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(info, "cmdstat_evalsha:calls=")
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+	return n
 }

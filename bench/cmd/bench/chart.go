@@ -15,17 +15,18 @@ import (
 )
 
 var palette = map[string]color.RGBA{
-	"quorumlock": {0x1f, 0x77, 0xb4, 0xff},
-	"redsync":    {0xd6, 0x27, 0x28, 0xff},
-	"raw":        {0x7f, 0x7f, 0x7f, 0xff},
-	floorName:    {0x2c, 0xa0, 0x2c, 0xff},
+	"quorumlock":    {0x1f, 0x77, 0xb4, 0xff},
+	"redsync":       {0xd6, 0x27, 0x28, 0xff},
+	"raw":           {0x7f, 0x7f, 0x7f, 0xff},
+	floorName:       {0x2c, 0xa0, 0x2c, 0xff},
+	scriptFloorName: {0x98, 0xdf, 0x8a, 0xff},
 }
 
 // chart draws two panels of grouped bars, one group per scenario: throughput
-// relative to redsync, and allocations per cycle. The floor (no lock) is
-// left out.
+// relative to redsync, and allocations per cycle. The floors (no lock)
+// are left out.
 func (rp *report) chart(path string) error {
-	lockImpls := slices.DeleteFunc(slices.Clone(rp.impls), func(im string) bool { return im == floorName })
+	lockImpls := slices.DeleteFunc(slices.Clone(rp.impls), isFloor)
 	rp = &report{passes: rp.passes, dur: rp.dur, scs: rp.scs, impls: lockImpls, meds: rp.meds, env: rp.env}
 	if len(lockImpls) == 0 || len(rp.scs) == 0 {
 		return nil

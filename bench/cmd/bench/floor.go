@@ -13,6 +13,16 @@ package main
 // and no waiting on a reply before sending the next command: it is the
 // least CPU (client and servers) such a cycle can take, the yardstick of
 // the "total CPU per w16 cycle" target.
+//
+// The script floor (also w16 only) is the least a lock that runs those
+// commands in scripts can spend: each step sends, per node, one pipeline of
+// all 16 workers' acquire scripts (GET, then SET PX), waits for it (a lock
+// is held before it is released), then one of their release scripts (GET
+// and compare, DEL, PUBLISH): two round trips per cycle, as deep as they
+// go, with the shortest scripts that run the same commands. What separates
+// quorumlock from it is our own work (rounds, quorums, waiting, the line
+// arguments); what separates it from the floor is the price of scripts and
+// of holding the lock between two round trips.
 
 import (
 	"context"
@@ -31,27 +41,50 @@ import (
 )
 
 const (
-	floorName     = "floor"
-	floorScenario = "w16" // the only scenario the floor runs in
+	floorName       = "floor"
+	scriptFloorName = "script-floor"
+	floorScenario   = "w16" // the only scenario the floors run in
 )
 
+// isFloor reports whether implementation name is one of the floors (no
+// lock: runFloor runs it).
+func isFloor(name string) bool { return name == floorName || name == scriptFloorName }
+
 // floorSkips reports whether implementation name sits out scenario sc: the
-// floor runs only in w16.
+// floors run only in w16.
 func floorSkips(sc scenario, name string) bool {
-	return name == floorName && sc.id != floorScenario
+	return isFloor(name) && sc.id != floorScenario
 }
+
+// The script floor's scripts: the acquire and release scripts' server
+// commands, and nothing else.
+var (
+	floorAcquire = redis.NewScript(`if redis.call('GET', KEYS[1]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1`)
+	floorRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.pcall('PUBLISH', KEYS[1], ARGV[1])
+return 1`)
+)
 
 // floor is the pipelined command stream for one run.
 type floor struct {
-	clients []*redis.Client
-	keys    [][]string // per worker, 64 keys used in turn
-	run     int64
+	clients  []*redis.Client
+	keys     [][]string // per worker, 64 keys used in turn
+	run      int64
+	scripted bool // the script floor
 }
 
-func newFloor(addrs []string, workers int) *floor {
-	f := &floor{run: runSeq.Add(1)}
+func newFloor(addrs []string, workers int, scripted bool) *floor {
+	f := &floor{run: runSeq.Add(1), scripted: scripted}
 	for _, a := range addrs {
-		f.clients = append(f.clients, redis.NewClient(&redis.Options{Addr: a}))
+		c := redis.NewClient(&redis.Options{Addr: a})
+		if scripted { // errors show as wrong replies
+			_ = floorAcquire.Load(context.Background(), c).Err()
+			_ = floorRelease.Load(context.Background(), c).Err()
+		}
+		f.clients = append(f.clients, c)
 	}
 	for w := range workers {
 		keys := make([]string, 64)
@@ -79,19 +112,25 @@ func (f *floor) step(ctx context.Context, i int) uint64 {
 	var bad atomic.Uint64
 	var wg sync.WaitGroup
 	for _, c := range f.clients {
-		wg.Go(func() { bad.Or(f.node(ctx, c, i, tokens)) })
+		wg.Go(func() {
+			if f.scripted {
+				bad.Or(f.scriptNode(ctx, c, i, tokens))
+			} else {
+				bad.Or(f.node(ctx, c, i, tokens))
+			}
+		})
 	}
 	wg.Wait()
 	return bad.Load()
 }
 
-// runFloor runs the floor in scenario sc (its workers, distinct keys):
+// runFloor runs floor name in scenario sc (its workers, distinct keys):
 // warm-up, then the measured window, then close, like runOne. A worker's
 // cycle time is the step's.
-func runFloor(ctx context.Context, sc scenario, addrs []string, srvs []*server, warm, dur time.Duration) (result, error) {
+func runFloor(ctx context.Context, name string, sc scenario, addrs []string, srvs []*server, warm, dur time.Duration) (result, error) {
 	runtime.GC()
 	baseG := runtime.NumGoroutine()
-	f := newFloor(addrs, sc.workers)
+	f := newFloor(addrs, sc.workers, name == scriptFloorName)
 	var phase atomic.Int32
 	var res result
 	steps := newSampler(1<<15, 1)
@@ -191,12 +230,41 @@ func (f *floor) node(ctx context.Context, c *redis.Client, i int, tokens []strin
 	return bad
 }
 
+// scriptNode sends one node one pipeline of every worker's acquire script,
+// then, once it is answered, one of their release scripts, and checks
+// every reply.
+func (f *floor) scriptNode(ctx context.Context, c *redis.Client, i int, tokens []string) uint64 {
+	var bad uint64
+	for _, sc := range []*redis.Script{floorAcquire, floorRelease} {
+		pipe := c.Pipeline()
+		cmds := make([]*redis.Cmd, len(f.keys))
+		for w, keys := range f.keys {
+			args := []any{tokens[w]}
+			if sc == floorAcquire {
+				args = append(args, ttl.Milliseconds())
+			}
+			cmds[w] = sc.EvalSha(ctx, pipe, []string{keys[i%len(keys)]}, args...)
+		}
+		_, _ = pipe.Exec(ctx)
+		for w, cm := range cmds {
+			if n, err := cm.Int(); err != nil || n != 1 {
+				bad |= 1 << w
+				if *verbose && debugErrs.Add(1) <= 3 {
+					fmt.Fprintln(os.Stderr, "script floor: wrong reply:", cm)
+				}
+			}
+		}
+	}
+	return bad
+}
+
 // usage is what the process and the servers have used up to a moment.
 type usage struct {
-	mem runtime.MemStats
-	ru  syscall.Rusage
-	srv time.Duration
-	at  time.Time
+	mem   runtime.MemStats
+	ru    syscall.Rusage
+	srv   time.Duration
+	reads int64 // the servers'
+	at    time.Time
 }
 
 func readUsage(srvs []*server) (usage, error) {
@@ -205,6 +273,9 @@ func readUsage(srvs []*server) (usage, error) {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &u.ru)
 	var err error
 	u.srv, err = serversCPU(srvs)
+	if err == nil {
+		u.reads, err = serversReads(srvs)
+	}
 	u.at = time.Now()
 	return u, err
 }
@@ -222,4 +293,5 @@ func (res *result) perCycle(u0, u1 usage) {
 	cpu := time.Duration(u1.ru.Utime.Nano() + u1.ru.Stime.Nano() - u0.ru.Utime.Nano() - u0.ru.Stime.Nano())
 	res.cpu = cpu / time.Duration(res.cycles)
 	res.srvCPU = (u1.srv - u0.srv) / time.Duration(res.cycles)
+	res.srvReads = float64(u1.reads-u0.reads) / c
 }

@@ -37,7 +37,7 @@ type session interface {
 }
 
 // implEntry names an implementation and sets it up against the servers
-// (nil for the floor, which runFloor runs).
+// (nil for the floors, which runFloor runs).
 type implEntry struct {
 	name string
 	new  func(addrs []string) (impl, error)
@@ -47,7 +47,8 @@ var impls = []implEntry{
 	{"quorumlock", newOurs},
 	{"redsync", newRedsync},
 	{"raw", newRaw},
-	{floorName, nil}, // floor.go: not a lock, runFloor runs it (w16 only)
+	{floorName, nil},       // floor.go: not a lock, runFloor runs it (w16 only)
+	{scriptFloorName, nil}, // floor.go: the same, with scripts
 }
 
 // ---- quorumlock ----

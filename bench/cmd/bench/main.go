@@ -157,7 +157,7 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 		for _, im := range impls {
 			if slices.Contains(strings.Split(which, ","), im.name) {
 				ims = append(ims, im)
-				if im.name != floorName {
+				if !isFloor(im.name) {
 					starvedImpls = append(starvedImpls, im.name)
 				}
 			}
@@ -257,8 +257,8 @@ func runScenario(ctx context.Context, p int, sc scenario, ims []implEntry, addrs
 		}
 		var r result
 		var err error
-		if im.name == floorName {
-			r, err = runFloor(ctx, sc, addrs, srvs, warm, dur)
+		if isFloor(im.name) {
+			r, err = runFloor(ctx, im.name, sc, addrs, srvs, warm, dur)
 		} else {
 			r, err = runOne(ctx, sc, im.new, addrs, srvs, warm, dur)
 		}
@@ -332,6 +332,7 @@ func median(rs []result) result {
 		bytes:      pick(func(r result) float64 { return r.bytes }),
 		cpu:        d(func(r result) time.Duration { return r.cpu }),
 		srvCPU:     d(func(r result) time.Duration { return r.srvCPU }),
+		srvReads:   pick(func(r result) float64 { return r.srvReads }),
 		goroutines: int(pick(func(r result) float64 { return float64(r.goroutines) })),
 		leftover:   slices.MaxFunc(rs, func(a, b result) int { return a.leftover - b.leftover }).leftover, // worst, not median
 	}

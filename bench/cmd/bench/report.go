@@ -59,7 +59,7 @@ func (rp *report) markdown() string {
 		has := func(n string) bool { _, ok := rp.get(sc.id, n); return ok }
 		// The floor is no lock: a ratio of its figures to redsync's says
 		// nothing (the total CPU target compares ours to it).
-		rated := func(im string) bool { return im != base && im != floorName && has(base) }
+		rated := func(im string) bool { return im != base && !isFloor(im) && has(base) }
 		for _, im := range ims {
 			if rated(im) {
 				fmt.Fprintf(&b, " %s ÷ redsync |", im)
@@ -84,7 +84,7 @@ func (rp *report) markdown() string {
 			fmt.Fprintf(&b, "| %s |", name)
 			for _, im := range ims {
 				r, _ := rp.get(sc.id, im)
-				if im == floorName && strings.HasPrefix(name, "acquire") {
+				if isFloor(im) && strings.HasPrefix(name, "acquire") {
 					b.WriteString(" n/a |") // no lock to acquire
 					continue
 				}
@@ -127,6 +127,8 @@ func (rp *report) markdown() string {
 		row("client CPU per cycle (µs)", cpu, f0(cpu))
 		srv := func(r result) float64 { return float64(r.srvCPU) / 1e3 }
 		row("servers' CPU per cycle (µs, 5 redis-server)", srv, f0(srv))
+		reads := func(r result) float64 { return r.srvReads }
+		row("servers' reads per cycle (5 redis-server)", reads, func(r result) string { return fmt.Sprintf("%.2f", r.srvReads) })
 		total := func(r result) float64 { return float64(r.cpu+r.srvCPU) / 1e3 }
 		row("total CPU per cycle (µs, client + servers)", total, f0(total))
 		fails := func(r result) float64 { return float64(r.failures) }
@@ -191,7 +193,12 @@ func (rp *report) targets() string {
 		return fmt.Sprintf("%.0f µs (%.0f client + %.0f servers)", float64(r.cpu+r.srvCPU)/1e3, float64(r.cpu)/1e3, float64(r.srvCPU)/1e3)
 	}
 	x = float64(o.cpu+o.srvCPU) / float64(fl.cpu+fl.srvCPU)
-	line("total CPU per w16 cycle ≤ 1.6× the pipelined go-redis floor", fmt.Sprintf("%.2f× (%s vs floor %s; redsync %s)", x, us(o), us(fl), us(r)),
+	scripts := ""
+	if sf, ok := rp.get(floorScenario, scriptFloorName); ok && sf.cpu+sf.srvCPU > 0 {
+		scripts = fmt.Sprintf("; script floor %s, %.2f× the floor, quorumlock %.2f× it", us(sf),
+			float64(sf.cpu+sf.srvCPU)/float64(fl.cpu+fl.srvCPU), float64(o.cpu+o.srvCPU)/float64(sf.cpu+sf.srvCPU))
+	}
+	line("total CPU per w16 cycle ≤ 1.6× the pipelined go-redis floor", fmt.Sprintf("%.2f× (%s vs floor %s%s; redsync %s)", x, us(o), us(fl), scripts, us(r)),
 		x <= 1.6, ok1 && ok2 && fl.cpu+fl.srvCPU > 0)
 	worst, most, known := 0, 0, false
 	for _, sc := range rp.scs {

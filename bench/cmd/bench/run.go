@@ -59,6 +59,7 @@ type result struct {
 	bytes      float64       // heap bytes per cycle
 	cpu        time.Duration // user+system CPU of this process per cycle
 	srvCPU     time.Duration // user+system CPU of the redis-server processes per cycle
+	srvReads   float64       // reads the redis-server processes processed per cycle
 	goroutines int           // most goroutines above the baseline during the window
 	leftover   int           // goroutines above the baseline after close (settled)
 	errs       int64
@@ -221,6 +222,7 @@ func runOne(ctx context.Context, sc scenario, mk func([]string) (impl, error), a
 	runtime.ReadMemStats(&m0)
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r0)
 	s0, serr0 := serversCPU(srvs)
+	rd0, rerr0 := serversReads(srvs)
 	begin := time.Now()
 	phase.Store(phaseMeasure)
 	maxG := 0
@@ -231,6 +233,7 @@ func runOne(ctx context.Context, sc scenario, mk func([]string) (impl, error), a
 	phase.Store(phaseStop)
 	elapsed := time.Since(begin)
 	s1, serr1 := serversCPU(srvs)
+	rd1, rerr1 := serversReads(srvs)
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r1)
 	runtime.ReadMemStats(&m1)
 	cancel()
@@ -253,7 +256,7 @@ func runOne(ctx context.Context, sc scenario, mk func([]string) (impl, error), a
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}
-	if err := errors.Join(serr0, serr1); err != nil {
+	if err := errors.Join(serr0, serr1, rerr0, rerr1); err != nil {
 		return res, err
 	}
 	res.tput = float64(res.cycles) / elapsed.Seconds()
@@ -267,6 +270,7 @@ func runOne(ctx context.Context, sc scenario, mk func([]string) (impl, error), a
 		cpu := time.Duration(r1.Utime.Nano() + r1.Stime.Nano() - r0.Utime.Nano() - r0.Stime.Nano())
 		res.cpu = cpu / time.Duration(res.cycles)
 		res.srvCPU = (s1 - s0) / time.Duration(res.cycles)
+		res.srvReads = float64(rd1-rd0) / c
 	}
 	res.goroutines = maxG - base
 	res.leftover = max(left, 0)

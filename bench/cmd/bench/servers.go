@@ -65,6 +65,28 @@ func startServer(ctx context.Context, bin string) (*server, error) {
 	}
 }
 
+// serversReads returns how many reads from their clients the servers have
+// processed so far (INFO stats, total_reads_processed), summed: the fewer
+// per cycle, the deeper the pipelines they were sent.
+func serversReads(srvs []*server) (int64, error) {
+	var sum int64
+	for _, s := range srvs {
+		c := redis.NewClient(&redis.Options{Addr: s.addr})
+		info, err := c.Info(context.Background(), "stats").Result()
+		_ = c.Close()
+		if err != nil {
+			return 0, err
+		}
+		_, rest, ok := strings.Cut(info, "total_reads_processed:")
+		n, err := strconv.ParseInt(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]), 10, 64)
+		if !ok || err != nil {
+			return 0, fmt.Errorf("%s: no total_reads_processed in INFO stats", s.addr)
+		}
+		sum += n // and this connection's own, a few against thousands
+	}
+	return sum, nil
+}
+
 // cpu returns the CPU time (user + system) the server process has used so
 // far, from /proc/<pid>/stat.
 func (s *server) cpu() (time.Duration, error) {

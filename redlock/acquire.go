@@ -130,7 +130,7 @@ func (s *sleeper) sleep(ctx context.Context, delay time.Duration) {
 	} else {
 		s.timer.Reset(delay)
 	}
-	s.c.notes.sleep(s.w, true)
+	s.c.notes.rest(s.rkey, s.w, s.ln)
 	s.woken = false
 	select {
 	case <-s.timer.C:
@@ -227,6 +227,7 @@ type acquisition struct {
 	sess     *session        // a session lock's session, else nil
 	gens     []uint64        // per node that said yes: the session's generation there
 	refused  bool            // a node said "taken", or failed in a way that may have run the script
+	lineLen  int             // the longest line of waiters a node that said "taken" reported
 	waiter   string          // the Lock call's name in the key's line ("": a TryLock)
 	inLine   bool            // the waiter may be in the line on some node
 }
@@ -282,6 +283,7 @@ func (c *Client) vote(ctx context.Context, cfg *config, rkey string, s *session,
 	a.won = a.rd.won() && a.validity > 0
 	if ln != nil {
 		ln.joined = ln.joined || !a.won || a.refused
+		ln.seen = a.lineLen
 		a.waiter, a.inLine = ln.id, ln.joined
 	}
 	return a, nil
@@ -302,6 +304,7 @@ func (a *acquisition) vote(rep quorum.Reply, yes bool) {
 		a.refused = true
 	case rep.Err == nil:
 		a.refused = true // taken: a waiter joined the line there
+		a.lineLen = max(a.lineLen, int(-rep.Int))
 	}
 }
 

@@ -218,6 +218,68 @@ func TestHandOffMessageReachesOnlyTheNamedClient(t *testing.T) {
 	}
 }
 
+// TestOwnWaiterTriesBehindTheRelease: a Client's own waiter, alone in the
+// key's line, is woken as soon as the Client's release is queued (its
+// acquire lands right behind the release), before the nodes have answered;
+// with another Client's waiter ahead of it in the line, it is not, and the
+// release wakes only that one. Either way one release, one wake-up.
+func TestOwnWaiterTriesBehindTheRelease(t *testing.T) {
+	cl := redistest.Start(t, 5)
+	cs := realClients(t, cl, 2)
+	a, b := cs[0], cs[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	wait := func(c *Client, n int) <-chan *Lock {
+		got := make(chan *Lock, 1)
+		go func() {
+			l, err := c.Lock(ctx, "k")
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		waitFor(t, "the waiter to sleep", func() bool { return settled(c, rkey("k"), n) })
+		return got
+	}
+	release := func(l *Lock) {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	held, err := a.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := wait(a, 1)
+	release(held)
+	held = <-own
+	if held == nil {
+		t.FailNow()
+	}
+	if early, all := a.notes.wokenEarly.Load(), a.notes.wokenByRelease.Load(); early != 1 || all != 1 {
+		t.Errorf("alone in the line: %d early wake-ups, %d in all; want 1 and 1", early, all)
+	}
+
+	other := wait(b, 1) // first in the line
+	own = wait(a, 1)
+	release(held)
+	if l := <-other; l == nil || l.c != b {
+		t.Fatal("the release did not go to the waiter ahead in the line")
+	} else {
+		release(l)
+	}
+	if l := <-own; l != nil {
+		release(l)
+	}
+	if early := a.notes.wokenEarly.Load(); early != 1 {
+		t.Errorf("behind another Client's waiter: %d early wake-ups in all; want still 1", early)
+	}
+	if rel, _ := wakes(cs); rel != 3 {
+		t.Errorf("3 releases with waiters woke %d waiters; want 3", rel)
+	}
+}
+
 // TestNoLostWakeUp: two Clients take turns on one key, each asking again
 // right after it releases, as two processes contending for a lock do.
 // Every turn comes from a wake-up (they poll once a minute): none is lost,

@@ -21,6 +21,7 @@ type line struct {
 	id     string // the waiter, as the nodes and the release messages name it
 	rank   int64  // the first attempt, in µs since the Unix epoch
 	joined bool   // an attempt was told "taken" or failed: the waiter may be in the line
+	seen   int    // the longest line of waiters the last attempt was told of (0: none)
 }
 
 // lines names the waiters of one Client: "<client>.<n>", where <client> is

@@ -394,6 +394,7 @@ func (l *Lock) settleRelease(rd *round) {
 	case c.handoff:
 		// The nodes hand the key to the first waiter and name it; if it
 		// is a waiter of this Client, it tries now.
+		c.notes.releasing(l.rkey, l.token)
 		var handed handTally
 		rd.settle(&handed)
 		if w := handed.most(); w != "" {

@@ -70,6 +70,7 @@ type notifier struct {
 	wokenByRelease, wokenBySubscription atomic.Int64
 	wokenAgain                          atomic.Int64 // by later nodes of a release that woke the waiter already
 	messages                            atomic.Int64 // messages received, on any channel
+	wokenEarly                          atomic.Int64 // by releasing, before the nodes named anyone (also in wokenByRelease)
 }
 
 type keyWaiters struct {
@@ -93,6 +94,8 @@ type tally struct {
 type waiter struct {
 	id     string             // the waiter's name in the key's line ("": none)
 	asleep bool               // in Lock's select; guarded by notifier.mu
+	rank   int64              // its rank in the line (0: none); guarded by notifier.mu
+	alone  bool               // its last attempt saw no waiters but this Client's; guarded by notifier.mu
 	wake   chan time.Duration // capacity 1: the delay before trying
 }
 
@@ -158,6 +161,48 @@ func (n *notifier) remove(rkey string, w *waiter) {
 func (n *notifier) dropLocked(rkey string) {
 	delete(n.keys, rkey)
 	n.changedLocked(rkey)
+}
+
+// rest marks w, a waiter of rkey, asleep, and notes whether the line its
+// last attempt was told of (ln) held only this Client's waiters: no more
+// waiters than the key has here.
+func (n *notifier) rest(rkey string, w *waiter, ln *line) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	w.asleep = true
+	if k := n.keys[rkey]; k != nil && ln != nil {
+		w.rank, w.alone = ln.rank, ln.seen > 0 && ln.seen <= len(k.waiters)
+	}
+}
+
+// releasing tells that this Client's release of token is queued on every
+// node. If the waiter of rkey here that ranks first saw a line of this
+// Client's waiters alone, the nodes are about to hand the key to it
+// (waiters who came later rank after it): it tries at once, and its
+// acquire lands right behind the release on each node, which runs a
+// connection's commands in order. If the nodes name another waiter after
+// all, handedTo wakes that one too.
+func (n *notifier) releasing(rkey, token string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := n.keys[rkey]
+	if k == nil {
+		return
+	}
+	var first *waiter
+	for _, w := range k.waiters {
+		if w.rank > 0 && (first == nil || w.rank < first.rank) {
+			first = w
+		}
+	}
+	if first == nil || !first.alone {
+		return
+	}
+	if t := k.slot(token); t.nodes >= 0 && t.woke == "" {
+		t.woke = first.id
+		n.wake(first, 0, &n.wokenByRelease)
+		n.wokenEarly.Add(1)
+	}
 }
 
 // sleep marks w as asleep or awake.
@@ -244,7 +289,8 @@ func (n *notifier) wakeAgainLocked(k *keyWaiters, id string) {
 
 // handedTo tells that this Client's release of token handed rkey to waiter
 // id on most of the nodes that released it: if id is a waiter of this
-// Client, it tries at once (and the release's messages wake nobody more).
+// Client, it tries at once (and the release's messages wake nobody more),
+// unless releasing woke it already.
 func (n *notifier) handedTo(rkey, token, id string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -252,7 +298,7 @@ func (n *notifier) handedTo(rkey, token, id string) {
 	if k == nil {
 		return
 	}
-	if t := k.slot(token); t.nodes >= 0 && t.woke == "" {
+	if t := k.slot(token); t.nodes >= 0 && t.woke != id {
 		t.nodes, t.woke = -1, id
 		n.handLocked(k, id)
 	}

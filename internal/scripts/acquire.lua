@@ -6,13 +6,13 @@
 -- key handed to it (lib.lua).
 -- KEYS[1] lock key; ARGV[1] token; ARGV[2] TTL in milliseconds; ARGV[3..6]
 -- the waiter, if any (lib.lua, line).
--- Returns 1 when the key holds our token, 0 when it is taken.
+-- Returns 1 when the key holds our token; when it is taken, 0, or, to a
+-- waiter, minus the number of waiters in the line (lib.lua, line).
 local o = free_for(KEYS[1], redis.call('GET', KEYS[1]), 3)
 if o == ARGV[1] then
   return 1
 elseif o then
-  line(KEYS[1], 3, false)
-  return 0
+  return -line(KEYS[1], 3, false)
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 line(KEYS[1], 3, true)

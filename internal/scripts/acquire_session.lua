@@ -12,12 +12,11 @@
 -- length of the prefix that names the session key; ARGV[5..8] the waiter,
 -- if any (lib.lua, line: a waiter of Lock joins the key's line when it is
 -- taken, and may take a key handed to it).
--- Returns the incarnation (>= 1) when the key holds our token, 0 when it is
--- taken.
+-- Returns the incarnation (>= 1) when the key holds our token; when it is
+-- taken, 0, or, to a waiter, minus the number of waiters in the line.
 local o = free_for(KEYS[1], redis.call('GET', KEYS[1]), 5)
 if o and o ~= ARGV[1] then
-  line(KEYS[1], 5, false)
-  return 0
+  return -line(KEYS[1], 5, false)
 end
 local inc = redis.call('GET', KEYS[2])
 if inc then

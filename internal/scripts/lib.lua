@@ -132,17 +132,22 @@ end
 -- line settles the line of k for an acquire whose waiter arguments start
 -- at ARGV[i]: waiter ('' or absent: none), rank, entry TTL in ms, and '1'
 -- when the waiter may be in the line already. A waiter told "taken" joins
--- the line; one that took the key leaves it.
+-- the line; one that took the key leaves it. It returns the number of
+-- waiters in the line after a waiter joined it, else 0: an acquire told
+-- "taken" answers its negative, so that a Client learns whether the line
+-- holds waiters other than its own.
 local function line(k, i, won)
   local w = ARGV[i]
   if not w or w == '' then
-    return
+    return 0
   end
   if not won then
     join(k, w, ARGV[i + 1], ARGV[i + 2])
+    return redis.call('ZCARD', k .. '\31q')
   elseif ARGV[i + 3] == '1' then
     leave(k, w)
   end
+  return 0
 end
 
 -- free_for reads v, the value of lock key k, for an acquire whose waiter

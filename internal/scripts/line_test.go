@@ -101,8 +101,13 @@ func TestHandOffOrder(t *testing.T) {
 	if e.acquire("h", "", 0, 0, false) != 1 {
 		t.Fatal("the free key was not taken")
 	}
-	e.acquire("a1", "A", 20, ttl, false) // joins second by rank, though first in time
-	e.acquire("b1", "B", 10, ttl, false)
+	// Told "taken", a waiter learns the length of the line it joined.
+	if n := e.acquire("a1", "A", 20, ttl, false); n != -1 { // joins second by rank, though first in time
+		t.Fatalf("A's acquire of a taken key answered %d; want -1 (taken, one waiter in the line)", n)
+	}
+	if n := e.acquire("b1", "B", 10, ttl, false); n != -2 {
+		t.Fatalf("B's acquire answered %d; want -2", n)
+	}
 	e.acquire("a2", "A", 99, ttl, true) // again: keeps its rank
 	if got := e.waiters(); len(got) != 2 || got[0] != "B" || got[1] != "A" {
 		t.Fatalf("line %q; want [B A]", got)
@@ -110,7 +115,7 @@ func TestHandOffOrder(t *testing.T) {
 	if got := e.release("h", ""); got != "1\x1fB" {
 		t.Fatalf("release answered %q; want the key handed to B", got)
 	}
-	if e.acquire("x", "", 0, 0, false) != 0 || e.acquire("a3", "A", 20, ttl, true) != 0 {
+	if e.acquire("x", "", 0, 0, false) != 0 || e.acquire("a3", "A", 20, ttl, true) != -2 {
 		t.Fatal("a key handed to B was taken by another acquire")
 	}
 	if e.acquire("b2", "B", 10, ttl, true) != 1 || e.value() != "b2" {

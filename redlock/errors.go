@@ -48,7 +48,8 @@ const (
 	OutcomeNotHeld
 	// OutcomeError: the node answered with an error or the call failed.
 	OutcomeError
-	// OutcomeTimeout: no answer within the per-node timeout.
+	// OutcomeTimeout: no answer within the per-node timeout, also when the
+	// command could not even be written by then (Err says "not sent").
 	OutcomeTimeout
 	// OutcomeNotAsked: the node was not asked, because its identity (INFO
 	// server run_id) is not verified yet; Err says why.

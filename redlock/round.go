@@ -226,10 +226,13 @@ func (c *Client) newResults() []NodeResult {
 	return res
 }
 
-// failed classifies a node's error as a timeout or an error.
+// failed classifies a node's error as a timeout or an error. A command
+// whose deadline passed before it could be written (the node's connection
+// was stuck behind earlier commands: a frozen node) got no answer in time
+// either: a timeout.
 func failed(i int, c *Client, err error, latency time.Duration) NodeResult {
 	o := OutcomeError
-	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, node.ErrNotSent) || isTimeout(err) {
 		o = OutcomeTimeout
 	}
 	return NodeResult{Node: c.pools[i].Name(), Outcome: o, Err: err, Latency: latency}

@@ -16,13 +16,15 @@
 -- (all in one hash slot, no TTL); ARGV[1] token; ARGV[2] TTL in milliseconds;
 -- ARGV[3..6] the waiter, if any (lib.lua, line: a waiter of Lock joins the
 -- key's line when it is taken, and may take a key handed to it).
--- Returns the counter (>= 1) when the key holds our token; when it is
--- taken, 0, or, to a waiter, minus the number of waiters in the line.
+-- Returns the counter (>= 1) when the key holds our token, 0 when it is
+-- taken (not the line's length, as the plain acquire answers: a counter
+-- changed outside quorumlock could be negative, and must read as an error).
 local o = free_for(KEYS[1], redis.call('GET', KEYS[1]), 3)
 if o == ARGV[1] then
   return tonumber(redis.call('GET', KEYS[2]) or '0')
 elseif o then
-  return -line(KEYS[1], 3, false)
+  line(KEYS[1], 3, false)
+  return 0
 end
 local n = redis.call('INCR', KEYS[2])
 local old = KEYS[3] ~= KEYS[2] and tonumber(redis.call('GET', KEYS[3]) or '')

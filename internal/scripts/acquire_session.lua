@@ -12,11 +12,13 @@
 -- length of the prefix that names the session key; ARGV[5..8] the waiter,
 -- if any (lib.lua, line: a waiter of Lock joins the key's line when it is
 -- taken, and may take a key handed to it).
--- Returns the incarnation (>= 1) when the key holds our token; when it is
--- taken, 0, or, to a waiter, minus the number of waiters in the line.
+-- Returns the incarnation (>= 1) when the key holds our token, 0 when it is
+-- taken (not the line's length, as the plain acquire answers: a sequence
+-- changed outside quorumlock must not read as "taken").
 local o = free_for(KEYS[1], redis.call('GET', KEYS[1]), 5)
 if o and o ~= ARGV[1] then
-  return -line(KEYS[1], 5, false)
+  line(KEYS[1], 5, false)
+  return 0
 end
 local inc = redis.call('GET', KEYS[2])
 if inc then

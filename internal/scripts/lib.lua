@@ -133,9 +133,9 @@ end
 -- at ARGV[i]: waiter ('' or absent: none), rank, entry TTL in ms, and '1'
 -- when the waiter may be in the line already. A waiter told "taken" joins
 -- the line; one that took the key leaves it. It returns the number of
--- waiters in the line after a waiter joined it, else 0: an acquire told
--- "taken" answers its negative, so that a Client learns whether the line
--- holds waiters other than its own.
+-- waiters in the line after a waiter joined it, else 0: the plain acquire
+-- told "taken" answers its negative, so that a Client learns whether the
+-- line holds waiters other than its own.
 local function line(k, i, won)
   local w = ARGV[i]
   if not w or w == '' then

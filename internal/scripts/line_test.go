@@ -177,3 +177,24 @@ func TestLapsedWaiter(t *testing.T) {
 		t.Fatalf("line %q; want the lapsed G gone", got)
 	}
 }
+
+// TestFencedTakenAnswersZero: a fenced acquire told "taken" answers 0 to a
+// waiter too, not minus the line's length as the plain acquire does: its
+// answer is a fencing counter, and a negative counter (changed outside
+// quorumlock) must still read as an error, never as "taken".
+func TestFencedTakenAnswersZero(t *testing.T) {
+	e := newLineEnv(t)
+	if e.acquire("h", "", 0, 0, false) != 1 {
+		t.Fatal("the free key was not taken")
+	}
+	keys := []string{key, "quorumlock:fence", "quorumlock:fence"}
+	for _, w := range []string{"A", "B"} {
+		n, err := scripts.AcquireFenced.Run(e.ctx, e.rdb, keys, "t"+w, 10000, w, 10, ttl, "0").Int64()
+		if err != nil || n != 0 {
+			t.Fatalf("waiter %s's fenced acquire of a taken key answered %d, %v; want 0", w, n, err)
+		}
+	}
+	if got := e.waiters(); len(got) != 2 {
+		t.Fatalf("line %q; want both fenced waiters in it", got)
+	}
+}

@@ -79,19 +79,7 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 			return nil, err
 		}
 		last = err
-		delay := cfg.retryDelay(attempt)
-		switch {
-		case s.woken:
-			// Woken by a release, and still not the holder: some nodes
-			// had not released yet, or handed the key to a waiter that is
-			// not coming; their hand-off lapses within handGrace.
-			delay = cfg.retryDelay(0)
-		case s.ln != nil && s.ln.joined:
-			// In the line, a release names this waiter when its turn
-			// comes: polling only covers lost messages, and keeps its
-			// entry from lapsing (lineTTL).
-			delay = jitter(cfg.retryMax)
-		}
+		delay := s.delay(attempt, err)
 		if cfg.maxWait > 0 {
 			left := cfg.maxWait - time.Since(begin)
 			if left <= 0 {
@@ -101,6 +89,33 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 		}
 		s.sleep(ctx, delay)
 	}
+}
+
+// delay is the wait before the attempt after attempt, which failed with
+// err.
+func (s *sleeper) delay(attempt int, err error) time.Duration {
+	var qe *QuorumError
+	split := errors.As(err, &qe) && qe.Agreed() > 0
+	switch {
+	case s.c.handoff && (s.woken || split):
+		// Woken by a release, or some nodes said yes, and still not the
+		// holder: some nodes had not released yet (their messages wake
+		// it again), handed the key to a waiter that is not coming, or
+		// another attempt took some of them: the votes split, both
+		// sides roll back, and no release is coming to wake anyone (a
+		// yes that comes late wakes the waiter the same way: splitLate).
+		// The hand-offs lapse within handGrace: try again by then,
+		// whatever the retry delays.
+		return jitter(handGrace(s.cfg))
+	case s.woken:
+		return s.cfg.retryDelay(0)
+	case s.ln != nil && s.ln.joined:
+		// In the line, a release names this waiter when its turn
+		// comes: polling only covers lost messages, and keeps its
+		// entry from lapsing (lineTTL).
+		return jitter(s.cfg.retryMax)
+	}
+	return s.cfg.retryDelay(attempt)
 }
 
 // sleeper is Lock's wait between attempts: a timer, cut short when a release

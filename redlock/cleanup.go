@@ -26,6 +26,9 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 		if rep.Int > 0 || mayHaveWritten(rep.Err) {
 			c.releaseUnsure(cfg, rep.Node, rkey, token, rep.Err)
 		}
+		if rep.Int > 0 && rd.op.Waiter != "" {
+			c.notes.splitLate(rkey, rd.op.Waiter, jitter(handGrace(cfg)))
+		}
 	})
 	rel := c.run(context.WithoutCancel(ctx), cfg, opRelease, nil, node.Op{Key: rkey, Token: token, KeyArg: rd.op.KeyArg, TokenArg: rd.op.TokenArg, Grace: c.grace(cfg)}, nil, func(i int) bool { return said[i] })
 	retry := func(rep quorum.Reply) {

@@ -185,6 +185,7 @@ func TestHandOffMessageReachesOnlyTheNamedClient(t *testing.T) {
 		}()
 		waitFor(t, fmt.Sprintf("waiter %d to sleep", i), func() bool { return settled(c, rkey("k"), 1) })
 	}
+	c0 := holder
 	for turn, next := range waiters {
 		before := make([]int64, len(waiters))
 		for i, c := range waiters {
@@ -199,15 +200,17 @@ func TestHandOffMessageReachesOnlyTheNamedClient(t *testing.T) {
 		if l.c != next {
 			t.Fatalf("turn %d: the lock went to another Client than the one that asked first", turn)
 		}
-		// The nodes published before the lock could be won; the messages
-		// of the nodes after the quorum are delivered soon after.
-		waitFor(t, "the named Client's messages", func() bool { return next.notes.messages.Load()-before[turn] >= int64(len(cl.Addrs())) })
+		// A quorum of nodes published before the lock could be won. (The
+		// lock released may hold fewer than all nodes: an attempt that
+		// came to a node before the release there is told "taken".)
+		q := int64(c0.cfg.quorumOf(len(cl.Addrs())))
+		waitFor(t, "the named Client's messages", func() bool { return next.notes.messages.Load()-before[turn] >= q })
 		time.Sleep(50 * time.Millisecond)
 		for i, c := range waiters {
 			n := c.notes.messages.Load() - before[i]
 			switch {
-			case i == turn && n != int64(len(cl.Addrs())):
-				t.Errorf("turn %d: the named Client received %d messages; want one per node", turn, n)
+			case i == turn && (n < q || n > int64(len(cl.Addrs()))):
+				t.Errorf("turn %d: the named Client received %d messages; want one per node that released, at least %d", turn, n, q)
 			case i != turn && n != 0:
 				t.Errorf("turn %d: waiting Client %d, not named, received %d messages", turn, i, n)
 			}

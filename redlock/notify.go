@@ -71,6 +71,7 @@ type notifier struct {
 	wokenAgain                          atomic.Int64 // by later nodes of a release that woke the waiter already
 	messages                            atomic.Int64 // messages received, on any channel
 	wokenEarly                          atomic.Int64 // by releasing, before the nodes named anyone (also in wokenByRelease)
+	wokenBySplit                        atomic.Int64 // by a late yes of a failed attempt of theirs (splitLate)
 }
 
 type keyWaiters struct {
@@ -203,6 +204,28 @@ func (n *notifier) releasing(rkey, token string) {
 		n.wake(first, 0, &n.wokenByRelease)
 		n.wokenEarly.Add(1)
 	}
+}
+
+// splitLate tells that a failed attempt of waiter id of rkey took a node
+// after all (its yes came late): the votes split, and, if another attempt
+// failed too, no release is coming to wake anyone. The waiter tries again
+// after delay, once the roll-backs have landed, as it does after a split
+// it saw in time (sleeper.delay).
+// A release that wakes the waiter meanwhile goes first: the timer only
+// wakes it if it is asleep then.
+func (n *notifier) splitLate(rkey, id string, delay time.Duration) {
+	time.AfterFunc(delay, func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if k := n.keys[rkey]; k != nil && !n.closed {
+			for _, w := range k.waiters {
+				if w.id == id && w.asleep {
+					n.wake(w, 0, &n.wokenBySplit)
+					return
+				}
+			}
+		}
+	})
 }
 
 // sleep marks w as asleep or awake.

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"testing"
+	"time"
 )
 
 // TestNotifier: a waiter is woken by its Client's own release at once, by
@@ -61,5 +62,37 @@ func TestNotifier(t *testing.T) {
 	n.remove("other", other)
 	if len(n.keys) != 0 {
 		t.Fatalf("keys left: %v", n.keys)
+	}
+}
+
+// TestSplitLateWakesTheAsleepWaiter: a yes that came late to a failed
+// attempt (the votes split) wakes its waiter after the delay if it is
+// asleep then, and only that waiter.
+func TestSplitLateWakesTheAsleepWaiter(t *testing.T) {
+	c, err := New(asPools(newMemPools(5)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	n := &c.notes
+	a, b := n.add("k", "a.1"), n.add("k", "b.1")
+	n.rest("k", a, nil)
+	n.rest("k", b, nil)
+	n.splitLate("k", "a.1", time.Millisecond)
+	select {
+	case d := <-a.wake:
+		if d != 0 {
+			t.Fatalf("woken with a delay of %v; want at once, the delay spent", d)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the waiter whose attempt took a node late was not woken")
+	}
+	if got := n.wokenBySplit.Load(); got != 1 {
+		t.Fatalf("%d split wake-ups; want 1", got)
+	}
+	select {
+	case <-b.wake:
+		t.Fatal("another waiter was woken")
+	default:
 	}
 }

@@ -95,7 +95,10 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 // err.
 func (s *sleeper) delay(attempt int, err error) time.Duration {
 	var qe *QuorumError
-	split := errors.As(err, &qe) && qe.Agreed() > 0
+	split := errors.As(err, &qe) && qe.Agreed() > 0 && time.Since(s.quick) >= s.cfg.retryMax
+	if split {
+		s.quick = time.Now() // once per retry max: a lock held on a bare quorum would make it spin
+	}
 	switch {
 	case s.c.handoff && (s.woken || split):
 		// Woken by a release, or some nodes said yes, and still not the
@@ -126,7 +129,8 @@ type sleeper struct {
 	rkey  string
 	ln    *line // the waiter's place in the key's line, when the Client keeps lines
 	won   bool
-	woken bool // the last sleep was cut short by a release
+	woken bool      // the last sleep was cut short by a release
+	quick time.Time // the last quick retry after a split
 	w     *waiter
 	timer *time.Timer
 }

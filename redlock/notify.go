@@ -97,6 +97,7 @@ type waiter struct {
 	asleep bool               // in Lock's select; guarded by notifier.mu
 	rank   int64              // its rank in the line (0: none); guarded by notifier.mu
 	alone  bool               // its last attempt saw no waiters but this Client's; guarded by notifier.mu
+	split  time.Time          // its last wake-up by splitLate; guarded by notifier.mu
 	wake   chan time.Duration // capacity 1: the delay before trying
 }
 
@@ -212,14 +213,16 @@ func (n *notifier) releasing(rkey, token string) {
 // after delay, once the roll-backs have landed, as it does after a split
 // it saw in time (sleeper.delay).
 // A release that wakes the waiter meanwhile goes first: the timer only
-// wakes it if it is asleep then.
+// wakes it if it is asleep then, and at most once per retry max (a lock
+// held on a bare quorum answers each of its polls with late yeses).
 func (n *notifier) splitLate(rkey, id string, delay time.Duration) {
 	time.AfterFunc(delay, func() {
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		if k := n.keys[rkey]; k != nil && !n.closed {
 			for _, w := range k.waiters {
-				if w.id == id && w.asleep {
+				if w.id == id && w.asleep && time.Since(w.split) >= n.c.cfg.retryMax {
+					w.split = time.Now()
 					n.wake(w, 0, &n.wokenBySplit)
 					return
 				}

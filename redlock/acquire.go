@@ -156,10 +156,11 @@ func (s *sleeper) sleep(ctx context.Context, delay time.Duration) {
 		s.c.notes.sleep(s.w, false)
 	case d := <-s.w.wake: // the key was released
 		s.woken = true
-		if d > 0 {
+		if d > 0 { // after d, unless another wake-up comes sooner
 			s.timer.Reset(d)
 			select {
 			case <-s.timer.C:
+			case <-s.w.wake:
 			case <-ctx.Done():
 			}
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 )
@@ -27,13 +28,28 @@ func realClients(t *testing.T, cl *redistest.Cluster, n int) []*Client {
 	t.Helper()
 	var cs []*Client
 	for range n {
+		cs = append(cs, realClient(t, cl.Addrs(), true))
+	}
+	return cs
+}
+
+// realClient returns a Client over the servers at addrs, polling once a
+// minute; with subscribe false, its Pools deliver no release messages
+// (node.Subscriber hidden), so only its own releases and late replies wake
+// its waiters.
+func realClient(t *testing.T, addrs []string, subscribe bool) *Client {
+	t.Helper()
+	{
 		var pools []pool.Pool
-		for i, addr := range cl.Addrs() {
+		for i, addr := range addrs {
 			rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 			t.Cleanup(func() { _ = rdb.Close() })
 			p, err := pool.New(rdb, pool.WithName(fmt.Sprintf("node%d", i)))
 			if err != nil {
 				t.Fatal(err)
+			}
+			if !subscribe {
+				p = unsubscribed{p, p.(node.Sender)}
 			}
 			pools = append(pools, p)
 		}
@@ -45,9 +61,8 @@ func realClients(t *testing.T, cl *redistest.Cluster, n int) []*Client {
 		if !c.handoff {
 			t.Fatal("a Client over Pools of package pool keeps no lines")
 		}
-		cs = append(cs, c)
+		return c
 	}
-	return cs
 }
 
 // wakes sums the wake-ups the Clients' notifiers sent, by releases and by
@@ -281,6 +296,49 @@ func TestOwnWaiterTriesBehindTheRelease(t *testing.T) {
 	if rel, _ := wakes(cs); rel != 3 {
 		t.Errorf("3 releases with waiters woke %d waiters; want 3", rel)
 	}
+}
+
+// TestSplitLateYesRetries: a waiter's attempt meets a key held on a bare
+// quorum (nodes 0 to 2) and takes the two other nodes, whose yes comes late
+// (their links are slow): the attempt fails, rolls back, and the waiter
+// sleeps in the line. The old holder's keys then expire without a release
+// (its process died): nothing will wake the waiter but its late yes, which
+// makes it try again within the hand-off grace instead of at its next poll
+// (a minute here; the Client subscribes to no messages, which would wake it
+// too). Without it, the Lock call waits for its deadline.
+func TestSplitLateYesRetries(t *testing.T) {
+	cl := redistest.Start(t, 5)
+	var addrs []string
+	for i, addr := range cl.Addrs() {
+		if i >= 3 {
+			px := cl.Node(i).Proxy(t)
+			px.SetLatency(100 * time.Millisecond)
+			addr = px.Addr()
+		}
+		addrs = append(addrs, addr)
+	}
+	c := realClient(t, addrs, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i, rdb := range cl.Clients(t)[:3] { // a holder that dies: no release
+		if err := rdb.Set(ctx, rkey("k"), "gone", 1500*time.Millisecond).Err(); err != nil {
+			t.Fatalf("node%d: %v", i, err)
+		}
+	}
+	l, err := c.Lock(ctx, "k")
+	if err != nil {
+		t.Fatalf("Lock after the old holder's keys expired: %v", err)
+	}
+	defer l.Release(ctx)
+	if got := c.notes.wokenBySplit.Load(); got < 1 {
+		t.Errorf("the Lock call got the key without a late yes waking it (%d)", got)
+	}
+}
+
+// unsubscribed is a Pool of package pool without its node.Subscriber.
+type unsubscribed struct {
+	pool.Pool
+	node.Sender
 }
 
 // TestNoLostWakeUp: two Clients take turns on one key, each asking again

@@ -30,6 +30,7 @@ type line struct {
 // so that only that Client reads it.
 type lines struct {
 	client string
+	suffix string // handChannel's suffix for this Client
 	n      atomic.Uint64
 }
 
@@ -37,6 +38,7 @@ func (ls *lines) init() {
 	var b [12]byte
 	_, _ = crand.Read(b[:]) // never fails (crypto/rand's documented contract)
 	ls.client = base64.RawURLEncoding.EncodeToString(b[:])
+	ls.suffix = handChannel("", ls.client)
 }
 
 // next returns a new waiter's place, ranked now.

@@ -212,23 +212,30 @@ func (n *notifier) releasing(rkey, token string) {
 // failed too, no release is coming to wake anyone. The waiter tries again
 // after delay, once the roll-backs have landed, as it does after a split
 // it saw in time (sleeper.delay).
-// A release that wakes the waiter meanwhile goes first: the timer only
-// wakes it if it is asleep then, and at most once per retry max (a lock
-// held on a bare quorum answers each of its polls with late yeses).
+// The waiter must be asleep, and is woken so at most once per retry max
+// (a lock held on a bare quorum answers each of its polls with late
+// yeses); a release that wakes it during the delay goes first (sleeper.sleep).
 func (n *notifier) splitLate(rkey, id string, delay time.Duration) {
-	time.AfterFunc(delay, func() {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		if k := n.keys[rkey]; k != nil && !n.closed {
-			for _, w := range k.waiters {
-				if w.id == id && w.asleep && time.Since(w.split) >= n.c.cfg.retryMax {
-					w.split = time.Now()
-					n.wake(w, 0, &n.wokenBySplit)
-					return
-				}
-			}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := n.keys[rkey]
+	if k == nil {
+		return
+	}
+	if w := k.find(id); w != nil && w.asleep && time.Since(w.split) >= n.c.cfg.retryMax {
+		w.split = time.Now()
+		n.wake(w, delay, &n.wokenBySplit)
+	}
+}
+
+// find returns the waiter named id, or nil. notifier.mu must be held.
+func (k *keyWaiters) find(id string) *waiter {
+	for _, w := range k.waiters {
+		if w.id == id {
+			return w
 		}
-	})
+	}
+	return nil
 }
 
 // sleep marks w as asleep or awake.
@@ -305,11 +312,8 @@ func (n *notifier) published(rkey, msg string) {
 // it the key is a reason to try again. It counts in wokenAgain, not as a
 // wake-up of its own. n.mu must be held.
 func (n *notifier) wakeAgainLocked(k *keyWaiters, id string) {
-	for _, w := range k.waiters {
-		if w.id == id {
-			n.wake(w, 0, &n.wokenAgain)
-			return
-		}
+	if w := k.find(id); w != nil {
+		n.wake(w, 0, &n.wokenAgain)
 	}
 }
 
@@ -334,11 +338,9 @@ func (n *notifier) handedTo(rkey, token, id string) {
 // once, or, if it has not registered yet (its attempt's reply is on its
 // way), when it does. n.mu must be held.
 func (n *notifier) handLocked(k *keyWaiters, id string) {
-	for _, w := range k.waiters {
-		if w.id == id {
-			n.wake(w, 0, &n.wokenByRelease)
-			return
-		}
+	if w := k.find(id); w != nil {
+		n.wake(w, 0, &n.wokenByRelease)
+		return
 	}
 	k.named[k.nextNamed] = id
 	k.nextNamed = (k.nextNamed + 1) % len(k.named)
@@ -370,7 +372,7 @@ func (n *notifier) channels(rkey string) []string {
 // hand-off channel.
 func (n *notifier) keyOf(channel string) (rkey string, hand bool) {
 	if n.c.handoff {
-		if rkey, ok := strings.CutSuffix(channel, handChannel("", n.c.lines.client)); ok {
+		if rkey, ok := strings.CutSuffix(channel, n.c.lines.suffix); ok {
 			return rkey, true
 		}
 	}

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -10,12 +11,7 @@ import (
 // a small delay), once per release, and never again for a release it was
 // woken for already.
 func TestNotifier(t *testing.T) {
-	c, err := New(asPools(newMemPools(5)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	n := &c.notes
+	n := memNotifier(t)
 	n.linger = 0 // a key goes with its last waiter
 	woken := func(w *waiter) (d int64, ok bool) {
 		select {
@@ -66,36 +62,77 @@ func TestNotifier(t *testing.T) {
 }
 
 // TestSplitLateWakesTheAsleepWaiter: a yes that came late to a failed
-// attempt (the votes split) wakes its waiter after the delay if it is
-// asleep then, and only that waiter.
+// attempt (the votes split) wakes its waiter, asleep, to try after the
+// delay, and only that waiter; another late yes within the retry max does
+// not wake it again (a lock held on a bare quorum would make it spin).
 func TestSplitLateWakesTheAsleepWaiter(t *testing.T) {
-	c, err := New(asPools(newMemPools(5)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	n := &c.notes
+	n := memNotifier(t)
 	a, b := n.add("k", "a.1"), n.add("k", "b.1")
 	n.rest("k", a, nil)
 	n.rest("k", b, nil)
 	n.splitLate("k", "a.1", time.Millisecond)
 	select {
 	case d := <-a.wake:
-		if d != 0 {
-			t.Fatalf("woken with a delay of %v; want at once, the delay spent", d)
+		if d != time.Millisecond {
+			t.Fatalf("woken to try after %v; want after the delay, 1ms", d)
 		}
-	case <-time.After(time.Minute):
+	default:
 		t.Fatal("the waiter whose attempt took a node late was not woken")
-	}
-	for end := time.Now().Add(time.Minute); n.wokenBySplit.Load() == 0 && time.Now().Before(end); {
-		time.Sleep(time.Millisecond) // the wake-up is counted right after it is sent
 	}
 	if got := n.wokenBySplit.Load(); got != 1 {
 		t.Fatalf("%d split wake-ups; want 1", got)
 	}
+	n.rest("k", a, nil)
+	n.splitLate("k", "a.1", time.Millisecond)
 	select {
+	case <-a.wake:
+		t.Fatal("woken again by a late yes within the retry max")
 	case <-b.wake:
 		t.Fatal("another waiter was woken")
 	default:
+	}
+}
+
+// memNotifier returns the notifier of a Client over in-memory pools.
+func memNotifier(t *testing.T) *notifier {
+	t.Helper()
+	c, err := New(asPools(newMemPools(5)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return &c.notes
+}
+
+// TestDelayedWakeCutShort: a waiter woken to try after a delay (a split's
+// late yes) tries at once when a release wakes it during that delay.
+func TestDelayedWakeCutShort(t *testing.T) {
+	n := memNotifier(t)
+	s := &sleeper{c: n.c, cfg: n.c.cfg, rkey: "k"}
+	defer s.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.sleep(ctx, time.Hour)
+	}()
+	for registered := false; !registered; time.Sleep(time.Millisecond) {
+		n.mu.Lock()
+		k := n.keys["k"]
+		registered = k != nil && len(k.waiters) == 1 && k.waiters[0].asleep
+		if registered {
+			n.wake(k.waiters[0], time.Hour, &n.wokenBySplit) // as splitLate does
+		}
+		n.mu.Unlock()
+	}
+	n.released("k", "t") // a release of this Client's: at once
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("a release during the delay of a delayed wake-up did not cut it short")
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the sleep ended with its context, not with the release")
 	}
 }

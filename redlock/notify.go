@@ -35,10 +35,15 @@ const subscriptionLinger = 10 * time.Second
 // instead of letting them sleep out their retry delay. It learns of
 // releases from the nodes (the release script publishes the released token
 // and the waiter it handed the key to, if any, on the channel named after
-// the key; one subscription per node and Client, shared by all its
-// waiters, subscribed to the keys that have or recently had waiters) and,
-// from this Client's own releases (their replies name the waiter, or, for
-// Clients without lines, a release wakes a waiter of its own at once). A
+// the key, or, when it handed the key to a waiter, on that waiter's
+// Client's channel of the key, so that other Clients read nothing; one
+// subscription per node and Client, shared by all its waiters, subscribed
+// to both channels of the keys that have or recently had waiters) and
+// from this Client's own releases (their replies name the waiter; its own
+// first-ranked waiter may try as soon as the release is queued: releasing;
+// for Clients without lines, a release wakes a waiter of its own at once).
+// A late yes to a failed attempt (split votes) wakes its waiter to try
+// after the hand-off grace (splitLate). A
 // release wakes one waiter, once a quorum of nodes published it (before
 // that, no round can win): the waiter most of them named, also when that
 // waiter registers only after the messages came, and again at each later

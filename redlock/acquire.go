@@ -12,21 +12,19 @@ import (
 	"github.com/quorumlock/quorumlock/internal/quorum"
 )
 
-// TryLock makes one attempt to acquire key and does not wait for it to be
-// free. It returns as soon as the outcome is certain: the Lock once a quorum
-// of nodes took the key with validity left, a failure once too few nodes
-// can still agree (no slow node delays it by more than the per-node
-// timeout). A failed attempt leaves nothing behind: its token is taken back
-// from the nodes that answered before TryLock returns, and from the others
-// when their replies arrive, however late (Close waits for that work;
-// docs/design.md states the bound). The nodes' identities are checked on a
-// Client's first use (see New). Rounds of one Client for one key run one at
-// a time: TryLock first waits for the Client's round in flight on the key.
+// TryLock makes one attempt to acquire key, without waiting for it to be
+// free. On success the Lock is held on a quorum of nodes until its Deadline.
+// It returns once the outcome is certain, waiting for slow or failed nodes no
+// longer than WithNodeTimeout states, and starts after this Client's attempt
+// in flight on the same key, if any. A failed attempt takes its token back
+// from every node that may hold it (docs/design.md, "The leftover bound").
 //
-// Errors: a *QuorumError (matching ErrNotAcquired) when the lock is taken or
-// too few nodes answered; an error matching both ErrNotAcquired and
-// ctx.Err() when ctx ended first; ErrClosed after Close; a plain error for
-// an empty key, invalid options or pools that reach the same server.
+// On failure the error matches ErrNotAcquired when the key is taken, too few
+// nodes answered or no validity was left (errors.As finds a *QuorumError),
+// and both ErrNotAcquired and ctx.Err() when ctx ended first. It is ErrClosed
+// once Close has begun, and a plain error for an empty key or an invalid
+// option (before any I/O), a failing token generator, or pools that reach
+// the same server (see New).
 // TryLock is safe for concurrent use.
 func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	cfg, err := c.callConfig("acquire", key, opts)
@@ -36,17 +34,18 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock
 	return c.attempt(ctx, key, cfg, nil)
 }
 
-// Lock acquires key, retrying after jittered, growing delays (see
-// WithRetryBackoff) until it succeeds, ctx ends or the WithMaxWait budget is
-// spent. When ctx ends, the error matches both ErrNotAcquired and ctx.Err()
-// with errors.Is; when the budget is spent it matches ErrNotAcquired. Either
-// way it carries the last attempt's *QuorumError for errors.As. Each attempt
-// behaves like TryLock and leaves nothing behind when it fails. Waiters are
-// served in the order they first asked, across Clients, when every Pool is
-// of package pool and none is a Cluster client: a release hands the key to
-// the first waiter and wakes it alone (docs/design.md, "Hand-off"); other
-// Lock calls, TryLock and Lock calls of other Clients are told "taken"
-// meanwhile. Lock is safe for concurrent use.
+// Lock acquires key like TryLock, retrying after jittered, growing delays
+// (WithRetryBackoff), and sooner when the key is released, until it
+// succeeds, ctx ends or the WithMaxWait budget is spent. When every Pool is
+// of package pool and none is a Cluster client, waiters get the key in the
+// order they first asked, across Clients, and others asking meanwhile are
+// told "taken" (docs/design.md, "Hand-off").
+//
+// When ctx ends, the error matches both ErrNotAcquired and ctx.Err(); when
+// the budget is spent, it matches ErrNotAcquired. Either way errors.As finds
+// the *QuorumError of the last attempt that reached the nodes, if one did.
+// Errors that do not match ErrNotAcquired are TryLock's, returned at once.
+// Lock is safe for concurrent use.
 func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	cfg, err := c.callConfig("acquire", key, opts)
 	if err != nil {

@@ -179,15 +179,14 @@ func (c *Client) enter() error {
 }
 
 // Close releases every lock of this Client that is still held, waits for the
-// Client's background work (late replies, roll-backs, each bounded by
-// min(TTL, max(10 × node timeout, 2 s)) when a node is slow) to end, and makes every
+// Client's background work to end (each piece bounded by
+// min(TTL, max(10 × node timeout, 2 s)) when a node is slow), and makes every
 // later operation return ErrClosed. It does not close the pools. It returns
-// the errors of the releases that could not be confirmed because nodes
-// failed (not those of locks that had expired), or ErrClosed when called
-// again. An acquisition that wins its round while Close runs is rolled back
-// and returns ErrClosed. Close is safe to call
-// concurrently with other methods; those that have not started their I/O by
-// then return ErrClosed.
+// the errors of the releases that nodes failed to confirm (not those of locks
+// that had expired), or ErrClosed when called again. Close is safe to call
+// concurrently with other methods: those that have not started their I/O
+// return ErrClosed, and an acquisition that wins its round meanwhile is
+// rolled back and returns ErrClosed.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {

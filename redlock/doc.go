@@ -5,10 +5,10 @@
 // A lock is held when a quorum of the masters (a majority by default) agreed
 // to it within the part of its TTL that is left after the time the
 // acquisition took and a clock-drift allowance (see package drift). Every
-// operation asks all masters in parallel, bounds each with a per-node
-// timeout, and decides as soon as the outcome is certain; an acquisition
-// that misses its quorum takes its token back from every master that may
-// hold it before it returns.
+// operation asks all masters in parallel and returns as soon as its outcome
+// is certain, waiting for a slow or failed master at most a per-node
+// timeout; an acquisition that misses its quorum takes its token back from
+// every master that may hold it. docs/design.md describes the mechanism.
 //
 //	c, err := redlock.New(pools) // one pool.Pool per Redis master
 //	err = c.Do(ctx, "orders:42", func(ctx context.Context) error {

@@ -106,24 +106,20 @@ func (l *Lock) deadlineLocked() time.Time {
 	return l.deadline
 }
 
-// Extend sets the lock's TTL to ttl on every node where it still holds the
-// lock (0 means the TTL it was acquired with) and, if a quorum confirms in
-// time, moves the deadline to the extend's own start + ttl − drift allowance.
+// Extend sets the lock's TTL to ttl (0: the TTL it was acquired with) on the
+// nodes that still hold it. On success a quorum confirmed in time, and the
+// deadline is the extend's start + ttl less the drift allowance (earlier, if
+// ttl is shorter than what was left); after a failure it never moves later.
+// An expired lock is never re-created.
 //
-// It never re-creates a key that has expired. It returns ErrReleased after
-// Release; ErrLockLost, without any I/O, once the deadline has passed, and
-// after a quorum of nodes said they no longer hold the token; a
-// *QuorumError matching ErrNotHeld when the quorum was not reached for
-// another reason. When ctx ended before a quorum confirmed, the error also
-// matches ctx.Err() (the lock is not lost for that). After a failed extend
-// the deadline never moves later (it may move earlier when ttl is shorter
-// than what was left). On the nodes, an extend never shortens the key's
-// TTL, so one that lands late, after a later extend, cannot cut the lock
-// short; a ttl shorter than what is left moves only the local deadline.
-// A lock renewed through a session (see WithAutoExtend) is extended by
-// renewing its session: ttl must then be 0 or the lock's TTL, else Extend
-// returns an error without any I/O. Extend is safe for concurrent use;
-// concurrent calls run one after the other.
+// It returns ErrReleased after Release or Client.Close (ErrClosed while Close
+// runs); an error matching ErrLockLost once the deadline has passed or so
+// many nodes no longer hold the token that no quorum can; otherwise a
+// *QuorumError matching ErrNotHeld. If ctx ends first, the error matches
+// ctx.Err() (the lock is not lost for that). A ttl below 1 ms or leaving no
+// validity is an error, and so is any but 0 or the lock's TTL for a lock
+// renewed through a session (WithAutoExtend). Extend is safe for concurrent
+// use; the Extend and Release calls of one Lock run one at a time.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	cfg := l.cfg
 	if ttl == 0 {
@@ -296,20 +292,16 @@ func (l *Lock) usable(now time.Time) error {
 	return nil
 }
 
-// Release deletes the lock's token from every node (a token-checked delete:
-// a key that holds another token is never touched) and marks the handle
-// released, whatever the outcome.
-//
-// It returns nil once a quorum confirmed the delete; ErrReleased if the
-// handle was already released (by Release or Client.Close); a *QuorumError
-// matching ErrNotHeld when a quorum did not confirm, because the lock had
-// expired, another client holds it now, or nodes failed (their copies expire
-// with the TTL). Release detaches from ctx's cancellation, so a deferred
-// Release still runs after ctx ended; the per-node timeout bounds its round,
-// after it has waited for a running Extend (and that Extend's slowest node)
-// and for the auto-extender to stop. It is safe for concurrent use; only one
-// call releases, the others get ErrReleased. While Client.Close runs it may
-// return ErrClosed: Close releases the lock itself.
+// Release deletes the lock's token from the nodes, never a key that holds
+// another token, and marks the handle released whatever the outcome. It
+// returns nil once a quorum confirmed; ErrReleased if the handle was already
+// released (by Release or Client.Close); ErrClosed once Close has begun
+// (Close releases the locks it holds); otherwise a *QuorumError matching
+// ErrNotHeld: the lock had expired, another client holds it, or nodes failed
+// (their copies expire with the TTL). Release ignores ctx's cancellation, so
+// a deferred Release works after ctx ended; it waits for an Extend or renewal
+// of the lock under way, then for its nodes at most the per-node timeout. It
+// is safe for concurrent use: one call releases, the others get ErrReleased.
 func (l *Lock) Release(ctx context.Context) error {
 	err := l.release(ctx) // after a renewal under way, which holds l.op
 	l.c.renew.remove(l)

@@ -15,10 +15,11 @@ type Event struct {
 
 // Observer is told about the life of every lock of a Client: for metrics,
 // tracing or alerts. Its methods are called synchronously from the goroutine
-// that did the step (the caller's, or the auto-extender's), so they must be
-// quick, must not block, and must not call back into the Lock or Client
-// (Extend, Release or Client.Close from an observer may deadlock). They may be called concurrently
-// for different locks. Embed NopObserver to implement only some methods.
+// that did the step (the caller's, or one the Client runs: renewals, the
+// lease's timer), so they must be quick, must not block, and must not call
+// back into the Lock or Client (Extend, Release or Client.Close from an
+// observer may deadlock). They may be called concurrently for different
+// locks. Embed NopObserver to implement only some methods.
 type Observer interface {
 	Acquired(Event)     // a Lock or TryLock won its round
 	Extended(Event)     // an automatic renewal of a lock renewed key by key succeeded (none for session locks: WithAutoExtend)

@@ -164,13 +164,15 @@ func WithDriftFactor(f float64) Option {
 	}
 }
 
-// WithNodeTimeout bounds each node's part of an operation (default 50 ms).
-// A node that has not answered by then counts as failed, so a round never
-// waits longer than this for its nodes, however many are down or paused (a
-// failed acquisition adds at most one more for its roll-back, and a Client's
-// first operation one identity check of at most max(4 × this, 200 ms)). Choose it well above the round-trip time to your Redis servers and
-// small against the TTL: 50 ms covers a loaded LAN or one cloud region, where
-// a Redis round trip takes well under 5 ms, and costs 0.5 % of the default TTL.
+// WithNodeTimeout bounds each node's part of an operation (default 50 ms): a
+// node that has not answered by then counts as failed, so a round waits no
+// longer than this for its nodes, however many are down or paused (only a
+// process that was not running when the time was up waits up to one more
+// for replies already read). A failed acquisition adds at most one more
+// timeout for its roll-back, fencing one for its write-back, and a Client's
+// first operation an identity check of at most max(4 × this, 200 ms). Choose
+// it well above the round-trip time to your Redis servers and small against
+// the TTL (docs/design.md, "Defaults and why").
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -183,13 +185,10 @@ func WithNodeTimeout(d time.Duration) Option {
 
 // WithRetryBackoff sets the waits between the attempts of Lock: before
 // attempt k+1 it waits a random duration between d/2 and d, where
-// d = min(max, base·2^k). The defaults, 25 ms doubling up to 250 ms, retry
-// quickly when a lock is about to be freed and keep each waiter below about
-// five attempts a second when it is held for long; the randomness keeps
-// waiters from retrying in lockstep. A waiter in a key's line (Lock, with
-// Pools of package pool that are not Cluster clients) waits between max/2
-// and max from its first failed attempt on: a release wakes it when its
-// turn comes, and its own attempts only cover lost wake-ups.
+// d = min(max, base·2^k) (defaults 25 ms and 250 ms; docs/design.md,
+// "Defaults and why"). A waiter in a key's line (Lock, with Pools of package
+// pool that are not Cluster clients) waits between max/2 and max from its
+// first failed attempt on: a release wakes it when its turn comes.
 func WithRetryBackoff(base, max time.Duration) Option {
 	return func(c *config) error {
 		if base <= 0 || max < base {
@@ -217,12 +216,11 @@ func WithMaxWait(d time.Duration) Option {
 // value stored under the lock key that proves ownership (default: 128
 // random bits from crypto/rand, as 22 URL-safe base64 characters). Tokens
 // must be unique across all clients and attempts, or one client could
-// release another's lock, and must not contain the byte 0x1f, which marks
-// session locks' values on the nodes. The function must be safe for
-// concurrent use; an error from it, or a token that breaks these rules,
-// fails the attempt without any I/O. Auto-extended locks with generated
-// tokens are renewed key by key, not by a renewal session (docs/design.md,
-// "Leases").
+// release another's lock, must not contain the byte 0x1f and must not start
+// with 0x1e (markers of values the nodes keep). The function must be safe
+// for concurrent use; an error from it, or a token that breaks these rules,
+// fails the attempt without any I/O. Locks with generated tokens are not
+// renewed through a renewal session (see WithAutoExtend).
 func WithTokenGenerator(gen func() (string, error)) Option {
 	return func(c *config) error {
 		if gen == nil {
@@ -295,19 +293,17 @@ func (c *config) renewInterval() time.Duration {
 }
 
 // WithAutoExtend turns automatic renewal of acquired locks on or off (default
-// off for Lock and TryLock, on inside Do). A renewing lock is extended to its
-// TTL every WithRenewEvery (default TTL/3; the first time at a random point
-// in the second half of that interval) by the Client's renewal service,
-// never two renewals of one lock at once. A failed renewal is retried while
-// validity is left; once no renewal can be confirmed before the deadline,
-// the lock is declared lost (Done closes, Err and the Context's cause are
-// ErrLockLost). Renewal never re-creates an expired lock, and stops when the
-// lock is released, lost or its Client closed; Release waits for a renewal
-// under way. Locks with random tokens and neither WithFencing nor
-// WithMaxHold, over Pools of package pool that are not Cluster clients, are
-// renewed through a renewal session: one command per node renews all of a
-// Client's locks of one TTL, and the Observer sees no Extended event for
-// them (docs/safety.md, "Renewal sessions").
+// off for Lock and TryLock, on inside Do). The Client renews such a lock to
+// its TTL every WithRenewEvery, never twice at once, and retries a failed
+// renewal while validity is left; once no renewal can be confirmed before the
+// deadline, the lock is lost (Done closes; Err and the Context's cause are
+// ErrLockLost), possibly a little before its deadline. Renewal never
+// re-creates an expired lock, and stops when the lock is released, lost or
+// its Client closed; Release waits for a renewal under way. Locks with random
+// tokens, over Pools of package pool that are not Cluster clients and with
+// neither WithFencing nor WithMaxHold, are renewed through a renewal session:
+// Extend takes only their TTL, and the Observer sees no Extended or
+// ExtendFailed event for them (docs/design.md, "Leases").
 func WithAutoExtend(on bool) Option {
 	return func(c *config) error {
 		c.autoExtend = on
@@ -354,19 +350,15 @@ func WithObserver(o Observer) Option {
 }
 
 // WithFencing turns fencing tokens on or off (default off). With fencing,
-// each node keeps a counter (no TTL, never deleted) shared by the keys under
-// the prefix: prefix + "fence" on a standalone master, one per hash slot on a
-// Redis Cluster Pool (pool.Slotted), so counters take O(1) keys per master
-// whatever the number of keys. The acquire script increments it with the
-// SET (and folds in a key's own counter of earlier versions, key + ":fence",
-// then deletes it; stop clients of earlier versions before starting these:
-// docs/safety.md); the client writes the highest counter of the
-// nodes that agreed back to a quorum, while it holds the lock, before it
-// reports success, and returns it as Lock.Fence. That costs a second round
-// trip per acquisition, counted in its elapsed time. Successive holders of a
-// key then get strictly increasing tokens (docs/safety.md has the argument
-// and its conditions). Use the same setting for every client of a key: an
-// acquisition without fencing does not advance the counters.
+// Lock.Fence of successive holders of a key strictly increases (docs/safety.md
+// has the argument and its conditions: persistent masters), at the cost of a
+// second round trip per acquisition, counted in its elapsed time. The
+// counters live on the nodes without a TTL: prefix + "fence", one per master,
+// or one per hash slot on a Redis Cluster Pool (pool.Slotted). A lock's
+// counter of earlier versions (its Redis key + ":fence") is folded in and
+// deleted: stop clients of earlier versions before starting these. Use the
+// same setting for every client of a key: an acquisition without fencing
+// does not advance the counters.
 func WithFencing(on bool) Option {
 	return func(c *config) error {
 		c.fencing = on

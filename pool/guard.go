@@ -15,9 +15,9 @@ import (
 
 // DefaultRestartGuard is the restart guard of Dial and DialURL: a server
 // that restarted counts towards quorums again only once it has been up this
-// long (see WithRestartGuard). It covers locks
-// whose TTL plus drift allowance is below it, such as the default 10 s TTL of
-// package redlock; raise it with WithRestartGuard for longer TTLs.
+// long (see WithRestartGuard). It covers locks whose TTL plus drift
+// allowance is below it, such as the default 10 s TTL of package redlock;
+// raise it with WithRestartGuard for longer TTLs.
 const DefaultRestartGuard = 30 * time.Second
 
 // ErrRestarted marks the error of a connection refused by the restart guard:
@@ -63,28 +63,20 @@ func (e EvictionCheck) String() string {
 // before a Pool made by Dial or DialURL uses it (default
 // DefaultRestartGuard; 0 turns the guard off; a negative d is an error).
 //
-// A Redis server restarted without its data (no persistence, or persistence
-// that lost the last writes) has forgotten the lock keys it held, and could
-// hand a second client a lock that a quorum, counting it, believes taken:
-// the hole of Redlock that its authors close with delayed restarts. The
-// guard enforces the delay from the client's side. Every new connection
-// first asks the server INFO (one round trip per connection, none per lock
-// operation) and the Pool remembers the server's run_id. When the run_id has
-// changed, the server restarted: while its uptime is below d, every
-// connection is refused with an error wrapping ErrRestarted, so the node
-// answers no lock operation and counts as failed. A restart drops every
-// connection, so no reply of a restarted server reaches the lock coordinator
-// without passing the guard. Set d above the longest TTL plus drift
-// allowance of any lock you take: by then every key the server forgot would
-// have expired anyway.
+// A Redis server restarted without its data has forgotten the lock keys it
+// held, and could let a second client take a lock that a quorum counting it
+// believes taken; Redlock's authors close that hole with delayed restarts,
+// and the guard enforces the delay from the client's side. While a restarted
+// server has been up less than d, every connection to it is refused with an
+// error wrapping ErrRestarted: the node answers no lock operation and counts
+// as failed. Set d above the longest TTL plus drift allowance of any lock you
+// take: by then every key the server forgot would have expired anyway.
 //
-// A Pool that meets a server for the first time cannot tell a fresh server
-// from a restarted one and uses it; WithStrictRestartGuard makes it treat
-// every server it meets as restarted.
-//
-// A server that does not report uptime_in_seconds (an in-process fake, a
-// proxy that hides INFO) cannot be guarded; it is used, and the Pool logs
-// that once at debug level.
+// A server the Pool meets for the first time is used whatever its uptime,
+// unless WithStrictRestartGuard is given. A server whose INFO does not
+// report its uptime (an in-process fake, a proxy that hides INFO) cannot be
+// guarded and is used. docs/design.md, "Connection checks", has the
+// mechanism.
 func WithRestartGuard(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {

@@ -23,11 +23,9 @@ import (
 //
 // The Pools of this package are the only implementations most programs
 // need. A Pool may be wrapped (for instrumentation or fault injection); a
-// wrapper must keep the semantics stated on each method. The coordinator
-// queues and pipelines the commands it sends to the Pools of this package
-// (one writer goroutine per node, concurrent rounds coalesced into one
-// write); any other Pool, a wrapper included, is called through these
-// methods on a goroutine per call: correct, but slower under load.
+// wrapper must keep the semantics stated on each method. Package redlock
+// calls any Pool not of this package, a wrapper included, through these
+// methods, one goroutine per call: correct, but slower under load.
 type Pool interface {
 	// Name identifies the node in errors and logs: its address unless set
 	// with WithName. Names of the pools of one redlock.Client are unique.
@@ -35,19 +33,18 @@ type Pool interface {
 	// Acquire sets key to token with the given TTL (whole milliseconds)
 	// only if key is free (it does not exist, or holds a lock of a renewal
 	// session that has ended) and reports whether it did; false means
-	// another lock holds it. It runs as a script, which also answers true
-	// when a copy of the call (a go-redis retry) had set the key already,
-	// so a retry never answers "taken" to its own token.
+	// another lock holds it. It also answers true when key already holds
+	// token, so a retried call never answers "taken" to its own token.
 	Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error)
 	// AcquireFenced is Acquire with a fencing counter: only if it sets key,
 	// it increments the counter fenceKey in the same atomic step and returns
-	// its new value (at least 1); a copy of a call that had set key returns
+	// its new value (at least 1); when key already holds token it returns
 	// the counter without a second increment; it returns 0 when another
-	// value is there. It writes nothing when it fails with an error.
-	// fenceKey may be shared by many keys and must share key's Redis
-	// Cluster slot. A counter of key's own from earlier versions
-	// (key + ":fence") is folded into fenceKey (raised above it) and
-	// deleted, so that key's tokens keep increasing.
+	// value is there. When it fails with an error it has not set key, but
+	// may have raised the counter. fenceKey may be shared by many keys and
+	// must share key's Redis Cluster slot. A counter of key's own from
+	// earlier versions (key + ":fence") is folded into fenceKey (raised
+	// above it) and deleted, so that key's tokens keep increasing.
 	AcquireFenced(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (uint64, error)
 	// RaiseFence sets the counter fenceKey to fence if it is lower, only
 	// while key holds token, and reports whether key holds token.
@@ -74,9 +71,13 @@ type Pool interface {
 	// MASTERDOWN, TRYAGAIN) is returned as an error: ask again later.
 	RunID(ctx context.Context) (string, error)
 	// Close releases what the Pool owns: the client it created in Dial or
-	// DialURL, and the goroutine that writes the commands queued by
-	// redlock rounds (it waits for a batch in flight, at most until that
-	// batch's deadline). A Pool from New never closes the caller's client.
+	// DialURL, and the goroutines that write the commands package redlock
+	// queued. Queued commands fail with redis.ErrClosed, and Close waits
+	// for those in flight: they fail at once on the Pool's own client,
+	// which it closes first; on a Pool from New, whose client stays open,
+	// they run until answered or given up (docs/design.md, "Following a
+	// command past its round"). A Pool from New never closes the caller's
+	// client.
 	Close() error
 }
 
@@ -146,17 +147,13 @@ type redisPool struct {
 var _ Pool = (*redisPool)(nil)
 
 // New returns a Pool over a go-redis client the caller owns; closing the
-// Pool leaves the client open. The client should have ContextTimeoutEnabled
-// set and MaxRetries −1 (see the package doc): without them a call may
-// outlive the lock's per-node timeout. The coordinator still decides on time,
-// but the call ties up a connection until go-redis gives up. Commands that
-// go-redis sends again are safe: an acquire whose first copy set the key
-// answers yes; a release sent again answers "not held" (the first copy
-// deleted the key), so Release may then report a failed quorum.
-//
-// New installs no connection hook on a client it did not create, so the
-// restart guard and the eviction check of Dial do not apply: to have them,
-// set the client's redis.Options.OnConnect to the hook OnConnect returns.
+// Pool leaves the client open. Set ContextTimeoutEnabled and MaxRetries −1
+// on the client, as Dial does: without them a call may outlive the lock's
+// per-node timeout and hold a connection until go-redis gives up (the lock
+// is still decided on time), and a release go-redis sends again answers
+// "not held", so Release may report a failed quorum that succeeded. The
+// restart guard and the eviction check apply only if the client's
+// redis.Options.OnConnect is the hook OnConnect returns.
 //
 // New returns an error for a nil client, an invalid option, or a client of a
 // type whose address it cannot read when no WithName is given.
@@ -177,11 +174,10 @@ func New(c redis.UniversalClient, opts ...Option) (Pool, error) {
 
 // Dial returns a Pool with a client of its own for the server that opt
 // describes (copied; opt is not modified). The copy has ContextTimeoutEnabled
-// set, MaxRetries −1 and DialerRetries 1 whatever opt says (go-redis would
-// otherwise dial a dead server 5 times, 100 ms apart); every other field, such as
-// Password, TLSConfig or the pool sizes, is kept. Dial does not connect: a
-// server that is down shows up as a failed vote on first use. Close the Pool
-// to close its client.
+// set, MaxRetries −1 and DialerRetries 1 whatever opt says; every other
+// field, such as Password, TLSConfig or the pool sizes, is kept. Dial does
+// not connect: a server that is down shows up as a failed vote on first
+// use. Close the Pool to close its client.
 //
 // Every new connection is checked before use by the restart guard
 // (WithRestartGuard, default DefaultRestartGuard) and the eviction check

@@ -1,8 +1,8 @@
-// Package scripts holds the Lua scripts that change lock keys on a Redis
-// node. Each is loaded once with go:embed and run through go-redis'
-// Script.Run, which sends EVALSHA and falls back to EVAL when the server
-// answers NOSCRIPT (after a restart or SCRIPT FLUSH), so the script cache
-// is never a point of failure. The scripts are safe for concurrent use.
+// Package scripts holds the Lua scripts that read and change lock keys on a
+// Redis node, embedded with go:embed. Package node sends them with EVALSHA
+// and again with EVAL when the server answers NOSCRIPT (docs/design.md,
+// "Fan-out"). Each .lua file documents its keys, arguments and reply; the
+// comments here summarise them. The scripts are safe for concurrent use.
 package scripts
 
 import (
@@ -40,16 +40,19 @@ var (
 var (
 	// Release deletes KEYS[1] if it holds ARGV[1], hands it to the first
 	// waiter of its line for ARGV[2] ms if that is given and positive, and
-	// publishes on the channel KEYS[1] (best effort: a refused PUBLISH is
-	// ignored); it returns 1 if it deleted, else 0.
+	// publishes the release (best effort: a refused PUBLISH is ignored);
+	// it returns 1 if the key held our lock (now deleted), else 0, then
+	// 0x1f and the waiter when it handed the key to one.
 	Release = script(lib, releaseSrc)
-	// Extend sets the TTL of KEYS[1] to ARGV[2] ms if it holds ARGV[1];
-	// it returns 1 if it did, else 0. It never creates the key.
+	// Extend makes KEYS[1] live at least ARGV[2] ms more if it holds
+	// ARGV[1]; it returns 1 if it does, else 0. It never creates the key
+	// and never shortens its TTL.
 	Extend = script(lib, extendSrc)
 	// Acquire sets KEYS[1] to ARGV[1] NX PX ARGV[2]; it returns 1 when the
-	// key holds ARGV[1] (also when a copy of the call set it), 0 when taken.
-	// With a waiter in ARGV[3..6] (lib.lua, line), a key handed to it is
-	// free, and a waiter told "taken" joins the key's line.
+	// key holds ARGV[1] (also when a copy of the call set it), 0 or minus
+	// the length of the line of waiters when taken. With a waiter in
+	// ARGV[3..6] (lib.lua, line), a key handed to it is free, and a waiter
+	// told "taken" joins the key's line.
 	Acquire = script(lib, acquireSrc)
 	// AcquireFenced sets KEYS[1] to ARGV[1] NX PX ARGV[2] and, if it did,
 	// increments KEYS[2]; it returns the new counter, or 0 when taken.

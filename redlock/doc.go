@@ -5,9 +5,9 @@
 // A lock is held when a quorum of the masters (a majority by default) agreed
 // to it within the part of its TTL that is left after the time the
 // acquisition took and a clock-drift allowance (see package drift). Every
-// operation asks all masters in parallel and returns as soon as its outcome
-// is certain, waiting for a slow or failed master at most a per-node
-// timeout; an acquisition that misses its quorum takes its token back from
+// operation asks all masters in parallel, bounds its wait for each by a
+// per-node timeout (WithNodeTimeout), and returns as soon as its outcome is
+// certain; an acquisition that misses its quorum takes its token back from
 // every master that may hold it. docs/design.md describes the mechanism.
 //
 //	c, err := redlock.New(pools) // one pool.Pool per Redis master

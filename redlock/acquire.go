@@ -24,8 +24,7 @@ import (
 // and both ErrNotAcquired and ctx.Err() when ctx ended first. It is ErrClosed
 // once Close has begun, and a plain error for an empty key or an invalid
 // option (before any I/O), a failing token generator, or pools that reach
-// the same server (see New).
-// TryLock is safe for concurrent use.
+// the same server (see New). TryLock is safe for concurrent use.
 func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	cfg, err := c.callConfig("acquire", key, opts)
 	if err != nil {

@@ -2,6 +2,11 @@
 # integration) with the race detector; make lint runs gofmt, go vet and
 # staticcheck.
 GO ?= go
+# The library, the test kit (testkit/) and the integration suite
+# (integration/) are three modules; modules.work lets one go command cover
+# them, so that their packages' tests run in parallel.
+ALL := GOWORK=$(CURDIR)/modules.work
+PKGS := ./... ./testkit/... ./integration/...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: test lint fuzz demo bench bench-go chaos
@@ -12,13 +17,14 @@ demo:
 	$(GO) run ./cmd/quorumlock demo
 
 test:
-	$(GO) test -race -count=1 -timeout 9m ./...
+	$(ALL) $(GO) test -race -count=1 -timeout 9m $(PKGS)
+	cd bench && GOWORK=off $(GO) vet ./...
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) run $(STATICCHECK) ./...
-	cd bench && $(GO) vet ./...
+	$(ALL) $(GO) vet $(PKGS)
+	$(ALL) $(GO) run $(STATICCHECK) $(PKGS)
+	cd bench && GOWORK=off $(GO) vet ./...
 
 # fuzz runs the drift fuzz test for FUZZTIME (default 30s).
 FUZZTIME ?= 30s
@@ -54,4 +60,4 @@ bench-go:
 # (docs/chaos.md).
 CHAOS_DURATION ?= 10m
 chaos:
-	QUORUMLOCK_CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -race -count=1 -v -timeout 0 -run '^TestChaos(Mixed|Sessions)$$' ./integration/
+	$(ALL) QUORUMLOCK_CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -race -count=1 -v -timeout 0 -run '^TestChaos(Mixed|Sessions)$$' ./integration/

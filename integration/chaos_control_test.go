@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/fence"
-	hist "github.com/quorumlock/quorumlock/internal/history"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
+	hist "github.com/quorumlock/quorumlock/testkit/history"
 )
 
 // The control runs break one assumption of docs/safety.md on purpose, in a

@@ -21,11 +21,11 @@ import (
 
 	"github.com/quorumlock/quorumlock/drift"
 	"github.com/quorumlock/quorumlock/fence"
-	hist "github.com/quorumlock/quorumlock/internal/history"
 	"github.com/quorumlock/quorumlock/internal/node"
-	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/testkit"
+	hist "github.com/quorumlock/quorumlock/testkit/history"
 )
 
 // EnvChaosDuration sets how long TestChaosMixed runs (a Go duration, such as
@@ -219,7 +219,7 @@ type chaosClient struct {
 	name    string
 	h       *hist.History
 	ttl     time.Duration
-	proxies []*redistest.Proxy
+	proxies []*testkit.Proxy
 	pools   []pool.Pool
 	cl      *redlock.Client
 	gen     *tokGen // fenced clients' tokens
@@ -996,9 +996,9 @@ func (f *faulter) inject(kind int) {
 		// open connections until it drops them, lands late; its new
 		// connections work (a retried command or a roll-back overtakes
 		// the late one). HoldAll: nothing it writes lands before the end.
-		scope := redistest.HoldOpen
+		scope := testkit.HoldOpen
 		if f.rng.IntN(2) == 0 {
-			scope = redistest.HoldAll
+			scope = testkit.HoldAll
 		}
 		f.setHeld(k, nodes, true)
 		for _, i := range nodes {
@@ -1181,7 +1181,7 @@ func runChaos(t *testing.T, sessions bool) {
 
 	c := startCluster(t, ttl, "")
 	dropFenceCounters(t, c)
-	resCluster := redistest.Start(t, 1)
+	resCluster := testkit.Start(t, 1)
 	res := &resource{cl: resCluster.Clients(t)[0]}
 	admins := c.admins(t)
 	h := hist.New()

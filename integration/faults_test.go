@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/testkit"
 )
 
 // goRedisReadTimeout is go-redis' default ReadTimeout: without the
@@ -273,7 +273,7 @@ func TestProxyFaults(t *testing.T) {
 	c := startCluster(t, ttl, "")
 	admins := c.admins(t)
 	ctx := ctxT(t, 60*time.Second)
-	proxies := make([]*redistest.Proxy, c.Len())
+	proxies := make([]*testkit.Proxy, c.Len())
 	for i := range proxies {
 		proxies[i] = c.Node(i).Proxy(t)
 	}

@@ -15,9 +15,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/drift"
-	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/testkit"
 )
 
 // nodes is the size of every test cluster.
@@ -25,7 +25,7 @@ const nodes = 5
 
 // cluster is a redistest cluster plus what the checks need to reach it.
 type cluster struct {
-	*redistest.Cluster
+	*testkit.Cluster
 	password string
 	// poolOpts are added to every pool.Dial of newLockClient.
 	poolOpts []pool.Option
@@ -42,12 +42,12 @@ func (c *cluster) keepsData() { c.poolOpts = append(c.poolOpts, pool.WithRestart
 // test and every clean-up registered later (t.Cleanup is LIFO), the check
 // that no lock key is left on a reachable node without a TTL or with a TTL
 // longer than maxTTL, the longest TTL the test gives any lock.
-func startCluster(t *testing.T, maxTTL time.Duration, password string, opts ...redistest.Option) *cluster {
+func startCluster(t *testing.T, maxTTL time.Duration, password string, opts ...testkit.Option) *cluster {
 	t.Helper()
 	if password != "" {
-		opts = append(opts, redistest.WithPassword(password))
+		opts = append(opts, testkit.WithPassword(password))
 	}
-	c := &cluster{Cluster: redistest.Start(t, nodes, opts...), password: password}
+	c := &cluster{Cluster: testkit.Start(t, nodes, opts...), password: password}
 	t.Cleanup(func() { c.checkKeyTTLs(t, maxTTL) })
 	return c
 }
@@ -68,7 +68,7 @@ func (c *cluster) admins(t *testing.T) []*redis.Client {
 // admin returns a client connected directly to node i with the cluster's
 // password, closed at the end of the test.
 func (c *cluster) admin(t *testing.T, i int) *redis.Client {
-	cl := redistest.NewClient(c.Node(i).Addr(), c.password)
+	cl := testkit.NewClient(c.Node(i).Addr(), c.password)
 	t.Cleanup(func() { _ = cl.Close() })
 	return cl
 }
@@ -78,7 +78,7 @@ func (c *cluster) admin(t *testing.T, i int) *redis.Client {
 func (c *cluster) reachable(t *testing.T, what string, fn func(i int, cl *redis.Client)) {
 	t.Helper()
 	for i := range c.Len() {
-		cl := redistest.NewClient(c.Node(i).Addr(), c.password)
+		cl := testkit.NewClient(c.Node(i).Addr(), c.password)
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		err := cl.Ping(ctx).Err()
 		cancel()

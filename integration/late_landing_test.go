@@ -27,8 +27,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/testkit"
 )
 
 const (
@@ -71,7 +71,7 @@ type lateDelayed struct {
 // and turns the delay off lateWindow after it was turned on. The wait for
 // the landing also runs at the end of the test, so that no goroutine is
 // left behind.
-func delayBriefly(t *testing.T, ps []*redistest.Proxy, drainers []*redis.Client, idx []int) *lateDelayed {
+func delayBriefly(t *testing.T, ps []*testkit.Proxy, drainers []*redis.Client, idx []int) *lateDelayed {
 	t.Helper()
 	d := &lateDelayed{t: t, offDone: make(chan struct{}), pings: make(chan error, len(idx)), n: len(idx)}
 	for _, i := range idx {
@@ -558,7 +558,7 @@ func TestLateAttemptOfDepartedWaiter(t *testing.T) {
 		return true
 	})
 	for _, p := range ps {
-		p.Hold(redistest.HoldOpen)
+		p.Hold(testkit.HoldOpen)
 	}
 	eventually(t, 5*time.Second, 5*time.Millisecond, "a's next attempt held on every link", func() bool {
 		for _, p := range ps {

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/quorumlock/quorumlock/internal/leakcheck"
+	"github.com/quorumlock/quorumlock/testkit/leakcheck"
 )
 
 // TestMain fails the run when a test leaves goroutines behind: Clients must

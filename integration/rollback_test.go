@@ -6,8 +6,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/testkit"
 )
 
 // TestRollbackOnSlowNodes checks L2 when three of five nodes are reachable
@@ -24,7 +24,7 @@ func TestRollbackOnSlowNodes(t *testing.T) {
 	)
 	c := startCluster(t, ttl, "")
 	ctx := ctxT(t, 30*time.Second)
-	proxies := make([]*redistest.Proxy, c.Len())
+	proxies := make([]*testkit.Proxy, c.Len())
 	for i := range proxies {
 		proxies[i] = c.Node(i).Proxy(t)
 	}

@@ -34,7 +34,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/testkit"
 )
 
 // patient is the node timeout of the clients (or calls) whose success is a
@@ -48,9 +48,9 @@ const patient = 500 * time.Millisecond
 // proxyEach starts one fault proxy per node, for one client (closed at the
 // end of the test, after the clients registered later), and returns them
 // with the redis options that reach node i through proxies[i].
-func (c *cluster) proxyEach(t *testing.T) ([]*redistest.Proxy, func(i int) *redis.Options) {
+func (c *cluster) proxyEach(t *testing.T) ([]*testkit.Proxy, func(i int) *redis.Options) {
 	t.Helper()
-	ps := make([]*redistest.Proxy, c.Len())
+	ps := make([]*testkit.Proxy, c.Len())
 	for i := range ps {
 		ps[i] = c.Node(i).Proxy(t)
 	}
@@ -62,11 +62,11 @@ func (c *cluster) proxyEach(t *testing.T) ([]*redistest.Proxy, func(i int) *redi
 // drainers returns one client per proxy, connected through it and ready
 // (its connection set up and used once), for drain. Ready matters: a new
 // connection's handshake would cross a delayed proxy several times.
-func (c *cluster) drainers(t *testing.T, ps []*redistest.Proxy) []*redis.Client {
+func (c *cluster) drainers(t *testing.T, ps []*testkit.Proxy) []*redis.Client {
 	t.Helper()
 	out := make([]*redis.Client, len(ps))
 	for i, p := range ps {
-		out[i] = redistest.NewClient(p.Addr(), c.password)
+		out[i] = testkit.NewClient(p.Addr(), c.password)
 		t.Cleanup(func() { _ = out[i].Close() })
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := out[i].Ping(ctx).Err()

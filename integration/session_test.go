@@ -10,9 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/node"
-	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/testkit"
 )
 
 // Renewal sessions on real Redis: the scripts of docs/safety.md, "Renewal
@@ -240,7 +240,7 @@ func TestSessionLateAcquireCleanedUp(t *testing.T) {
 	c := startCluster(t, ttl, "")
 	admins := c.admins(t)
 	ctx := ctxT(t, 60*time.Second)
-	var proxies [nodes]*redistest.Proxy
+	var proxies [nodes]*testkit.Proxy
 	a := sessionClient(t, c, func(i int) *redis.Options {
 		proxies[i] = c.Node(i).Proxy(t)
 		return &redis.Options{Addr: proxies[i].Addr()}
@@ -250,7 +250,7 @@ func TestSessionLateAcquireCleanedUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, px := range proxies[:3] {
-		px.Hold(redistest.HoldOpen)
+		px.Hold(testkit.HoldOpen)
 	}
 	if _, err := a.TryLock(ctx, "late-y"); !errors.Is(err, redlock.ErrNotAcquired) {
 		t.Fatalf("TryLock with 3 of 5 links holding: %v", err)
@@ -291,7 +291,7 @@ func TestSessionLateRenewalAfterNextHolder(t *testing.T) {
 	c := startCluster(t, ttl, "")
 	admins := c.admins(t)
 	ctx := ctxT(t, 60*time.Second)
-	var proxies [nodes]*redistest.Proxy
+	var proxies [nodes]*testkit.Proxy
 	a := sessionClient(t, c, func(i int) *redis.Options {
 		proxies[i] = c.Node(i).Proxy(t)
 		return &redis.Options{Addr: proxies[i].Addr()}
@@ -304,7 +304,7 @@ func TestSessionLateRenewalAfterNextHolder(t *testing.T) {
 	// the late EVALSHAs must run, not fail with NOSCRIPT.
 	time.Sleep(ttl / 2)
 	for _, px := range proxies {
-		px.Hold(redistest.HoldAll)
+		px.Hold(testkit.HoldAll)
 	}
 	<-la.Done()
 	b := c.newLockClient(t, "b", c.direct, redlock.WithTTL(ttl))

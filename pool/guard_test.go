@@ -13,7 +13,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/redisproc"
 	"github.com/quorumlock/quorumlock/pool"
 )
 
@@ -85,7 +85,7 @@ func firstRefusal(t *testing.T, p pool.Pool, what string) error {
 // uses it again once the guard has passed; with the guard off the restarted
 // server is used at once.
 func TestRestartGuard(t *testing.T) {
-	c := redistest.Start(t, 1)
+	c := redisproc.Start(t, 1)
 	addr := c.Node(0).Addr()
 	log, buf := logger()
 	guarded := dial(t, addr, pool.WithRestartGuard(time.Hour), pool.WithLogger(log), pool.WithName("guarded"))
@@ -141,7 +141,7 @@ func TestRestartGuard(t *testing.T) {
 // TestStrictRestartGuard: in strict mode a server met for the first time is
 // refused while young; a plain guard uses it.
 func TestStrictRestartGuard(t *testing.T) {
-	c := redistest.Start(t, 1)
+	c := redisproc.Start(t, 1)
 	addr := c.Node(0).Addr()
 	if err := acquire(dial(t, addr, pool.WithRestartGuard(time.Hour), pool.WithStrictRestartGuard()), "k1"); !errors.Is(err, pool.ErrRestarted) {
 		t.Fatalf("strict guard on a fresh server: %v, want ErrRestarted", err)
@@ -170,9 +170,9 @@ func TestStrictRestartGuard(t *testing.T) {
 // refused in EvictionRefuse mode, logged once per pool in EvictionWarn mode
 // (the default) and passed over in silence in EvictionIgnore mode.
 func TestEvictionCheck(t *testing.T) {
-	c := redistest.Start(t, 1)
+	c := redisproc.Start(t, 1)
 	addr := c.Node(0).Addr()
-	admin := redistest.NewClient(addr, "")
+	admin := redisproc.NewClient(addr, "")
 	defer admin.Close()
 	ctx := context.Background()
 	if err := admin.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {

@@ -93,7 +93,11 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 // err.
 func (s *sleeper) delay(attempt int, err error) time.Duration {
 	var qe *QuorumError
-	split := errors.As(err, &qe) && qe.Agreed() > 0 && time.Since(s.quick) >= s.cfg.retryMax
+	split := errors.As(err, &qe) && qe.Agreed() > 0
+	if split {
+		s.c.notes.splitAttempts.Add(1)
+	}
+	split = split && time.Since(s.quick) >= s.cfg.retryMax
 	if split {
 		s.quick = time.Now() // once per retry max: a lock held on a bare quorum would make it spin
 	}

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 	"github.com/quorumlock/quorumlock/pool"
@@ -204,9 +202,9 @@ func (c *Client) Close() error {
 	c.renew.close() // renewals under way end before their locks are released
 
 	errs := make([]error, len(locks))
-	var g errgroup.Group
+	var g sync.WaitGroup
 	for i, l := range locks {
-		g.Go(func() error {
+		g.Go(func() {
 			l.op <- struct{}{}
 			defer func() { <-l.op }()
 			err := l.releaseLocked(context.Background())
@@ -215,10 +213,9 @@ func (c *Client) Close() error {
 				err = nil // released meanwhile, or expired: nothing to report
 			}
 			errs[i] = err
-			return nil
 		})
 	}
-	_ = g.Wait()
+	g.Wait()
 	c.rechecks.stop(&c.wg) // pending rechecks go now, once
 	c.wg.Done()
 	c.wg.Wait()

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 )
 
 // identities makes sure no two pools reach the same Redis server: such a
@@ -106,16 +104,13 @@ func (v *identities) check(ctx context.Context, c *Client, cfg *config) error {
 func (v *identities) run(ctx context.Context, c *Client, cfg *config, todo []int, ch chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idTimeout(cfg))
 	defer cancel()
-	var g errgroup.Group
+	var g sync.WaitGroup
 	ids := make([]string, len(todo))
 	errs := make([]error, len(todo))
 	for k, i := range todo {
-		g.Go(func() error {
-			ids[k], errs[k] = c.pools[i].RunID(ctx)
-			return nil
-		})
+		g.Go(func() { ids[k], errs[k] = c.pools[i].RunID(ctx) })
 	}
-	_ = g.Wait()
+	g.Wait()
 
 	v.mu.Lock()
 	defer v.mu.Unlock()

@@ -77,6 +77,10 @@ type notifier struct {
 	messages                            atomic.Int64 // messages received, on any channel
 	wokenEarly                          atomic.Int64 // by releasing, before the nodes named anyone (also in wokenByRelease)
 	wokenBySplit                        atomic.Int64 // by a late yes of a failed attempt of theirs (splitLate)
+	// Failed attempts of waiters that some nodes said yes to: their
+	// roll-back releases those nodes, which hand the key to the next in
+	// line there.
+	splitAttempts atomic.Int64
 }
 
 type keyWaiters struct {

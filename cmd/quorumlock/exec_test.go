@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,10 +18,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/sync/errgroup"
 
 	wire "github.com/quorumlock/quorumlock/internal/node"
-	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/redisproc"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -36,7 +36,7 @@ const bound = 60 * time.Second
 // TestExec runs quorumlock exec and status as real processes against 5 real
 // Redis servers. The subtests share the servers; the last one kills three.
 func TestExec(t *testing.T) {
-	c := redistest.Start(t, 5)
+	c := redisproc.Start(t, 5)
 	addrs := strings.Join(c.Addrs(), ",")
 	admins := c.Clients(t)
 	// tokens returns the value of the lock key on every node ("" if absent
@@ -256,12 +256,13 @@ func TestExec(t *testing.T) {
 		politePID, _ := strconv.Atoi(strings.Fields(polite.waitLine(t, "ready "))[1])
 		stubbornPID, _ := strconv.Atoi(strings.Fields(stubborn.waitLine(t, "ready "))[1])
 
-		var g errgroup.Group
-		for i := range 3 {
-			g.Go(c.Node(i).Kill)
+		kills := make([]error, 3)
+		var g sync.WaitGroup
+		for i := range kills {
+			g.Go(func() { kills[i] = c.Node(i).Kill() })
 		}
-		if err := g.Wait(); err != nil {
-			t.Fatal(err)
+		if g.Wait(); errors.Join(kills...) != nil {
+			t.Fatal(errors.Join(kills...))
 		}
 		for _, p := range []*proc{polite, stubborn} {
 			if code := p.wait(t); code != exitLost {
@@ -516,7 +517,7 @@ func groupMembers(pgid int) []int {
 // auto-extended lock of the library) as held while its session lives, with
 // the session's TTL, and as free once the session has ended.
 func TestStatusSessionLock(t *testing.T) {
-	c := redistest.Start(t, 5)
+	c := redisproc.Start(t, 5)
 	addrs := strings.Join(c.Addrs(), ",")
 	pools := make([]pool.Pool, len(c.Addrs()))
 	for i, a := range c.Addrs() {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/redisproc"
 	"github.com/quorumlock/quorumlock/internal/scripts"
 )
 
@@ -31,7 +31,7 @@ type lineEnv struct {
 }
 
 func newLineEnv(t *testing.T) *lineEnv {
-	return &lineEnv{t: t, ctx: context.Background(), rdb: redistest.Start(t, 1).Clients(t)[0]}
+	return &lineEnv{t: t, ctx: context.Background(), rdb: redisproc.Start(t, 1).Clients(t)[0]}
 }
 
 // acquire runs the acquire script for token as waiter w ("" : none),

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package redistest
+package redisproc
 
 import (
 	"errors"
@@ -9,9 +9,9 @@ import (
 
 func procAttr() *syscall.SysProcAttr { return nil }
 
-func processStartTime(pid int) string { return "" }
+func ProcessStartTime(pid int) string { return "" }
 
-func processAlive(pid int, start string) bool {
+func ProcessAlive(pid int, start string) bool {
 	if pid <= 0 {
 		return false
 	}

@@ -1,4 +1,4 @@
-package redistest
+package testkit
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/ory/dockertest/v3"
 	dc "github.com/ory/dockertest/v3/docker"
+
+	"github.com/quorumlock/quorumlock/internal/redisproc"
 )
 
 // Container labels. Every container carries labelTest=1; the owner labels
@@ -96,9 +98,9 @@ func newDockerEnv(logf func(string, ...any)) (*dockerEnv, error) {
 		return nil, fmt.Errorf("no Docker daemon answered at %s: %w", pool.Client.Endpoint(), err)
 	}
 	if n, err := removeLeftovers(pool); err != nil {
-		logf("redistest: looking for leftover containers: %v", err)
+		logf("testkit: looking for leftover containers: %v", err)
 	} else if n > 0 {
-		logf("redistest: removed %d leftover redis container(s) of earlier, interrupted test runs", n)
+		logf("testkit: removed %d leftover redis container(s) of earlier, interrupted test runs", n)
 	}
 	image, err := resolveImage(pool, logf)
 	if err != nil {
@@ -128,7 +130,7 @@ func removeLeftovers(pool *dockertest.Pool) (int, error) {
 		pid, perr := strconv.Atoi(ct.Labels[labelPid])
 		var stale bool
 		if perr == nil && host != "" && ct.Labels[labelHost] == host {
-			stale = !processAlive(pid, ct.Labels[labelPidStart])
+			stale = !redisproc.ProcessAlive(pid, ct.Labels[labelPidStart])
 		} else {
 			stale = time.Since(time.Unix(ct.Created, 0)) > leftoverAge
 		}
@@ -150,7 +152,7 @@ func ownerLabels(clusterID string) map[string]string {
 	return map[string]string{
 		labelTest:     "1",
 		labelPid:      strconv.Itoa(pid),
-		labelPidStart: processStartTime(pid),
+		labelPidStart: redisproc.ProcessStartTime(pid),
 		labelHost:     host,
 		labelCluster:  runID + "-" + clusterID,
 	}
@@ -192,7 +194,7 @@ type dockerServer struct {
 
 func (s *dockerServer) client() *dc.Client { return s.env.pool.Client }
 
-func (s *dockerServer) launch(amnesia bool) error {
+func (s *dockerServer) Launch(amnesia bool) error {
 	if s.id != "" && !amnesia {
 		// Same container: its writable layer keeps the append only file.
 		return s.client().StartContainer(s.id, nil)
@@ -230,7 +232,7 @@ func (s *dockerServer) launch(amnesia bool) error {
 	return nil
 }
 
-func (s *dockerServer) exited() error {
+func (s *dockerServer) Exited() error {
 	if s.id == "" {
 		return errors.New("never started")
 	}
@@ -271,17 +273,17 @@ func (s *dockerServer) waitExit(d time.Duration) error {
 	return err
 }
 
-func (s *dockerServer) kill() error {
+func (s *dockerServer) Kill() error {
 	if s.id == "" {
 		return nil
 	}
 	if err := s.signal(dc.SIGKILL); err != nil {
 		return err
 	}
-	return s.waitExit(stopTimeout)
+	return s.waitExit(redisproc.StopTimeout)
 }
 
-func (s *dockerServer) stop() error {
+func (s *dockerServer) Stop() error {
 	if s.id == "" {
 		return nil
 	}
@@ -290,16 +292,16 @@ func (s *dockerServer) stop() error {
 	if err := s.signal(dc.SIGTERM); err != nil {
 		return err
 	}
-	if s.waitExit(stopTimeout) == nil {
+	if s.waitExit(redisproc.StopTimeout) == nil {
 		return nil
 	}
-	return s.kill()
+	return s.Kill()
 }
 
-func (s *dockerServer) pause() error  { return s.client().PauseContainer(s.id) }
-func (s *dockerServer) resume() error { return s.client().UnpauseContainer(s.id) }
+func (s *dockerServer) Pause() error  { return s.client().PauseContainer(s.id) }
+func (s *dockerServer) Resume() error { return s.client().UnpauseContainer(s.id) }
 
-func (s *dockerServer) remove() error {
+func (s *dockerServer) Remove() error {
 	if s.id == "" {
 		return nil
 	}
@@ -323,7 +325,7 @@ func (s *dockerServer) removeContainer(idOrName string) error {
 	return err
 }
 
-func (s *dockerServer) logTail() string {
+func (s *dockerServer) LogTail() string {
 	if s.id == "" {
 		return "(no container)"
 	}
@@ -337,7 +339,7 @@ func (s *dockerServer) logTail() string {
 	if err != nil {
 		return fmt.Sprintf("(docker logs: %v)\n%s", err, buf.String())
 	}
-	return tail(buf.String(), 20)
+	return redisproc.Tail(buf.String(), 20)
 }
 
 // splitRef splits "repo[:tag]" (the repo may contain a registry host:port).
@@ -410,7 +412,7 @@ func resolveImage(pool *dockertest.Pool, logf func(string, ...any)) (string, err
 	if img, err := pool.Client.InspectImage(spec.ref); err == nil {
 		size = fmt.Sprintf(", %.1f MB", float64(img.Size)/1e6)
 	}
-	logf("redistest: %s cannot be pulled; built %s from %s in %v%s",
+	logf("testkit: %s cannot be pulled; built %s from %s in %v%s",
 		redisOfficialImage, spec.ref, spec.bin, time.Since(begin).Round(time.Millisecond), size)
 	return spec.ref, nil
 }

@@ -1,4 +1,4 @@
-package redistest
+package testkit
 
 import (
 	"bytes"
@@ -17,6 +17,8 @@ import (
 
 	"github.com/ory/dockertest/v3"
 	dc "github.com/ory/dockertest/v3/docker"
+
+	"github.com/quorumlock/quorumlock/internal/redisproc"
 )
 
 // The image built from the host's redis-server: the binary, the shared
@@ -55,7 +57,7 @@ func localImageSpec() (*imageSpec, error) {
 }
 
 func computeImageSpec() (*imageSpec, error) {
-	bin, err := findRedisServer()
+	bin, err := redisproc.FindBinary()
 	if err != nil {
 		return nil, err
 	}
@@ -165,10 +167,10 @@ func buildImage(pool *dockertest.Pool, spec *imageSpec) error {
 		ForceRmTmpContainer: true,
 	})
 	if err != nil {
-		return fmt.Errorf("%w\n%s", err, tail(out.String(), 20))
+		return fmt.Errorf("%w\n%s", err, redisproc.Tail(out.String(), 20))
 	}
 	if !imagePresent(pool, spec.ref) {
-		return fmt.Errorf("build reported success but %s is absent\n%s", spec.ref, tail(out.String(), 20))
+		return fmt.Errorf("build reported success but %s is absent\n%s", spec.ref, redisproc.Tail(out.String(), 20))
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package redistest
+package testkit
 
 import (
 	"context"
@@ -17,6 +17,8 @@ import (
 	dc "github.com/ory/dockertest/v3/docker"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/internal/redisproc"
 )
 
 func TestMain(m *testing.M) {
@@ -36,7 +38,7 @@ func TestCluster(t *testing.T) {
 					t.Skipf("Docker backend not usable here: %v", err)
 				}
 			case BackendProcess:
-				if _, err := findRedisServer(); err != nil {
+				if _, err := redisproc.FindBinary(); err != nil {
 					t.Skipf("process backend not usable here: %v", err)
 				}
 			}
@@ -389,7 +391,7 @@ func TestBackendSelection(t *testing.T) {
 		}
 	})
 	t.Run("env-process", func(t *testing.T) {
-		if _, err := findRedisServer(); err != nil {
+		if _, err := redisproc.FindBinary(); err != nil {
 			t.Skip(err)
 		}
 		t.Setenv(EnvBackend, BackendProcess)
@@ -451,7 +453,7 @@ func TestRemoveLeftovers(t *testing.T) {
 	}
 	dead := create("dead", deadPid, "")
 	reused := create("reused", os.Getpid(), "1") // our pid, another start time
-	ours := create("ours", os.Getpid(), processStartTime(os.Getpid()))
+	ours := create("ours", os.Getpid(), redisproc.ProcessStartTime(os.Getpid()))
 
 	if _, err := removeLeftovers(env.pool); err != nil {
 		t.Fatal(err)

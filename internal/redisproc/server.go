@@ -1,4 +1,4 @@
-package redistest
+package redisproc
 
 import (
 	"errors"
@@ -15,9 +15,9 @@ import (
 
 const tempDirPrefix = "quorumlock-redis-"
 
-// findRedisServer returns the path of redis-server or an error saying it is
+// FindBinary returns the path of redis-server or an error saying it is
 // missing.
-func findRedisServer() (string, error) {
+func FindBinary() (string, error) {
 	p, err := exec.LookPath("redis-server")
 	if err != nil {
 		return "", fmt.Errorf("redis-server not found in PATH: %v", err)
@@ -25,24 +25,22 @@ func findRedisServer() (string, error) {
 	return p, nil
 }
 
-// startProcesses runs n redis-server processes, each in its own directory
-// under one temporary directory that Cluster.cleanup removes.
-func (c *Cluster) startProcesses(bin string, n int, cfg config) error {
+// TempDir creates a new temporary directory for the servers of one test,
+// named so that a later test binary removes it if this one dies without
+// cleaning up. The caller removes it.
+func TempDir() (string, error) {
 	removeStaleTempDirs()
-	c.backend = BackendProcess
-	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-%s-", tempDirPrefix, os.Getpid(), processStartTime(os.Getpid())))
-	if err != nil {
-		return err
+	return os.MkdirTemp("", fmt.Sprintf("%s%d-%s-", tempDirPrefix, os.Getpid(), ProcessStartTime(os.Getpid())))
+}
+
+// New returns a server that runs bin on 127.0.0.1:port with args, keeping
+// its data and log under dir (created if missing). It starts nothing:
+// Launch does.
+func New(bin, dir string, port int, args []string) (*Server, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
 	}
-	c.dir = dir
-	args := redisArgs(cfg)
-	return c.startNodes(n, func(i, port int) (server, error) {
-		nodeDir := filepath.Join(dir, fmt.Sprintf("node%d-port%d", i, port))
-		if err := os.MkdirAll(nodeDir, 0o755); err != nil {
-			return nil, err
-		}
-		return &procServer{bin: bin, dir: nodeDir, port: port, args: args}, nil
-	})
+	return &Server{bin: bin, dir: dir, port: port, args: args}, nil
 }
 
 var staleDirsOnce sync.Once
@@ -63,16 +61,17 @@ func removeStaleTempDirs() {
 			if err != nil || pid == os.Getpid() {
 				continue
 			}
-			if !processAlive(pid, f[1]) {
+			if !ProcessAlive(pid, f[1]) {
 				_ = os.RemoveAll(m)
 			}
 		}
 	})
 }
 
-// procServer is a node of the process backend. A new process is started by
-// each launch; its directory (data and log) persists across launches.
-type procServer struct {
+// Server is one redis-server process slot: a new process is started by
+// each Launch; its directory (data and log) persists across launches. Its
+// methods are not safe for concurrent use (callers serialize them).
+type Server struct {
 	bin  string
 	dir  string
 	port int
@@ -87,11 +86,17 @@ type proc struct {
 	err  error         // Wait's result, valid after done is closed
 }
 
-func (p *procServer) dataDir() string { return filepath.Join(p.dir, "data") }
-func (p *procServer) logPath() string { return filepath.Join(p.dir, "redis.log") }
+// Addr returns the server's "127.0.0.1:PORT" address.
+func (p *Server) Addr() string { return Addr(p.port) }
 
-func (p *procServer) launch(amnesia bool) error {
-	if p.cur != nil && p.exited() == nil {
+func (p *Server) dataDir() string { return filepath.Join(p.dir, "data") }
+func (p *Server) logPath() string { return filepath.Join(p.dir, "redis.log") }
+
+// Launch starts a new process, with an empty dataset if amnesia is set; it
+// does not wait for readiness (WaitReady does). It fails if the last
+// process still runs.
+func (p *Server) Launch(amnesia bool) error {
+	if p.cur != nil && p.Exited() == nil {
 		return errors.New("server is still running")
 	}
 	if amnesia {
@@ -106,7 +111,7 @@ func (p *procServer) launch(amnesia bool) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(logf, "=== redistest: launch at %s (amnesia=%v)\n", time.Now().Format(time.RFC3339Nano), amnesia)
+	fmt.Fprintf(logf, "=== redisproc: launch at %s (amnesia=%v)\n", time.Now().Format(time.RFC3339Nano), amnesia)
 	args := append([]string{
 		"--port", strconv.Itoa(p.port),
 		"--bind", "127.0.0.1",
@@ -131,7 +136,9 @@ func (p *procServer) launch(amnesia bool) error {
 	return nil
 }
 
-func (p *procServer) exited() error {
+// Exited returns a non-nil error once the last launched process is known
+// to have exited (or none was launched), nil while it runs.
+func (p *Server) Exited() error {
 	if p.cur == nil {
 		return errors.New("never started")
 	}
@@ -147,8 +154,8 @@ func (p *procServer) exited() error {
 }
 
 // signal sends sig to the current process if it has not been reaped.
-func (p *procServer) signal(sig syscall.Signal) error {
-	if p.cur == nil || p.exited() != nil {
+func (p *Server) signal(sig syscall.Signal) error {
+	if p.cur == nil || p.Exited() != nil {
 		return nil
 	}
 	err := syscall.Kill(p.cur.cmd.Process.Pid, sig)
@@ -159,7 +166,7 @@ func (p *procServer) signal(sig syscall.Signal) error {
 }
 
 // wait waits up to d for the current process to be reaped.
-func (p *procServer) wait(d time.Duration) bool {
+func (p *Server) wait(d time.Duration) bool {
 	if p.cur == nil {
 		return true
 	}
@@ -173,35 +180,40 @@ func (p *procServer) wait(d time.Duration) bool {
 	}
 }
 
-func (p *procServer) kill() error {
+// Kill sends SIGKILL and waits for the process to be reaped.
+func (p *Server) Kill() error {
 	if err := p.signal(syscall.SIGKILL); err != nil {
 		return err
 	}
-	if !p.wait(stopTimeout) {
+	if !p.wait(StopTimeout) {
 		return fmt.Errorf("pid %d did not exit after SIGKILL", p.cur.cmd.Process.Pid)
 	}
 	return nil
 }
 
-func (p *procServer) stop() error {
+// Stop sends SIGTERM (so Redis flushes its append only file) and waits,
+// killing the process after StopTimeout.
+func (p *Server) Stop() error {
 	if err := p.signal(syscall.SIGTERM); err != nil {
 		return err
 	}
 	_ = p.signal(syscall.SIGCONT) // in case it is stopped
-	if p.wait(stopTimeout) {
+	if p.wait(StopTimeout) {
 		return nil
 	}
-	return p.kill()
+	return p.Kill()
 }
 
-func (p *procServer) pause() error {
+// Pause stops the process with SIGSTOP and returns once it is stopped.
+func (p *Server) Pause() error {
 	if err := p.signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
 	return p.waitState(func(s byte) bool { return s == 'T' }, "stopped")
 }
 
-func (p *procServer) resume() error {
+// Resume continues a paused process and returns once it runs.
+func (p *Server) Resume() error {
 	if err := p.signal(syscall.SIGCONT); err != nil {
 		return err
 	}
@@ -211,7 +223,7 @@ func (p *procServer) resume() error {
 // waitState polls /proc until the process state satisfies ok, so Pause and
 // Resume have taken effect when they return. Without /proc it returns at
 // once.
-func (p *procServer) waitState(ok func(byte) bool, what string) error {
+func (p *Server) waitState(ok func(byte) bool, what string) error {
 	if p.cur == nil {
 		return nil
 	}
@@ -229,23 +241,25 @@ func (p *procServer) waitState(ok func(byte) bool, what string) error {
 	}
 }
 
-func (p *procServer) remove() error {
-	if err := p.kill(); err != nil {
+// Remove kills the process and deletes the server's directory.
+func (p *Server) Remove() error {
+	if err := p.Kill(); err != nil {
 		return err
 	}
 	return os.RemoveAll(p.dir)
 }
 
-func (p *procServer) logTail() string {
+// LogTail returns the last lines of the server's log, for diagnostics.
+func (p *Server) LogTail() string {
 	b, err := os.ReadFile(p.logPath())
 	if err != nil {
 		return "(no log: " + err.Error() + ")"
 	}
-	return tail(string(b), 20)
+	return Tail(string(b), 20)
 }
 
-// tail returns the last n lines of s.
-func tail(s string, n int) string {
+// Tail returns the last n lines of s.
+func Tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]

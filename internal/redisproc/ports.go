@@ -1,4 +1,4 @@
-package redistest
+package redisproc
 
 import (
 	"fmt"
@@ -17,11 +17,11 @@ var ports struct {
 	used map[int]bool
 }
 
-// pickPort returns a currently free 127.0.0.1 TCP port. It prefers ports
+// PickPort returns a currently free 127.0.0.1 TCP port. It prefers ports
 // below the kernel's ephemeral range, so that outgoing connections cannot
 // occupy the port of a stopped server before it restarts. Callers must still
 // cope with losing a race for the port to another process.
-func pickPort() (int, error) {
+func PickPort() (int, error) {
 	ports.Lock()
 	defer ports.Unlock()
 	if ports.used == nil {
@@ -43,7 +43,7 @@ func pickPort() (int, error) {
 		if ports.used[port] {
 			continue
 		}
-		l, err := net.Listen("tcp", addrOf(port))
+		l, err := net.Listen("tcp", Addr(port))
 		if err != nil {
 			continue
 		}
@@ -51,7 +51,7 @@ func pickPort() (int, error) {
 		ports.used[port] = true
 		return port, nil
 	}
-	return 0, fmt.Errorf("redistest: no free TCP port found on 127.0.0.1")
+	return 0, fmt.Errorf("redisproc: no free TCP port found on 127.0.0.1")
 }
 
 // ephemeralLow returns the start of the kernel's ephemeral port range.
@@ -70,3 +70,6 @@ func ephemeralLow() int {
 	}
 	return n
 }
+
+// Addr returns "127.0.0.1:port".
+func Addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }

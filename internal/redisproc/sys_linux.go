@@ -1,4 +1,4 @@
-package redistest
+package redisproc
 
 import (
 	"errors"
@@ -33,16 +33,16 @@ func procStat(pid int) (state byte, start string, ok bool) {
 	return f[0][0], f[19], true
 }
 
-// processStartTime identifies a process incarnation together with its pid
+// ProcessStartTime identifies a process incarnation together with its pid
 // (pids are reused); "" if unknown.
-func processStartTime(pid int) string {
+func ProcessStartTime(pid int) string {
 	_, start, _ := procStat(pid)
 	return start
 }
 
-// processAlive reports whether pid is a live (non-zombie) process whose
+// ProcessAlive reports whether pid is a live (non-zombie) process whose
 // start time is start (if start is not empty).
-func processAlive(pid int, start string) bool {
+func ProcessAlive(pid int, start string) bool {
 	if pid <= 0 {
 		return false
 	}

@@ -1,4 +1,4 @@
-package redistest
+package testkit
 
 import (
 	"net"

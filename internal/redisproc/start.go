@@ -1,0 +1,100 @@
+package redisproc
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Start starts n redis-server processes for a white-box test of this module
+// and returns once each answers PING; a t.Cleanup removes them and their
+// directory. It fails the test with t.Fatalf when redis-server is missing
+// or a server does not start. Users and the integration suite use the test
+// kit instead, which adds containers, pauses on Docker and fault proxies.
+func Start(t testing.TB, n int) Servers {
+	t.Helper()
+	bin, err := FindBinary()
+	if err != nil {
+		t.Fatalf("redisproc: %v (apt-get install redis-server)", err)
+	}
+	dir, err := TempDir()
+	if err != nil {
+		t.Fatalf("redisproc: %v", err)
+	}
+	var out Servers
+	t.Cleanup(func() {
+		for _, s := range out {
+			if err := s.Remove(); err != nil {
+				t.Errorf("redisproc: removing %s: %v", s.Addr(), err)
+			}
+		}
+		_ = os.RemoveAll(dir)
+	})
+	for i := range n {
+		s, err := startOne(bin, filepath.Join(dir, fmt.Sprint("node", i)))
+		if s != nil {
+			out = append(out, s)
+		}
+		if err != nil {
+			t.Fatalf("redisproc: node %d: %v", i, err)
+		}
+	}
+	return out
+}
+
+// startOne launches a server on a fresh port and waits for it.
+func startOne(bin, dir string) (*Server, error) {
+	port, err := PickPort()
+	if err != nil {
+		return nil, err
+	}
+	s, err := New(bin, dir, port, Args("", nil))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Launch(false); err != nil {
+		return s, err
+	}
+	return s, WaitReady(s, s.Addr(), "")
+}
+
+// Restart kills the server if it runs, starts it again on its address (with
+// an empty dataset if amnesia is set) and waits until it answers PING.
+func (p *Server) Restart(amnesia bool) error {
+	if err := p.Kill(); err != nil {
+		return err
+	}
+	if err := p.Launch(amnesia); err != nil {
+		return err
+	}
+	return WaitReady(p, p.Addr(), "")
+}
+
+// Servers are the servers Start started, in order.
+type Servers []*Server
+
+// Node returns server i.
+func (ss Servers) Node(i int) *Server { return ss[i] }
+
+// Addrs returns the servers' addresses, in order.
+func (ss Servers) Addrs() []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = s.Addr()
+	}
+	return out
+}
+
+// Clients returns one new client per server (as by NewClient), closed by a
+// t.Cleanup.
+func (ss Servers) Clients(t testing.TB) []*redis.Client {
+	out := make([]*redis.Client, len(ss))
+	for i, s := range ss {
+		out[i] = NewClient(s.Addr(), "")
+		t.Cleanup(func() { _ = out[i].Close() })
+	}
+	return out
+}

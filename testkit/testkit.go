@@ -1,33 +1,44 @@
-// Package redistest starts throw-away clusters of real, independent Redis 7
-// servers for integration tests, with fault controls (kill, clean stop,
-// restart with or without data, pause, and per-client TCP proxies that add
-// latency, drop traffic or reset connections).
+// Package testkit runs your code against real, independent Redis masters
+// in Go tests, and breaks them while it runs: the test kit of quorumlock,
+// for its own suite and for yours.
 //
-// Two backends exist:
+// Start starts N throw-away Redis 7 servers (no replication, no Redis
+// Cluster mode) and removes them when the test ends. Each Node can be
+// killed, stopped cleanly, restarted with or without its data, paused and
+// resumed. A Proxy between one client and one node adds latency, holds
+// traffic back and delivers it late (a command the client gave up on lands
+// after all), cuts the link (blackhole) or resets its connections: faults
+// between one client and one node, the others unaffected. Pools and
+// LockClient make quorumlock Pools and Clients over a Cluster.
+//
+// Package testkit/history records what the clients did (lock calls and
+// critical sections) and checks the record: no two holders at once,
+// fencing tokens in order, nothing left behind, linearizability. Package
+// testkit/leakcheck fails a test binary that leaves goroutines behind.
+//
+// Two backends run the servers:
 //
 //   - "docker": one container per server, run with github.com/ory/dockertest/v3
 //     and published on 127.0.0.1 only. The image is QUORUMLOCK_REDIS_IMAGE if
 //     set, else a locally built quorumlock/redis-test:<hash> image if present,
 //     else redis:7 if it is present or can be pulled within a few seconds, else
 //     an image built FROM scratch out of the host's redis-server binary and
-//     its shared libraries.
+//     its shared libraries (no registry needed).
 //   - "process": one redis-server process per server, listening on 127.0.0.1.
 //
 // Docker is preferred when its daemon answers; the process backend is used
 // otherwise. QUORUMLOCK_REDIS_BACKEND=docker|process forces one of them.
+// Either needs redis-server installed, or Docker with an image to run.
 //
 // Every server runs with "appendonly yes" and "appendfsync always", so a
 // write acknowledged before a Kill survives Restart(false).
 //
 // The package is meant for tests on Linux (it uses Unix signals and /proc).
-package redistest
+package testkit
 
 import (
-	"bufio"
-	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -37,6 +48,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/quorumlock/quorumlock/internal/redisproc"
 )
 
 // Environment variables read by Start.
@@ -55,14 +68,12 @@ const (
 	BackendProcess = "process"
 )
 
-const (
-	readyTimeout = 30 * time.Second // bound for a server to answer PING after a (re)start
-	stopTimeout  = 10 * time.Second // bound for a clean shutdown before SIGKILL
-	startTries   = 3                // attempts (each on a new port) to start a server in Start
-)
+// startTries is the number of attempts (each on a new port) to start a
+// server in Start.
+const startTries = 3
 
 // ErrNotRunning is returned by Pause and Resume when the node is stopped.
-var ErrNotRunning = errors.New("redistest: node is not running")
+var ErrNotRunning = errors.New("testkit: node is not running")
 
 // Option configures Start. Options are plain values: applying them cannot
 // fail and they may be shared between goroutines.
@@ -127,23 +138,23 @@ const (
 	stateStopped
 )
 
-// server is what a backend implements for one node. Calls are serialized by
-// Node.mu.
+// server is what a backend implements for one node (the process backend is
+// a *redisproc.Server). Calls are serialized by Node.mu.
 type server interface {
-	// launch starts the server (again) on its port, with an empty dataset
+	// Launch starts the server (again) on its port, with an empty dataset
 	// if amnesia is set. It does not wait for readiness.
-	launch(amnesia bool) error
-	// exited reports a non-nil error once the last launched server is known
+	Launch(amnesia bool) error
+	// Exited reports a non-nil error once the last launched server is known
 	// to have exited.
-	exited() error
-	kill() error
-	stop() error
-	pause() error
-	resume() error
-	// remove stops the server for good and frees everything it holds.
-	remove() error
-	// logTail returns the last lines of the server's log, for diagnostics.
-	logTail() string
+	Exited() error
+	Kill() error
+	Stop() error
+	Pause() error
+	Resume() error
+	// Remove stops the server for good and frees everything it holds.
+	Remove() error
+	// LogTail returns the last lines of the server's log, for diagnostics.
+	LogTail() string
 }
 
 // Start starts n independent Redis servers and registers a t.Cleanup that
@@ -160,7 +171,7 @@ type server interface {
 func Start(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
 	if n < 1 {
-		t.Fatalf("redistest.Start: n must be at least 1, got %d", n)
+		t.Fatalf("testkit.Start: n must be at least 1, got %d", n)
 	}
 	var cfg config
 	for _, o := range opts {
@@ -174,7 +185,7 @@ func Start(t testing.TB, n int, opts ...Option) *Cluster {
 	switch forced {
 	case "", BackendDocker, BackendProcess:
 	default:
-		t.Fatalf("redistest: %s=%q: want %q or %q", EnvBackend, forced, BackendDocker, BackendProcess)
+		t.Fatalf("testkit: %s=%q: want %q or %q", EnvBackend, forced, BackendDocker, BackendProcess)
 	}
 
 	c := &Cluster{password: cfg.password, id: newClusterID()}
@@ -194,29 +205,29 @@ func Start(t testing.TB, n int, opts ...Option) *Cluster {
 			}
 		}
 		if err == nil {
-			t.Logf("redistest: %d redis servers via docker (image %s) in %v: %s",
+			t.Logf("testkit: %d redis servers via docker (image %s) in %v: %s",
 				n, env.image, time.Since(begin).Round(time.Millisecond), strings.Join(c.Addrs(), " "))
 			return c
 		}
 		dockerErr = err
 		if forced == BackendDocker {
-			t.Fatalf("redistest: Docker backend forced by %s does not work: %v\n%s",
+			t.Fatalf("testkit: Docker backend forced by %s does not work: %v\n%s",
 				forcedBy, err, installHint)
 		}
-		t.Logf("redistest: Docker backend unusable (%v); falling back to redis-server processes", err)
+		t.Logf("testkit: Docker backend unusable (%v); falling back to redis-server processes", err)
 	}
 
-	bin, err := findRedisServer()
+	bin, err := redisproc.FindBinary()
 	if err != nil {
 		if dockerErr != nil {
-			t.Fatalf("redistest: no Redis backend works.\n  docker: %v\n  process: %v\n%s", dockerErr, err, installHint)
+			t.Fatalf("testkit: no Redis backend works.\n  docker: %v\n  process: %v\n%s", dockerErr, err, installHint)
 		}
-		t.Fatalf("redistest: process backend forced by %s does not work: %v\n%s", forcedBy, err, installHint)
+		t.Fatalf("testkit: process backend forced by %s does not work: %v\n%s", forcedBy, err, installHint)
 	}
 	if err := c.startProcesses(bin, n, cfg); err != nil {
-		t.Fatalf("redistest: starting redis-server processes: %v", err)
+		t.Fatalf("testkit: starting redis-server processes: %v", err)
 	}
-	t.Logf("redistest: %d redis servers via process (%s) in %v: %s",
+	t.Logf("testkit: %d redis servers via process (%s) in %v: %s",
 		n, bin, time.Since(begin).Round(time.Millisecond), strings.Join(c.Addrs(), " "))
 	return c
 }
@@ -236,16 +247,16 @@ func (c *Cluster) startNodes(n int, newSrv func(i, port int) (server, error)) er
 		g.Go(func() error {
 			var lastErr error
 			for range startTries {
-				port, err := pickPort()
+				port, err := redisproc.PickPort()
 				if err != nil {
 					return err
 				}
 				srv, err := newSrv(i, port)
 				if err == nil {
-					err = srv.launch(false)
+					err = srv.Launch(false)
 				}
 				if err == nil {
-					node := &Node{index: i, addr: addrOf(port), password: c.password, srv: srv}
+					node := &Node{index: i, addr: redisproc.Addr(port), password: c.password, srv: srv}
 					err = node.waitReady()
 					if err == nil {
 						c.nodes[i] = node
@@ -253,7 +264,7 @@ func (c *Cluster) startNodes(n int, newSrv func(i, port int) (server, error)) er
 					}
 				}
 				if srv != nil {
-					_ = srv.remove()
+					_ = srv.Remove()
 				}
 				lastErr = fmt.Errorf("node %d on port %d: %w", i, port, err)
 			}
@@ -282,7 +293,7 @@ func (c *Cluster) cleanup(t testing.TB) {
 	}
 	if c.dir != "" {
 		if err := os.RemoveAll(c.dir); err != nil {
-			t.Errorf("redistest: removing %s: %v", c.dir, err)
+			t.Errorf("testkit: removing %s: %v", c.dir, err)
 		}
 	}
 }
@@ -298,8 +309,8 @@ func (c *Cluster) removeNodes(t testing.TB) {
 			defer wg.Done()
 			nd.mu.Lock()
 			defer nd.mu.Unlock()
-			if err := nd.srv.remove(); err != nil {
-				t.Errorf("redistest: removing node %d (%s): %v", nd.index, nd.addr, err)
+			if err := nd.srv.Remove(); err != nil {
+				t.Errorf("testkit: removing node %d (%s): %v", nd.index, nd.addr, err)
 			}
 			nd.state = stateStopped
 		}()
@@ -349,15 +360,7 @@ func (c *Cluster) Clients(t testing.TB) []*redis.Client {
 // stopped node fails at once with "connection refused" instead of after
 // go-redis's default five dial attempts. The caller closes it. It does not
 // contact the server and cannot fail.
-func NewClient(addr, pw string) *redis.Client {
-	return redis.NewClient(&redis.Options{
-		Addr:                  addr,
-		Password:              pw,
-		ContextTimeoutEnabled: true,
-		MaxRetries:            -1,
-		DialerRetries:         1,
-	})
-}
+func NewClient(addr, pw string) *redis.Client { return redisproc.NewClient(addr, pw) }
 
 // Addr returns the node's "127.0.0.1:PORT" address; it does not change
 // across Kill, Stop and Restart.
@@ -373,8 +376,8 @@ func (n *Node) Kill() error {
 	if n.state == stateStopped {
 		return nil
 	}
-	if err := n.srv.kill(); err != nil {
-		return fmt.Errorf("redistest: kill node %d: %w", n.index, err)
+	if err := n.srv.Kill(); err != nil {
+		return fmt.Errorf("testkit: kill node %d: %w", n.index, err)
 	}
 	n.state = stateStopped
 	return nil
@@ -390,13 +393,13 @@ func (n *Node) Stop() error {
 	case stateStopped:
 		return nil
 	case statePaused:
-		if err := n.srv.resume(); err != nil {
-			return fmt.Errorf("redistest: stop node %d: resume: %w", n.index, err)
+		if err := n.srv.Resume(); err != nil {
+			return fmt.Errorf("testkit: stop node %d: resume: %w", n.index, err)
 		}
 		n.state = stateRunning
 	}
-	if err := n.srv.stop(); err != nil {
-		return fmt.Errorf("redistest: stop node %d: %w", n.index, err)
+	if err := n.srv.Stop(); err != nil {
+		return fmt.Errorf("testkit: stop node %d: %w", n.index, err)
 	}
 	n.state = stateStopped
 	return nil
@@ -413,17 +416,17 @@ func (n *Node) Restart(amnesia bool) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.state != stateStopped {
-		if err := n.srv.kill(); err != nil {
-			return fmt.Errorf("redistest: restart node %d: kill: %w", n.index, err)
+		if err := n.srv.Kill(); err != nil {
+			return fmt.Errorf("testkit: restart node %d: kill: %w", n.index, err)
 		}
 		n.state = stateStopped
 	}
-	if err := n.srv.launch(amnesia); err != nil {
-		return fmt.Errorf("redistest: restart node %d: %w", n.index, err)
+	if err := n.srv.Launch(amnesia); err != nil {
+		return fmt.Errorf("testkit: restart node %d: %w", n.index, err)
 	}
 	if err := n.waitReady(); err != nil {
-		_ = n.srv.kill()
-		return fmt.Errorf("redistest: restart node %d: %w", n.index, err)
+		_ = n.srv.Kill()
+		return fmt.Errorf("testkit: restart node %d: %w", n.index, err)
 	}
 	n.state = stateRunning
 	return nil
@@ -442,8 +445,8 @@ func (n *Node) Pause() error {
 	case stateStopped:
 		return ErrNotRunning
 	}
-	if err := n.srv.pause(); err != nil {
-		return fmt.Errorf("redistest: pause node %d: %w", n.index, err)
+	if err := n.srv.Pause(); err != nil {
+		return fmt.Errorf("testkit: pause node %d: %w", n.index, err)
 	}
 	n.state = statePaused
 	return nil
@@ -460,8 +463,8 @@ func (n *Node) Resume() error {
 	case stateStopped:
 		return ErrNotRunning
 	}
-	if err := n.srv.resume(); err != nil {
-		return fmt.Errorf("redistest: resume node %d: %w", n.index, err)
+	if err := n.srv.Resume(); err != nil {
+		return fmt.Errorf("testkit: resume node %d: %w", n.index, err)
 	}
 	n.state = stateRunning
 	return nil
@@ -475,78 +478,14 @@ func (n *Node) Proxy(t testing.TB) *Proxy {
 	t.Helper()
 	p, err := newProxy(n.addr)
 	if err != nil {
-		t.Fatalf("redistest: proxy to node %d: %v", n.index, err)
+		t.Fatalf("testkit: proxy to node %d: %v", n.index, err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	return p
 }
 
-// waitReady polls PING until it succeeds, the server exits or readyTimeout
-// passes.
-func (n *Node) waitReady() error {
-	deadline := time.Now().Add(readyTimeout)
-	var lastErr error
-	for attempt := 0; ; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		lastErr = ping(ctx, n.addr, n.password)
-		cancel()
-		if lastErr == nil {
-			return nil
-		}
-		// Asking the backend whether the server died costs a Docker API
-		// call, so do it every few attempts only.
-		if attempt%5 == 4 {
-			if err := n.srv.exited(); err != nil {
-				return fmt.Errorf("server exited before answering PING: %v\n--- log tail ---\n%s", err, n.srv.logTail())
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no PING answer within %v (last error: %v)\n--- log tail ---\n%s", readyTimeout, lastErr, n.srv.logTail())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// ping sends AUTH (if pw != "") and PING over a fresh connection and
-// expects +PONG. "-LOADING" and other errors count as not ready.
-func ping(ctx context.Context, addr, pw string) error {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
-	}
-	r := bufio.NewReader(conn)
-	roundTrip := func(want string, args ...string) error {
-		var b strings.Builder
-		fmt.Fprintf(&b, "*%d\r\n", len(args))
-		for _, a := range args {
-			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-		}
-		if _, err := conn.Write([]byte(b.String())); err != nil {
-			return err
-		}
-		line, err := r.ReadString('\n')
-		if err != nil {
-			return err
-		}
-		if line = strings.TrimRight(line, "\r\n"); line != want {
-			return fmt.Errorf("%s: got %q", args[0], line)
-		}
-		return nil
-	}
-	if pw != "" {
-		if err := roundTrip("+OK", "AUTH", pw); err != nil {
-			return err
-		}
-	}
-	return roundTrip("+PONG", "PING")
-}
-
-func addrOf(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+// waitReady waits until the node answers PING (redisproc.WaitReady).
+func (n *Node) waitReady() error { return redisproc.WaitReady(n.srv, n.addr, n.password) }
 
 var clusterSeq struct {
 	sync.Mutex
@@ -561,15 +500,4 @@ func newClusterID() string {
 }
 
 // redisArgs are the arguments shared by both backends.
-func redisArgs(cfg config) []string {
-	args := []string{
-		"--save", "",
-		"--appendonly", "yes",
-		"--appendfsync", "always",
-		"--daemonize", "no",
-	}
-	if cfg.password != "" {
-		args = append(args, "--requirepass", cfg.password)
-	}
-	return append(args, cfg.args...)
-}
+func redisArgs(cfg config) []string { return redisproc.Args(cfg.password, cfg.args) }

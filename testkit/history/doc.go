@@ -1,6 +1,7 @@
-// Package history records what the clients of a chaos test did to a set of
+// Package history records what the clients of a test did to a set of
 // quorumlock locks, on one monotonic test clock, and checks the record
-// against the library's safety and liveness properties:
+// against the library's safety and liveness properties. A Recorder records
+// one client's lock calls and critical sections; Check checks them all:
 //
 //   - S1: no two successful acquisitions of one key have overlapping
 //     validity windows (a session lock's lasts as long as the deadlines its
@@ -21,7 +22,10 @@
 //     the run, and in sweeps during it (late deliveries included);
 //   - LIN: the history of acquisitions, releases and guarded increments is
 //     linearizable against a mutex-plus-counter model
-//     (github.com/anishathalye/porcupine).
+//     (github.com/anishathalye/porcupine);
+//   - SEC: no two critical sections of one key, under different locks,
+//     overlap in time (see Config.TolerateOverruns for a section that ran
+//     past its own lock's validity).
 //
 // A History is filled while the test runs (every method is safe for
 // concurrent use) and checked once at the end with Check, which returns a

@@ -1,0 +1,265 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// Recorder records the lock calls and critical sections of one client of a
+// redlock.Client in a History, on the History's clock. Make one with
+// History.Recorder. Its methods are safe for concurrent use; several
+// goroutines may share one Recorder (their operations carry one client
+// name, and Check tells holders apart by token).
+type Recorder struct {
+	h      *History
+	name   string
+	c      *redlock.Client
+	ttl    time.Duration
+	tokens Tokens
+	// session, if set, returns the session key of a session lock, "" for
+	// any other.
+	session func(*redlock.Lock) string
+}
+
+// Tokens lists the tokens a client's acquire rounds used so far, in order.
+// A Recorder given one records, for each acquire call, the tokens of its
+// rounds that did not win (Op.Tried), which Check looks for on the nodes
+// (L2: nothing left behind). TokenLog is one.
+type Tokens interface {
+	// Count returns how many tokens were used so far.
+	Count() int
+	// Since returns the tokens used after the first n, in order.
+	Since(n int) []string
+}
+
+// RecorderOption configures a Recorder.
+type RecorderOption func(*Recorder)
+
+// WithTTL tells the Recorder the TTL its Client's locks ask for (Op.TTL);
+// without it, redlock.DefaultTTL. Pass the Client's redlock.WithTTL value.
+func WithTTL(ttl time.Duration) RecorderOption { return func(r *Recorder) { r.ttl = ttl } }
+
+// WithTokens makes the Recorder record the tokens of failed rounds (see
+// Tokens); the Client must take its tokens from t (for a TokenLog, with
+// redlock.WithTokenGenerator(t.Generate)).
+func WithTokens(t Tokens) RecorderOption { return func(r *Recorder) { r.tokens = t } }
+
+// WithSessionKey tells the Recorder how to find the session key of a
+// session lock (auto-extended locks on a renewal session, whose deadlines
+// the History learns from Leases); f returns "" for other locks.
+func WithSessionKey(f func(*redlock.Lock) string) RecorderOption {
+	return func(r *Recorder) { r.session = f }
+}
+
+// Recorder returns a Recorder of client c's calls under the name client.
+func (h *History) Recorder(client string, c *redlock.Client, opts ...RecorderOption) *Recorder {
+	r := &Recorder{h: h, name: client, c: c, ttl: redlock.DefaultTTL}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
+
+// Client returns the recorded client's redlock.Client.
+func (r *Recorder) Client() *redlock.Client { return r.c }
+
+// TryLock calls Client.TryLock, records the call (an Acquire Op) and
+// returns what TryLock returned.
+func (r *Recorder) TryLock(ctx context.Context, key string, opts ...redlock.Option) (*redlock.Lock, error) {
+	l, _, err := r.Acquire(ctx, key, 0, opts...)
+	return l, err
+}
+
+// Lock calls Client.Lock, records the call and returns what Lock returned.
+func (r *Recorder) Lock(ctx context.Context, key string, opts ...redlock.Option) (*redlock.Lock, error) {
+	l, _, err := r.Acquire(ctx, key, -1, opts...)
+	return l, err
+}
+
+// Acquire calls TryLock (wait 0), Lock (wait < 0) or Lock with
+// redlock.WithMaxWait(wait), records the call and returns the lock (nil on
+// failure), the record and the call's error.
+func (r *Recorder) Acquire(ctx context.Context, key string, wait time.Duration, opts ...redlock.Option) (*redlock.Lock, Op, error) {
+	n0 := r.tokenCount()
+	op := Op{Client: r.name, Key: key, Kind: Acquire, TTL: r.ttl, Start: r.h.Now()}
+	var l *redlock.Lock
+	var err error
+	switch {
+	case wait == 0:
+		l, err = r.c.TryLock(ctx, key, opts...)
+	case wait > 0:
+		l, err = r.c.Lock(ctx, key, append(opts, redlock.WithMaxWait(wait))...)
+	default:
+		l, err = r.c.Lock(ctx, key, opts...)
+	}
+	var deadline time.Time
+	if err == nil {
+		// A session lock's deadline moves with its session's renewals:
+		// read it as the call returned, before a renewal can move it.
+		deadline = l.Deadline()
+	}
+	op.End = r.h.Now()
+	r.finish(&op, ctx, err)
+	var tried []string
+	if r.tokens != nil {
+		tried = r.tokens.Since(n0)
+	}
+	if err == nil {
+		op.Token, op.Fence, op.Deadline = l.Token(), l.Fence(), r.h.Since(deadline)
+		op.Session = r.sessionKey(l)
+		tried = slices.DeleteFunc(tried, func(s string) bool { return s == op.Token })
+	}
+	op.Tried = tried
+	r.h.Add(op)
+	r.h.Forget(tried)
+	return l, op, err
+}
+
+// Extend calls l.Extend(ctx, ttl) (ttl 0: the lock's own TTL), records the
+// call and returns the record and Extend's error.
+func (r *Recorder) Extend(ctx context.Context, l *redlock.Lock, ttl time.Duration) (Op, error) {
+	op := Op{Client: r.name, Key: l.Key(), Kind: Extend, TTL: cmpOr(ttl, r.ttl), Token: l.Token(), Fence: l.Fence(),
+		Start: r.h.Now(), Session: r.sessionKey(l)}
+	err := l.Extend(ctx, ttl)
+	deadline := l.Deadline() // as the call returned (see Acquire)
+	op.End = r.h.Now()
+	r.finish(&op, ctx, err)
+	op.Deadline = r.h.Since(deadline)
+	r.h.Add(op)
+	return op, err
+}
+
+// Release calls l.Release, records the call and returns the record and
+// Release's error.
+func (r *Recorder) Release(ctx context.Context, l *redlock.Lock) (Op, error) {
+	op := Op{Client: r.name, Key: l.Key(), Kind: Release, Token: l.Token(), Fence: l.Fence(), Start: r.h.Now()}
+	err := l.Release(ctx)
+	op.End = r.h.Now()
+	r.finish(&op, ctx, err)
+	r.h.Add(op)
+	return op, err
+}
+
+// Section runs fn as a critical section under l and records when it ran
+// (a Section: SEC checks that no two overlap); it returns fn's error.
+func (r *Recorder) Section(l *redlock.Lock, fn func() error) error {
+	sec := Section{Client: r.name, Key: l.Key(), Token: l.Token(), Fence: l.Fence(), Start: r.h.Now()}
+	err := fn()
+	sec.End = r.h.Now()
+	if err != nil {
+		sec.Err = err.Error()
+	}
+	r.h.AddSection(sec)
+	return err
+}
+
+// Do is Client.Do, recorded: it waits for the lock with Lock (opts apply),
+// runs fn under it as a recorded Section with a context that ends when the
+// lock is lost, and releases it. It returns the acquisition's error, else
+// fn's error joined with Release's.
+func (r *Recorder) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...redlock.Option) error {
+	l, err := r.Lock(ctx, key, opts...)
+	if err != nil {
+		return err
+	}
+	lctx, cancel := l.Context(ctx)
+	err = r.Section(l, func() error { return fn(lctx) })
+	cancel()
+	_, rerr := r.Release(context.WithoutCancel(ctx), l)
+	if errors.Is(rerr, redlock.ErrReleased) {
+		rerr = nil
+	}
+	return errors.Join(err, rerr)
+}
+
+// finish sets the outcome and error of op from the call's error.
+func (r *Recorder) finish(op *Op, ctx context.Context, err error) {
+	op.Outcome = outcomeOf(ctx, err)
+	if err == nil {
+		return
+	}
+	op.Err = err.Error()
+	var qe *redlock.QuorumError
+	if errors.As(err, &qe) {
+		op.Quorum, op.Agreed = qe.Quorum, qe.Agreed()
+	}
+}
+
+// outcomeOf classifies a call's error: a call cut short by its context is
+// indefinite (it may have taken effect), as is any error that is not a
+// definite refusal.
+func outcomeOf(ctx context.Context, err error) Outcome {
+	switch {
+	case err == nil:
+		return OK
+	case ctx.Err() != nil:
+		return Indefinite
+	case errors.Is(err, redlock.ErrLockLost):
+		return Lost
+	case errors.Is(err, redlock.ErrNotAcquired), errors.Is(err, redlock.ErrNotHeld):
+		return Failed
+	}
+	return Indefinite
+}
+
+func (r *Recorder) tokenCount() int {
+	if r.tokens == nil {
+		return 0
+	}
+	return r.tokens.Count()
+}
+
+func (r *Recorder) sessionKey(l *redlock.Lock) string {
+	if r.session == nil {
+		return ""
+	}
+	return r.session(l)
+}
+
+func cmpOr(a, b time.Duration) time.Duration {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+// TokenLog is a token generator that remembers what it generated: give
+// Generate to redlock.WithTokenGenerator and the TokenLog to WithTokens.
+// Tokens are "prefix-n-random" (n counts from 1), so that a leftover names
+// its client and no two runs share a token. It is safe for concurrent use; the zero value has no prefix.
+type TokenLog struct {
+	Prefix string
+
+	mu     sync.Mutex
+	tokens []string
+}
+
+// Generate returns a new token and remembers it; it never fails.
+func (g *TokenLog) Generate() (string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	tok := fmt.Sprintf("%s-%d-%08x", g.Prefix, len(g.tokens)+1, rand.Uint32())
+	g.tokens = append(g.tokens, tok)
+	return tok, nil
+}
+
+// Count returns how many tokens Generate returned.
+func (g *TokenLog) Count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.tokens)
+}
+
+// Since returns the tokens generated after the first n, in order.
+func (g *TokenLog) Since(n int) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.tokens[min(n, len(g.tokens)):])
+}

@@ -1,0 +1,59 @@
+package history
+
+import (
+	"cmp"
+	"slices"
+)
+
+// checkSections: sweeping each key's sections in order of start, a section
+// that started before the latest end seen so far, under another lock,
+// overlaps that section (SEC). An overlap in which a section ran past its
+// own holder's window is the holder's overrun, not the lock's failure: a
+// note with cfg.TolerateOverruns.
+func checkSections(sections []Section, holds map[string]*holding, cfg Config, r *Report) {
+	if len(sections) == 0 {
+		r.Skipped[SEC] = "no critical section recorded"
+		return
+	}
+	byKey := map[string][]Section{}
+	for _, sec := range sections {
+		byKey[sec.Key] = append(byKey[sec.Key], sec)
+	}
+	overran := func(sec Section) bool {
+		x := holds[sec.Token]
+		return x != nil && sec.End > x.end
+	}
+	tolerated := 0
+	for key, secs := range byKey {
+		slices.SortFunc(secs, func(a, b Section) int { return cmp.Compare(a.Start, b.Start) })
+		var last *Section // the section seen so far that ends last
+		for i := range secs {
+			sec := &secs[i]
+			if last != nil && last.Token != sec.Token {
+				r.Checked[SEC]++
+				if sec.Start < last.End {
+					over := overran(*last) || overran(*sec)
+					if over && cfg.TolerateOverruns {
+						tolerated++
+					} else {
+						r.add(SEC, key, "the critical section of %s (token %s) started at %v, %v before the one of %s (token %s) ended%s",
+							sec.Client, sec.Token, us(sec.Start), us(last.End-sec.Start), last.Client, last.Token, overrunHint(over))
+					}
+				}
+			}
+			if last == nil || sec.End > last.End {
+				last = sec
+			}
+		}
+	}
+	if tolerated > 0 {
+		r.note("SEC: %d overlaps of critical sections in which one ran past its lock's validity (tolerated)", tolerated)
+	}
+}
+
+func overrunHint(over bool) string {
+	if !over {
+		return ""
+	}
+	return ": one of them ran past its lock's validity (check Lock.Context or Lock.Deadline before acting, and fence the resource)"
+}

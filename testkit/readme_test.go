@@ -37,15 +37,15 @@ func TestJobUnderFaults(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(100 * time.Millisecond)
-	if err := cluster.Node(0).Kill(); err != nil { // a master dies mid-run
-		t.Fatal(err)
-	}
+	time.AfterFunc(100*time.Millisecond, func() { _ = cluster.Node(0).Kill() }) // a master dies mid-run
 	wg.Wait()
 	if r := history.Check(h, history.Config{Nodes: 5}); r.Total() > 0 {
 		t.Fatal(r) // names every overlap of two holders, and more
 	}
 	// README example ends
+	if err := cluster.Clients(t)[0].Ping(t.Context()).Err(); err == nil {
+		t.Error("node 0 is still up: the example's jobs ran without the fault")
+	}
 	if r := history.Check(h, history.Config{Nodes: 5}); r.Acquired != 40 || r.Checked[history.SEC] == 0 {
 		t.Fatalf("the example did not run its 40 jobs under the lock:\n%v", r)
 	}

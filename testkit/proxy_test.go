@@ -170,6 +170,41 @@ func waitHeld(t *testing.T, p *Proxy, n int) {
 	}
 }
 
+// linked returns a sink, a proxy to it (closed by a t.Cleanup; closing it
+// again is harmless) and a client connection through the proxy on which
+// "a1" already reached the sink.
+func linked(t *testing.T) (*sink, *Proxy, net.Conn) {
+	t.Helper()
+	s := newSink(t)
+	p, err := newProxy(s.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	a := dial(t, p)
+	write(t, a, "a1")
+	s.want(0, "a1", false)
+	return s, p, a
+}
+
+// linkedHeld is linked, then a hold of scope under which "a2" was written
+// and is held.
+func linkedHeld(t *testing.T, scope HoldScope) (*sink, *Proxy, net.Conn) {
+	t.Helper()
+	s, p, a := linked(t)
+	p.Hold(scope)
+	write(t, a, "a2")
+	waitHeld(t, p, 2)
+	return s, p, a
+}
+
+// conn returns the node side of the sink's connection i.
+func (s *sink) conn(i int) net.Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns[i].c
+}
+
 // TestProxyHold checks late delivery: while held, what the client writes is
 // kept and reaches the node only on Deliver, also after the client closed
 // the connection; replies flow; HoldOpen lets new connections through,
@@ -178,26 +213,11 @@ func TestProxyHold(t *testing.T) {
 	const quiet = 150 * time.Millisecond // long enough for a stray byte to arrive
 
 	t.Run("open", func(t *testing.T) {
-		s := newSink(t)
-		p, err := newProxy(s.ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-
-		a := dial(t, p)
-		write(t, a, "a1")
-		s.want(0, "a1", false)
-
-		p.Hold(HoldOpen)
-		write(t, a, "a2")
-		waitHeld(t, p, 2)
+		s, p, a := linkedHeld(t, HoldOpen)
 		s.stays(0, "a1", false, quiet)
 
 		// Replies flow while held.
-		s.mu.Lock()
-		nodeSide := s.conns[0].c
-		s.mu.Unlock()
+		nodeSide := s.conn(0)
 		write(t, nodeSide, "r1")
 		if got := readN(t, a, 2); got != "r1" {
 			t.Fatalf("reply through a held link: %q, want r1", got)
@@ -231,16 +251,7 @@ func TestProxyHold(t *testing.T) {
 	})
 
 	t.Run("all", func(t *testing.T) {
-		s := newSink(t)
-		p, err := newProxy(s.ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-
-		a := dial(t, p)
-		write(t, a, "a1")
-		s.want(0, "a1", false)
+		s, p, a := linked(t)
 
 		p.Hold(HoldAll)
 		write(t, a, "a2")
@@ -253,9 +264,7 @@ func TestProxyHold(t *testing.T) {
 		b.Close()
 		// The node writes to b after the client closed it: the proxy's
 		// writes to the client fail, and b's held bytes must survive that.
-		s.mu.Lock()
-		nodeSide := s.conns[1].c
-		s.mu.Unlock()
+		nodeSide := s.conn(1)
 		for range 3 {
 			write(t, nodeSide, "push")
 			time.Sleep(20 * time.Millisecond)
@@ -277,19 +286,7 @@ func TestProxyHold(t *testing.T) {
 	})
 
 	t.Run("reset-discards", func(t *testing.T) {
-		s := newSink(t)
-		p, err := newProxy(s.ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-
-		a := dial(t, p)
-		write(t, a, "a1")
-		s.want(0, "a1", false)
-		p.Hold(HoldOpen)
-		write(t, a, "a2")
-		waitHeld(t, p, 2)
+		s, p, _ := linkedHeld(t, HoldOpen)
 		p.Reset()
 		if n := p.Deliver(); n != 0 {
 			t.Fatalf("Deliver after Reset wrote %d bytes, want 0", n)
@@ -298,17 +295,7 @@ func TestProxyHold(t *testing.T) {
 	})
 
 	t.Run("close-while-held", func(t *testing.T) {
-		s := newSink(t)
-		p, err := newProxy(s.ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := dial(t, p)
-		write(t, a, "a1")
-		s.want(0, "a1", false)
-		p.Hold(HoldAll)
-		write(t, a, "a2")
-		waitHeld(t, p, 2)
+		_, p, a := linkedHeld(t, HoldAll)
 		a.Close()
 		// Close must not wait for a Deliver that never comes.
 		done := make(chan struct{})

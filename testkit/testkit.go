@@ -437,36 +437,30 @@ func (n *Node) Restart(amnesia bool) error {
 // Resume. Pausing a paused node does nothing; pausing a stopped node
 // returns ErrNotRunning.
 func (n *Node) Pause() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	switch n.state {
-	case statePaused:
-		return nil
-	case stateStopped:
-		return ErrNotRunning
-	}
-	if err := n.srv.Pause(); err != nil {
-		return fmt.Errorf("testkit: pause node %d: %w", n.index, err)
-	}
-	n.state = statePaused
-	return nil
+	return n.freeze(statePaused, "pause", func() error { return n.srv.Pause() })
 }
 
 // Resume unfreezes a paused server (docker unpause / SIGCONT). Resuming a
 // running node does nothing; resuming a stopped node returns ErrNotRunning.
 func (n *Node) Resume() error {
+	return n.freeze(stateRunning, "resume", func() error { return n.srv.Resume() })
+}
+
+// freeze moves a node that is not stopped to state want (paused or
+// running) with do, under the node's lock.
+func (n *Node) freeze(want nodeState, what string, do func() error) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	switch n.state {
-	case stateRunning:
+	case want:
 		return nil
 	case stateStopped:
 		return ErrNotRunning
 	}
-	if err := n.srv.Resume(); err != nil {
-		return fmt.Errorf("testkit: resume node %d: %w", n.index, err)
+	if err := do(); err != nil {
+		return fmt.Errorf("testkit: %s node %d: %w", what, n.index, err)
 	}
-	n.state = stateRunning
+	n.state = want
 	return nil
 }
 

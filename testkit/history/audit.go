@@ -393,49 +393,46 @@ var writeCommands = map[string]int{
 func (a *Audit) clientWrite(n int, nd *auditNode, cmd string, e Entry) {
 	if cmd == "flushall" || cmd == "flushdb" || cmd == "swapdb" {
 		clear(nd.keys)
-		a.stats.External++
-		if !a.cfg.AllowExternal {
-			a.report(n, "", "%s from %s removed every lock key", strings.ToUpper(cmd), e.Source)
-		}
+		a.external(n, "", "%s from %s removed every lock key", strings.ToUpper(cmd), e.Source)
 		return
 	}
+	a.guardedWrites(nd, cmd, e, func(k string) {
+		if cmd == "set" && hasArg(e.Args[2:], "nx") && a.isLockKey(k) {
+			return // an unfenced acquire: whether it set the key does not show
+		}
+		a.external(n, k, "%s %q from %s: a lock key changed outside quorumlock's token-checked scripts", strings.ToUpper(cmd), k, e.Source)
+	})
+}
+
+// guardedWrites calls changed for each guarded key that cmd writes, after
+// forgetting what the audit knew of its value.
+func (a *Audit) guardedWrites(nd *auditNode, cmd string, e Entry, changed func(k string)) {
 	pos, ok := writeCommands[cmd]
 	if !ok {
 		return
 	}
 	for _, k := range writtenKeys(e.Args, pos) {
-		if !a.isGuarded(k) {
-			continue
-		}
-		if cmd == "set" && hasArg(e.Args[2:], "nx") && a.isLockKey(k) {
-			// An unfenced acquire: whether it set the key does not show.
+		if a.isGuarded(k) {
 			nd.keys[k] = keyState{}
-			continue
+			changed(k)
 		}
-		nd.keys[k] = keyState{}
-		a.stats.External++
-		if !a.cfg.AllowExternal {
-			a.report(n, k, "%s %q from %s: a lock key changed outside quorumlock's token-checked scripts", strings.ToUpper(cmd), k, e.Source)
-		}
+	}
+}
+
+// external counts a change made outside the lock scripts and reports it
+// unless such changes are allowed.
+func (a *Audit) external(n int, key, format string, args ...any) {
+	a.stats.External++
+	if !a.cfg.AllowExternal {
+		a.report(n, key, format, args...)
 	}
 }
 
 // scriptWrite handles a command from a script that is not a lock script.
 func (a *Audit) scriptWrite(n int, nd *auditNode, cmd string, e Entry, who string) {
-	pos, ok := writeCommands[cmd]
-	if !ok {
-		return
-	}
-	for _, k := range writtenKeys(e.Args, pos) {
-		if !a.isGuarded(k) {
-			continue
-		}
-		nd.keys[k] = keyState{}
-		a.stats.External++
-		if !a.cfg.AllowExternal {
-			a.report(n, k, "%s %q by %s", strings.ToUpper(cmd), k, who)
-		}
-	}
+	a.guardedWrites(nd, cmd, e, func(k string) {
+		a.external(n, k, "%s %q by %s", strings.ToUpper(cmd), k, who)
+	})
 }
 
 func writtenKeys(args []string, pos int) []string {

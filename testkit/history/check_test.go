@@ -327,12 +327,6 @@ func TestL2Sweeps(t *testing.T) {
 	c := cfg
 	c.Cleanup = ms(300)
 	// tc-1's failed call returned at 23 ms; ta was released at 18 ms.
-	sweep := func(b *builder, at int, ls ...Leftover) {
-		for i := range ls {
-			ls[i].At = ms(at)
-		}
-		b.h.AddSweep(ls...)
-	}
 
 	b := clean()
 	sweep(b, 100, Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: 900}) // within the bound
@@ -361,21 +355,31 @@ func TestL2Sweeps(t *testing.T) {
 	// A key seen more than node timeout + TTL after its call landed late:
 	// noted even while the clean-up bound has not passed.
 	c.Cleanup = 2 * time.Second
-	b = clean()
-	sweep(b, 1123, Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: 900})
-	r = check(t, b, c)
-	want(t, r, nil)
-	if !strings.Contains(strings.Join(r.Notes, "\n"), "1 keys of ours they found only within the clean-up bound (2s) of their call were not judged, 1 of them") {
-		t.Errorf("the late landing is not noted: %q", r.Notes)
-	}
+	sweptClean(t, c, 1123, 900, "1 keys of ours they found only within the clean-up bound (2s) of their call were not judged, 1 of them")
 
 	// Without a bound, sweeps are noted, not judged.
-	b = clean()
-	sweep(b, 5000, Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: 600})
-	r = check(t, b, cfg)
+	sweptClean(t, cfg, 5000, 600, "not judged")
+}
+
+// sweep records a sweep at ms that found ls.
+func sweep(b *builder, at int, ls ...Leftover) {
+	for i := range ls {
+		ls[i].At = ms(at)
+	}
+	b.h.AddSweep(ls...)
+}
+
+// sweptClean checks the clean history with one sweep at ms that found
+// tc-1's key with pttl left on node 1: no violation, and a note saying
+// note.
+func sweptClean(t *testing.T, c Config, at int, pttl int64, note string) {
+	t.Helper()
+	b := clean()
+	sweep(b, at, Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: pttl})
+	r := check(t, b, c)
 	want(t, r, nil)
-	if !strings.Contains(strings.Join(r.Notes, "\n"), "not judged") {
-		t.Errorf("unjudged sweeps are not noted: %q", r.Notes)
+	if !strings.Contains(strings.Join(r.Notes, "\n"), note) {
+		t.Errorf("no note says %q: %q", note, r.Notes)
 	}
 }
 

@@ -285,11 +285,7 @@ func (h *History) Add(op Op) {
 }
 
 // AddSection records a critical section.
-func (h *History) AddSection(s Section) {
-	h.mu.Lock()
-	h.sections = append(h.sections, s)
-	h.mu.Unlock()
-}
+func (h *History) AddSection(s Section) { add(h, &h.sections, s) }
 
 // AddReply records a node's yes to a client (S2). Only yes-replies matter:
 // a no or an error never counts towards a quorum.
@@ -305,9 +301,12 @@ func (h *History) AddReply(r Reply) {
 }
 
 // AddLease records a session lock's Deadline as read (S1, S2, LIN).
-func (h *History) AddLease(l Lease) {
+func (h *History) AddLease(l Lease) { add(h, &h.leases, l) }
+
+// add appends v to h's list under h's lock.
+func add[T any](h *History, list *[]T, v T) {
 	h.mu.Lock()
-	h.leases = append(h.leases, l)
+	*list = append(*list, v)
 	h.mu.Unlock()
 }
 
@@ -331,11 +330,7 @@ func (h *History) Forget(tokens []string) {
 }
 
 // AddProbe records what the nodes said right after a holder died (L1).
-func (h *History) AddProbe(p Probe) {
-	h.mu.Lock()
-	h.probes = append(h.probes, p)
-	h.mu.Unlock()
-}
+func (h *History) AddProbe(p Probe) { add(h, &h.probes, p) }
 
 // AddLeftovers records the result of the end-of-run scan of one or more
 // nodes (L1, L2): every lock key found, which may be none. Calling it at all

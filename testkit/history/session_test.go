@@ -111,32 +111,31 @@ func TestSessionS2(t *testing.T) {
 	b.held("a", "k", sidA+"1", 2450, 2450)
 	want(t, check(t, b, sessCfg), map[Property]int{S2: 1})
 
-	// Renewals of another incarnation (the session ended and was created
-	// again on the nodes) do not vouch for the lock.
-	b = newBuilder()
-	b.sessAcquire("a", "k", sidA+"1", sessA, 1, 0, 0, 5)
-	b.renew("a", sessA, "2", 300, 302)
-	b.held("a", "k", sidA+"1", 303, 300)
-	b.release("a", "k", sidA+"1", 400, 402)
-	want(t, check(t, b, sessCfg), map[Property]int{S2: 1})
-
-	// Two nodes confirming are no quorum.
-	b = newBuilder()
-	b.sessAcquire("a", "k", sidA+"1", sessA, 1, 0, 0, 5)
-	for _, n := range []int{0, 1} {
-		b.h.AddReply(Reply{Client: "a", Node: n, Kind: ReplyRenew, Key: sessA, Token: "1", Start: ms(300), End: ms(302)})
+	cases := []struct {
+		name  string
+		renew func(b *builder)
+		read  int // when the deadline (300 ms) was read
+	}{
+		// The session ended and was created again on the nodes: renewals
+		// of another incarnation do not vouch for the lock.
+		{"another incarnation", func(b *builder) { b.renew("a", sessA, "2", 300, 302) }, 303},
+		{"two nodes are no quorum", func(b *builder) {
+			for _, n := range []int{0, 1} {
+				b.h.AddReply(Reply{Client: "a", Node: n, Kind: ReplyRenew, Key: sessA, Token: "1", Start: ms(300), End: ms(302)})
+			}
+		}, 303},
+		{"confirmation seen after the read", func(b *builder) { b.renew("a", sessA, "1", 300, 310) }, 305},
 	}
-	b.held("a", "k", sidA+"1", 303, 300)
-	b.release("a", "k", sidA+"1", 400, 402)
-	want(t, check(t, b, sessCfg), map[Property]int{S2: 1})
-
-	// A confirmation seen after the deadline was read does not count.
-	b = newBuilder()
-	b.sessAcquire("a", "k", sidA+"1", sessA, 1, 0, 0, 5)
-	b.renew("a", sessA, "1", 300, 310)
-	b.held("a", "k", sidA+"1", 305, 300)
-	b.release("a", "k", sidA+"1", 400, 402)
-	want(t, check(t, b, sessCfg), map[Property]int{S2: 1})
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBuilder()
+			b.sessAcquire("a", "k", sidA+"1", sessA, 1, 0, 0, 5)
+			tc.renew(b)
+			b.held("a", "k", sidA+"1", tc.read, 300)
+			b.release("a", "k", sidA+"1", 400, 402)
+			want(t, check(t, b, sessCfg), map[Property]int{S2: 1})
+		})
+	}
 }
 
 // L1 and L2 for session locks: a session lock's key outlives its TTL by

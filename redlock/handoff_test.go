@@ -68,6 +68,22 @@ func realClient(t *testing.T, addrs []string, subscribe bool, slow map[int]time.
 	}
 }
 
+// heldK starts five servers and four Clients over them, the first of
+// which holds "k"; it returns the servers, that lock, the three other
+// Clients and a context that ends after two minutes.
+func heldK(t *testing.T) (redisproc.Servers, *Lock, []*Client, context.Context) {
+	t.Helper()
+	cl := redisproc.Start(t, 5)
+	cs := realClients(t, cl, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	l, err := cs[0].TryLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl, l, cs[1:], ctx
+}
+
 // wakes sums the wake-ups the Clients' notifiers sent, by releases and by
 // subscription confirmations.
 func wakes(cs []*Client) (byRelease, bySubscription int64) {
@@ -128,15 +144,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // the lock: six releases, six wake-ups, the waiters served in the order
 // they asked.
 func TestHandOffWakesExactlyOneAcrossClients(t *testing.T) {
-	cl := redisproc.Start(t, 5)
-	cs := realClients(t, cl, 4)
-	holder, waiters := cs[0], cs[1:]
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	first, err := holder.TryLock(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, first, waiters, ctx := heldK(t)
 	var (
 		mu     sync.Mutex
 		served []int
@@ -160,6 +168,7 @@ func TestHandOffWakesExactlyOneAcrossClients(t *testing.T) {
 		// The next waiter asks once this one is in line and asleep.
 		waitFor(t, fmt.Sprintf("waiter %d to sleep", i), func() bool { return settled(c, rkey("k"), i/len(waiters)+1) })
 	}
+	cs := append([]*Client{first.c}, waiters...)
 	rel0, sub0 := wakes(cs)
 	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -183,15 +192,7 @@ func TestHandOffWakesExactlyOneAcrossClients(t *testing.T) {
 // named receive nothing: the cost of a release does not grow with the
 // number of waiting processes.
 func TestHandOffMessageReachesOnlyTheNamedClient(t *testing.T) {
-	cl := redisproc.Start(t, 5)
-	cs := realClients(t, cl, 4)
-	holder, waiters := cs[0], cs[1:]
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	l, err := holder.TryLock(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl, l, waiters, ctx := heldK(t)
 	got := make(chan *Lock)
 	for i, c := range waiters {
 		go func() {
@@ -203,7 +204,7 @@ func TestHandOffMessageReachesOnlyTheNamedClient(t *testing.T) {
 		}()
 		waitFor(t, fmt.Sprintf("waiter %d to sleep", i), func() bool { return settled(c, rkey("k"), 1) })
 	}
-	c0 := holder
+	c0 := waiters[0]
 	judged := 0
 	for turn, next := range waiters {
 		before := make([]int64, len(waiters))

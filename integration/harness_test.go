@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 	"github.com/quorumlock/quorumlock/testkit"
+	hist "github.com/quorumlock/quorumlock/testkit/history"
 )
 
 // nodes is the size of every test cluster.
@@ -205,31 +204,22 @@ func (c *cluster) checkNoTokens(t *testing.T, who string, tokens map[string]bool
 	t.Logf("%s: %d failed acquisitions, none left a key on a reachable node: %v", who, len(tokens), found == 0)
 }
 
-// tokenLog is a redlock token generator that remembers every token it made
-// and which of them won a lock, so that the tokens of failed attempts are
-// known (everything made minus everything that won).
+// tokenLog is a lockClient's token generator: a history.TokenLog (every
+// token it made, in order) that also notes which tokens won a lock, so that
+// the tokens of failed attempts are known (everything made minus everything
+// that won). Safe for concurrent use.
 type tokenLog struct {
-	prefix string
-	n      atomic.Int64
-	mu     sync.Mutex
-	made   map[string]bool
-	won    map[string]bool
+	hist.TokenLog
+	mu  sync.Mutex
+	won map[string]bool
 }
 
 func newTokenLog(prefix string) *tokenLog {
-	return &tokenLog{prefix: prefix, made: map[string]bool{}, won: map[string]bool{}}
-}
-
-func (g *tokenLog) gen() (string, error) {
-	tok := fmt.Sprintf("%s-%d-%016x", g.prefix, g.n.Add(1), rand.Uint64())
-	g.mu.Lock()
-	g.made[tok] = true
-	g.mu.Unlock()
-	return tok, nil
+	return &tokenLog{TokenLog: hist.TokenLog{Prefix: prefix}, won: map[string]bool{}}
 }
 
 // attempts is the number of tokens made: one per acquisition round.
-func (g *tokenLog) attempts() int64 { return g.n.Load() }
+func (g *tokenLog) attempts() int64 { return int64(g.Count()) }
 
 func (g *tokenLog) markWon(tok string) {
 	g.mu.Lock()
@@ -238,10 +228,11 @@ func (g *tokenLog) markWon(tok string) {
 }
 
 func (g *tokenLog) failed() map[string]bool {
+	made := g.Since(0)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make(map[string]bool, len(g.made)-len(g.won))
-	for tok := range g.made {
+	out := make(map[string]bool, len(made)-len(g.won))
+	for _, tok := range made {
 		if !g.won[tok] {
 			out[tok] = true
 		}
@@ -249,17 +240,19 @@ func (g *tokenLog) failed() map[string]bool {
 	return out
 }
 
-// lockClient is a redlock.Client with its own pools and token log. Its
-// TryLock and Lock record the tokens that won; Close (run by t.Cleanup if the
-// test did not call closeAndCheck) closes the Client, which joins the
-// late-reply clean-up, checks that no failed attempt left its token on a
-// reachable node, and closes the pools.
+// lockClient is a redlock.Client over pools of its own, with a token log
+// (unless the library makes its tokens). Its TryLock and Lock record the
+// tokens that won. dialClient makes it (for newLockClient and the chaos
+// clients alike); shutdown closes the Client (joining its late-reply
+// clean-up) and then the pools; closeAndCheck (run by t.Cleanup for a client
+// from newLockClient) also checks that no failed attempt left its token on a
+// reachable node.
 type lockClient struct {
 	*redlock.Client
 	name   string
 	c      *cluster
 	pools  []pool.Pool
-	tokens *tokenLog
+	tokens *tokenLog // nil: the library makes the tokens
 	once   sync.Once
 }
 
@@ -269,44 +262,95 @@ func (c *cluster) direct(i int) *redis.Options {
 	return &redis.Options{Addr: c.Node(i).Addr(), Password: c.password}
 }
 
-// newLockClient dials one pool per node with redisOpts(i), named "node<i>",
-// and returns a Client over them with opts (plus the token log).
+// newLockClient dials one pool per node with redisOpts(i) (see dialClient)
+// and returns a Client over them with opts, a token log and closeAndCheck
+// registered with t.Cleanup.
 func (c *cluster) newLockClient(t *testing.T, name string, redisOpts func(i int) *redis.Options, opts ...redlock.Option) *lockClient {
 	t.Helper()
-	lc := &lockClient{name: name, c: c, tokens: newTokenLog(name)}
-	for i := range c.Len() {
-		p, err := pool.Dial(redisOpts(i), append([]pool.Option{pool.WithName(fmt.Sprintf("node%d", i))}, c.poolOpts...)...)
-		if err != nil {
-			t.Fatalf("pool.Dial node%d: %v", i, err)
-		}
-		lc.pools = append(lc.pools, p)
-	}
-	cl, err := redlock.New(lc.pools, append([]redlock.Option{redlock.WithTokenGenerator(lc.tokens.gen)}, opts...)...)
+	lc, err := c.dialClient(name, redisOpts, clientOpts{lock: opts})
 	if err != nil {
-		for _, p := range lc.pools {
-			_ = p.Close()
-		}
-		t.Fatalf("redlock.New: %v", err)
+		t.Fatal(err)
 	}
-	lc.Client = cl
 	t.Cleanup(func() { lc.closeAndCheck(t) })
 	return lc
 }
 
+// clientOpts says how dialClient makes a lockClient.
+type clientOpts struct {
+	pool []pool.Option // after the cluster's poolOpts
+	// wrap, if set, wraps node i's pool before the Client gets it; on an
+	// error, dialClient closes p.
+	wrap func(i int, p pool.Pool) (pool.Pool, error)
+	// libraryTokens: no token log; the library makes the tokens.
+	libraryTokens bool
+	lock          []redlock.Option
+}
+
+// dialClient dials one pool per node with redisOpts(i), named "node<i>",
+// with the cluster's poolOpts and o.pool, and returns a lockClient over them
+// with o.lock (after the token log's generator). On an error it closes what
+// it dialed. It registers no clean-up: the caller closes the client.
+func (c *cluster) dialClient(name string, redisOpts func(i int) *redis.Options, o clientOpts) (*lockClient, error) {
+	lc := &lockClient{name: name, c: c}
+	lockOpts := o.lock
+	if !o.libraryTokens {
+		lc.tokens = newTokenLog(name)
+		lockOpts = append([]redlock.Option{redlock.WithTokenGenerator(lc.tokens.Generate)}, lockOpts...)
+	}
+	for i := range c.Len() {
+		p, err := pool.Dial(redisOpts(i), slices.Concat([]pool.Option{pool.WithName(fmt.Sprintf("node%d", i))}, c.poolOpts, o.pool)...)
+		if err == nil && o.wrap != nil {
+			w, werr := o.wrap(i, p)
+			if werr != nil {
+				_ = p.Close()
+			}
+			p, err = w, werr
+		}
+		if err != nil {
+			lc.closePools(nil)
+			return nil, fmt.Errorf("%s: pool of node%d: %w", name, i, err)
+		}
+		lc.pools = append(lc.pools, p)
+	}
+	cl, err := redlock.New(lc.pools, lockOpts...)
+	if err != nil {
+		lc.closePools(nil)
+		return nil, fmt.Errorf("%s: redlock.New: %w", name, err)
+	}
+	lc.Client = cl
+	return lc, nil
+}
+
 func (lc *lockClient) TryLock(ctx context.Context, key string, opts ...redlock.Option) (*redlock.Lock, error) {
 	l, err := lc.Client.TryLock(ctx, key, opts...)
-	if err == nil {
-		lc.tokens.markWon(l.Token())
-	}
+	lc.won(l, err)
 	return l, err
 }
 
 func (lc *lockClient) Lock(ctx context.Context, key string, opts ...redlock.Option) (*redlock.Lock, error) {
 	l, err := lc.Client.Lock(ctx, key, opts...)
-	if err == nil {
+	lc.won(l, err)
+	return l, err
+}
+
+func (lc *lockClient) won(l *redlock.Lock, err error) {
+	if err == nil && lc.tokens != nil {
 		lc.tokens.markWon(l.Token())
 	}
-	return l, err
+}
+
+// shutdown closes the Client (unless the test did: ErrClosed is no error
+// then), calls closed with Close's error, and closes the pools; only the
+// first call does anything.
+func (lc *lockClient) shutdown(t *testing.T, closed func(err error)) {
+	lc.once.Do(func() {
+		err := lc.Close()
+		if errors.Is(err, redlock.ErrClosed) {
+			err = nil
+		}
+		closed(err)
+		lc.closePools(t)
+	})
 }
 
 // closeAndCheck closes the Client (unless the test did), checks the failed
@@ -314,18 +358,23 @@ func (lc *lockClient) Lock(ctx context.Context, key string, opts ...redlock.Opti
 // call does anything.
 func (lc *lockClient) closeAndCheck(t *testing.T) {
 	t.Helper()
-	lc.once.Do(func() {
-		// ErrClosed: the test closed the Client itself.
-		if err := lc.Close(); err != nil && !errors.Is(err, redlock.ErrClosed) {
+	lc.shutdown(t, func(err error) {
+		if err != nil {
 			t.Errorf("%s: Close: %v", lc.name, err)
 		}
-		lc.c.checkNoTokens(t, lc.name, lc.tokens.failed())
-		for _, p := range lc.pools {
-			if err := p.Close(); err != nil {
-				t.Errorf("%s: closing pool %s: %v", lc.name, p.Name(), err)
-			}
+		if lc.tokens != nil {
+			lc.c.checkNoTokens(t, lc.name, lc.tokens.failed())
 		}
 	})
+}
+
+// closePools closes the pools; with t, it reports their errors.
+func (lc *lockClient) closePools(t *testing.T) {
+	for _, p := range lc.pools {
+		if err := p.Close(); err != nil && t != nil {
+			t.Errorf("%s: closing pool %s: %v", lc.name, p.Name(), err)
+		}
+	}
 }
 
 // ctxT returns a context that ends after d or at the end of the test.
@@ -483,9 +532,21 @@ func checkDeadline(t *testing.T, l *redlock.Lock, start, ret time.Time, ttl, min
 // returns once a quorum confirmed, the other nodes follow shortly.
 func eventuallyGone(t *testing.T, admins []*redis.Client, key string) {
 	t.Helper()
-	eventually(t, 5*time.Second, 5*time.Millisecond, "lock key "+rkey(key)+" gone from all nodes", func() bool {
+	eventuallyAll(t, admins, key, "")
+}
+
+// eventuallyAll waits until every node holds token under the lock key of
+// key ("": no node holds it): a call returns at a quorum, and late replies
+// land shortly after.
+func eventuallyAll(t *testing.T, admins []*redis.Client, key, token string) {
+	t.Helper()
+	what := fmt.Sprintf("%s = %q on all nodes", rkey(key), token)
+	if token == "" {
+		what = "lock key " + rkey(key) + " gone from all nodes"
+	}
+	eventually(t, 5*time.Second, 5*time.Millisecond, what, func() bool {
 		for _, cl := range admins {
-			if get(t, cl, rkey(key)) != "" {
+			if get(t, cl, rkey(key)) != token {
 				return false
 			}
 		}

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quorumlock/quorumlock/fence"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -31,61 +32,6 @@ const (
 	controlNodeTimeout = 200 * time.Millisecond
 )
 
-// controlCheck is the checker configuration of the control runs.
-func controlCheck(h *hist.History) *hist.Report {
-	return hist.Check(h, hist.Config{Nodes: nodes, NodeTimeout: controlNodeTimeout, Fencing: true, Replies: true})
-}
-
-// holdOnABC makes a holder client that cannot reach D and E and has it take
-// key, which then lives on A, B and C only (checked on the nodes). Before,
-// it takes and releases `before` other keys there: their fencing tokens
-// raise A's, B's and C's shared counter above D's and E's.
-func holdOnABC(t *testing.T, ctx context.Context, c *cluster, h *hist.History, key string, before int) (*chaosClient, *redlock.Lock) {
-	t.Helper()
-	holder := newChaosClient(t, c, h, "holder", controlTTL, []pool.Option{pool.WithRestartGuard(0)}, redlock.WithNodeTimeout(controlNodeTimeout))
-	if err := holder.warm(ctx); err != nil {
-		t.Fatal(err)
-	}
-	holder.partition(true, 3, 4)
-	// Heal before the Client closes (t.Cleanup is LIFO): its background
-	// releases to the cut-off nodes then fail at once instead of waiting.
-	t.Cleanup(func() { holder.partition(false, 3, 4) })
-	for i := range before {
-		l, _, err := holder.acquire(ctx, fmt.Sprintf("%s-before-%d", key, i), 2*time.Second)
-		if err != nil {
-			t.Fatalf("holder: acquire on A, B, C before %s: %v", key, err)
-		}
-		_, _ = holder.release(ctx, l)
-	}
-	l, _, err := holder.acquire(ctx, key, 2*time.Second)
-	if err != nil {
-		t.Fatalf("holder: acquire %s on A, B, C: %v", key, err)
-	}
-	admins := c.admins(t)
-	for i := range nodes {
-		v := get(t, admins[i], rkey(key))
-		if (i < 3) != (v == l.Token()) {
-			t.Fatalf("setup: node%d holds %q; want the holder's token on node0..2 only", i, v)
-		}
-	}
-	t.Logf("holder has %s on node0..2 with fence %d", key, l.Fence())
-	return holder, l
-}
-
-// rivalOnCDE makes a client that cannot reach A and B, after it has met
-// every node (so its pools know each server's run_id, as a long-running
-// client's would).
-func rivalOnCDE(t *testing.T, ctx context.Context, c *cluster, h *hist.History, poolOpts []pool.Option) *chaosClient {
-	t.Helper()
-	rival := newChaosClient(t, c, h, "rival", controlTTL, poolOpts, redlock.WithNodeTimeout(controlNodeTimeout))
-	if err := rival.warm(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rival.partition(true, 0, 1)
-	t.Cleanup(func() { rival.partition(false, 0, 1) })
-	return rival
-}
-
 // TestChaosControlAmnesia restarts C without its data while the holder's
 // lock is valid. With the restart guard off, the rival acquires on C, D and
 // E: two holders at once (S1), and, since C's fencing counter started again
@@ -98,56 +44,53 @@ func TestChaosControlAmnesia(t *testing.T) {
 	c := startCluster(t, controlTTL, "")
 	dropFenceCounters(t, c)
 	ctx := ctxT(t, 60*time.Second)
+	t.Run("guard-off", func(t *testing.T) { amnesiaGuardOff(t, ctx, c) })
+	t.Run("guard-on", func(t *testing.T) { amnesiaGuardOn(t, ctx, c) })
+}
 
-	t.Run("guard-off", func(t *testing.T) {
-		h := hist.New()
-		// The rival warms up first: its warm-up would carry A's, B's and
-		// C's counter to D and E.
-		rival := rivalOnCDE(t, ctx, c, h, []pool.Option{pool.WithRestartGuard(0)})
-		holder, l1 := holdOnABC(t, ctx, c, h, "amnesia-off", 5)
-		if err := c.Node(2).Restart(true); err != nil {
-			t.Fatal(err)
-		}
-		l2, _, err := rival.acquire(ctx, "amnesia-off", 2*time.Second)
-		if err != nil {
-			t.Fatalf("control did not happen: the rival could not acquire on C (forgotten), D, E: %v", err)
-		}
-		t.Logf("rival acquired too, fence %d (holder's: %d)", l2.Fence(), l1.Fence())
-		_, _ = rival.release(ctx, l2)
-		_, _ = holder.release(ctx, l1)
-		r := controlCheck(h)
-		t.Logf("checker report:\n%s", r)
-		if r.Count(hist.S1) == 0 || r.Count(hist.LIN) == 0 {
-			t.Errorf("two holders at once, but the checker reports %d S1 and %d LIN violations", r.Count(hist.S1), r.Count(hist.LIN))
-		}
-		if r.Count(hist.S4) == 0 {
-			t.Errorf("C's counter was lost (fences %d then %d), but the checker reports no S4 violation", l1.Fence(), l2.Fence())
-		}
-	})
+func amnesiaGuardOff(t *testing.T, ctx context.Context, c *cluster) {
+	const key = "amnesia-off"
+	h := hist.New()
+	// The rival warms up first: its warm-up would carry A's, B's and C's
+	// counter to D and E.
+	rival := rivalOnCDE(t, ctx, c, h, key, false, []pool.Option{pool.WithRestartGuard(0)})
+	holder, l1 := holdOnABC(t, ctx, c, h, key, false, 5)
+	if err := c.Node(2).Restart(true); err != nil {
+		t.Fatal(err)
+	}
+	l2, _, err := rival.acquire(ctx, key, 2*time.Second)
+	if err != nil {
+		t.Fatalf("control did not happen: the rival could not acquire on C (forgotten), D, E: %v", err)
+	}
+	t.Logf("rival acquired too, fence %d (holder's: %d)", l2.Fence(), l1.Fence())
+	_, _ = rival.rec.Release(ctx, l2)
+	_, _ = holder.rec.Release(ctx, l1)
+	r := controlCheck(h, true)
+	checkTwoHolders(t, r)
+	if r.Count(hist.S4) == 0 {
+		t.Errorf("C's counter was lost (fences %d then %d), but the checker reports no S4 violation", l1.Fence(), l2.Fence())
+	}
+}
 
-	t.Run("guard-on", func(t *testing.T) {
-		h := hist.New()
-		holder, l1 := holdOnABC(t, ctx, c, h, "amnesia-on", 0)
-		rival := rivalOnCDE(t, ctx, c, h, nil) // pool.DefaultRestartGuard
-		if err := c.Node(2).Restart(true); err != nil {
-			t.Fatal(err)
-		}
-		_, _, err := rival.acquire(ctx, "amnesia-on", time.Second)
-		if err == nil {
-			t.Fatal("the rival acquired with a freshly restarted C, although its restart guard is on")
-		}
-		qe := asQuorumError(t, err)
-		if n := qe.Nodes[2]; !errors.Is(n.Err, pool.ErrRestarted) {
-			t.Errorf("node2 (C): outcome %v, error %v; want an error matching pool.ErrRestarted", n.Outcome, n.Err)
-		}
-		t.Logf("rival refused: %v", err)
-		_, _ = holder.release(ctx, l1)
-		r := controlCheck(h)
-		t.Logf("checker report:\n%s", r)
-		if r.Total() != 0 {
-			t.Errorf("%d violations with the restart guard on", r.Total())
-		}
-	})
+func amnesiaGuardOn(t *testing.T, ctx context.Context, c *cluster) {
+	const key = "amnesia-on"
+	h := hist.New()
+	holder, l1 := holdOnABC(t, ctx, c, h, key, false, 0)
+	rival := rivalOnCDE(t, ctx, c, h, key, false, nil) // pool.DefaultRestartGuard
+	if err := c.Node(2).Restart(true); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := rival.acquire(ctx, key, time.Second)
+	if err == nil {
+		t.Fatal("the rival acquired with a freshly restarted C, although its restart guard is on")
+	}
+	qe := asQuorumError(t, err)
+	if n := qe.Nodes[2]; !errors.Is(n.Err, pool.ErrRestarted) {
+		t.Errorf("node2 (C): outcome %v, error %v; want an error matching pool.ErrRestarted", n.Outcome, n.Err)
+	}
+	t.Logf("rival refused: %v", err)
+	_, _ = holder.rec.Release(ctx, l1)
+	checkClean(t, controlCheck(h, true), "with the restart guard on")
 }
 
 // TestChaosControlClockJump emulates a forward clock jump on C by expiring
@@ -161,74 +104,43 @@ func TestChaosControlClockJump(t *testing.T) {
 	dropFenceCounters(t, c)
 	ctx := ctxT(t, 60*time.Second)
 	audit, stopAudit := startAudit(t, c, true)
-	register := c.admin(t, 3) // the fenced register, on node3, written directly by both clients
+	t.Run("no-jump", func(t *testing.T) { controlNoJump(t, ctx, c, "jump-no", false) })
+	t.Run("jump", func(t *testing.T) { clockJump(t, ctx, c, audit, stopAudit) })
+}
 
-	t.Run("no-jump", func(t *testing.T) {
-		h := hist.New()
-		holder, l1 := holdOnABC(t, ctx, c, h, "jump-no", 0)
-		rival := rivalOnCDE(t, ctx, c, h, nil)
-		if _, _, err := rival.acquire(ctx, "jump-no", time.Second); err == nil {
-			t.Fatal("the rival acquired a lock that C still holds")
-		}
-		_, _ = holder.release(ctx, l1)
-		if r := controlCheck(h); r.Total() != 0 {
-			t.Errorf("violations without a clock jump:\n%s", r)
-		}
-	})
-
-	t.Run("jump", func(t *testing.T) {
-		h := hist.New()
-		holder, l1 := holdOnABC(t, ctx, c, h, "jump", 0)
-		rival := rivalOnCDE(t, ctx, c, h, nil)
-		cl := c.admin(t, 2)
-		if err := cl.PExpire(ctx, rkey("jump"), time.Millisecond).Err(); err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, 5*time.Second, time.Millisecond, "the key expired on C", func() bool { return get(t, cl, rkey("jump")) == "" })
-		l2, _, err := rival.acquire(ctx, "jump", 2*time.Second)
-		if err != nil {
-			t.Fatalf("control did not happen: the rival could not acquire on C (expired early), D, E: %v", err)
-		}
-		t.Logf("rival acquired too, fence %d (holder's: %d)", l2.Fence(), l1.Fence())
-		// Both write the fenced register: the rival first, then the holder,
-		// still inside its window, whose write must be refused.
-		for _, w := range []struct {
-			cc *chaosClient
-			l  *redlock.Lock
-		}{{rival, l2}, {holder, l1}} {
-			s := hist.Section{Client: w.cc.name, Key: w.l.Key(), Token: w.l.Token(), Fence: w.l.Fence(), Start: h.Now()}
-			switch err := fence.Write(ctx, register, registerKey("jump"), w.l.Fence(), w.cc.name); {
-			case err == nil:
-				s.Fenced = hist.Accepted
-			case errors.Is(err, fence.ErrStale):
-				s.Fenced = hist.Refused
-			default:
-				t.Fatalf("%s: fence.Write: %v", w.cc.name, err)
-			}
-			s.End = h.Now()
-			h.AddSection(s)
-			if want := map[bool]hist.FenceResult{true: hist.Accepted, false: hist.Refused}[w.cc == rival]; s.Fenced != want {
-				t.Errorf("%s (fence %d): fenced write %v, want %v", w.cc.name, w.l.Fence(), s.Fenced, want)
-			}
-		}
-		_, _ = rival.release(ctx, l2)
-		_, _ = holder.release(ctx, l1)
-		stopAudit()
-		r := controlCheck(h)
-		t.Logf("checker report:\n%s", r)
-		if r.Count(hist.S1) == 0 || r.Count(hist.LIN) == 0 {
-			t.Errorf("two holders at once, but the checker reports %d S1 and %d LIN violations", r.Count(hist.S1), r.Count(hist.LIN))
-		}
-		if r.Count(hist.S4) != 0 {
-			t.Errorf("a clock jump must not break fencing: %d S4 violations", r.Count(hist.S4))
-		}
-		if !strings.Contains(strings.Join(r.Notes, "\n"), "refused 1 writes of holders inside their windows") {
-			t.Errorf("the refused write of the holder is not noted: %q", r.Notes)
-		}
-		if st := audit.Stats(); st.External != 1 {
-			t.Errorf("the MONITOR audit saw %d writes from outside the lock scripts, want 1 (the injected PEXPIRE)", st.External)
-		}
-	})
+func clockJump(t *testing.T, ctx context.Context, c *cluster, audit *hist.Audit, stopAudit func()) {
+	const key = "jump"
+	h := hist.New()
+	holder, l1 := holdOnABC(t, ctx, c, h, key, false, 0)
+	rival := rivalOnCDE(t, ctx, c, h, key, false, nil)
+	cl := c.admin(t, 2)
+	if err := cl.PExpire(ctx, rkey(key), time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, time.Millisecond, "the key expired on C", func() bool { return get(t, cl, rkey(key)) == "" })
+	l2, _, err := rival.acquire(ctx, key, 2*time.Second)
+	if err != nil {
+		t.Fatalf("control did not happen: the rival could not acquire on C (expired early), D, E: %v", err)
+	}
+	t.Logf("rival acquired too, fence %d (holder's: %d)", l2.Fence(), l1.Fence())
+	// Both write the fenced register (on node3, written directly): the
+	// rival first, then the holder, still inside its window, whose write
+	// must be refused.
+	register := c.admin(t, 3)
+	controlWrite(t, ctx, h, register, rival, l2, hist.Accepted)
+	controlWrite(t, ctx, h, register, holder, l1, hist.Refused)
+	_, _ = rival.rec.Release(ctx, l2)
+	_, _ = holder.rec.Release(ctx, l1)
+	stopAudit()
+	r := controlCheck(h, true)
+	checkTwoHolders(t, r)
+	if r.Count(hist.S4) != 0 {
+		t.Errorf("a clock jump must not break fencing: %d S4 violations", r.Count(hist.S4))
+	}
+	if !strings.Contains(strings.Join(r.Notes, "\n"), "refused 1 writes of holders inside their windows") {
+		t.Errorf("the refused write of the holder is not noted: %q", r.Notes)
+	}
+	checkOneExternal(t, audit, "PEXPIRE")
 }
 
 // TestChaosControlSessionJump is TestChaosControlClockJump for session
@@ -244,113 +156,182 @@ func TestChaosControlSessionJump(t *testing.T) {
 	c := startCluster(t, controlTTL, "")
 	ctx := ctxT(t, 60*time.Second)
 	audit, stopAudit := startAudit(t, c, true)
-	check := func(h *hist.History) *hist.Report {
-		return hist.Check(h, hist.Config{Nodes: nodes, NodeTimeout: controlNodeTimeout, Replies: true})
-	}
-	// holder takes key on A, B and C only, as a session lock.
-	holder := func(h *hist.History, key string) (*chaosClient, *redlock.Lock) {
-		cc, err := newSessionClient(t, c, h, "holder-"+key, controlTTL, []pool.Option{pool.WithRestartGuard(0)}, redlock.WithNodeTimeout(controlNodeTimeout))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cc.warm(ctx); err != nil {
-			t.Fatal(err)
-		}
-		cc.partition(true, 3, 4)
-		t.Cleanup(func() { cc.partition(false, 3, 4) })
-		l, op, err := cc.acquire(ctx, key, 2*time.Second)
-		if err != nil {
-			t.Fatalf("holder: acquire %s on A, B, C: %v", key, err)
-		}
-		if op.Session == "" {
-			t.Fatalf("holder: %s is not a session lock", key)
-		}
-		admins := c.admins(t)
-		for i := range nodes {
-			tok, _, _, _ := node.ParseSession(rkey(key), get(t, admins[i], rkey(key)))
-			if (i < 3) != (tok == l.Token()) {
-				t.Fatalf("setup: node%d holds token %q; want the holder's session lock on node0..2 only", i, tok)
-			}
-		}
-		return cc, l
-	}
-	rival := func(h *hist.History, key string) *chaosClient {
-		cc, err := newSessionClient(t, c, h, "rival-"+key, controlTTL, nil, redlock.WithNodeTimeout(controlNodeTimeout))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cc.warm(ctx); err != nil {
-			t.Fatal(err)
-		}
-		cc.partition(true, 0, 1)
-		t.Cleanup(func() { cc.partition(false, 0, 1) })
-		return cc
-	}
+	t.Run("no-jump", func(t *testing.T) { controlNoJump(t, ctx, c, "sjump-no", true) })
+	t.Run("jump", func(t *testing.T) { sessionJump(t, ctx, c, audit, stopAudit) })
+}
 
-	// closeHealed closes the clients, which joins their lease watchers
-	// (the history is complete only then), after healing their links:
-	// cut off, their Close would wait for the clean-up of every round.
-	closeHealed := func(ccs ...*chaosClient) {
-		for _, cc := range ccs {
-			cc.partition(false, 0, 1, 2, 3, 4)
-			cc.close(t)
+func sessionJump(t *testing.T, ctx context.Context, c *cluster, audit *hist.Audit, stopAudit func()) {
+	const key = "sjump"
+	h := hist.New()
+	holder, l1 := holdOnABC(t, ctx, c, h, key, true, 0)
+	rival := rivalOnCDE(t, ctx, c, h, key, true, nil)
+	cl := c.admin(t, 2)
+	_, _, sk, ok := node.ParseSession(rkey(key), get(t, cl, rkey(key)))
+	if !ok {
+		t.Fatal("C holds no session lock's value")
+	}
+	if err := cl.Del(ctx, sk).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l2, _, err := rival.acquire(ctx, key, 2*time.Second)
+	if err != nil {
+		t.Fatalf("control did not happen: the rival could not acquire on C (session ended early), D, E: %v", err)
+	}
+	t.Logf("rival acquired too, while the holder's deadline is %v ahead", time.Until(l1.Deadline()).Round(time.Millisecond))
+	// The holder's next renewal finds the incarnation gone on C: with
+	// A and B only, it has no quorum, and its lock is lost.
+	jumped := time.Now()
+	select {
+	case <-l1.Done():
+		t.Logf("holder lost its lock %v after the rival acquired: %v", time.Since(jumped).Round(time.Millisecond), l1.Err())
+	case <-time.After(controlTTL/3 + 2*controlNodeTimeout + time.Second):
+		t.Errorf("the holder still holds its lock a renewal interval after its session ended on C")
+	}
+	_, _ = rival.rec.Release(ctx, l2)
+	_, _ = holder.rec.Release(ctx, l1)
+	closeHealed(t, holder, rival)
+	stopAudit()
+	r := controlCheck(h, false)
+	checkTwoHolders(t, r)
+	if r.Count(hist.S2) != 0 {
+		t.Errorf("every deadline was backed by its session's confirmations, but S2 reports %d violations", r.Count(hist.S2))
+	}
+	checkOneExternal(t, audit, "DEL")
+}
+
+// controlNoJump: without a jump, the rival cannot take key, which C still
+// holds for the holder, and the checker reports nothing.
+func controlNoJump(t *testing.T, ctx context.Context, c *cluster, key string, session bool) {
+	h := hist.New()
+	holder, l1 := holdOnABC(t, ctx, c, h, key, session, 0)
+	rival := rivalOnCDE(t, ctx, c, h, key, session, nil)
+	if _, _, err := rival.acquire(ctx, key, time.Second); err == nil {
+		t.Fatal("the rival acquired a lock that C still holds")
+	}
+	_, _ = holder.rec.Release(ctx, l1)
+	closeHealed(t, holder, rival)
+	checkClean(t, controlCheck(h, !session), "without a jump")
+}
+
+// controlClient makes a client (with fenced locks, or with session locks)
+// that meets every node (so that its pools know each server's run_id, as a
+// long-running client's would) and is then cut off from the nodes in cut,
+// until the end of the test.
+func controlClient(t *testing.T, ctx context.Context, c *cluster, h *hist.History, name string, session bool, poolOpts []pool.Option, cut ...int) *chaosClient {
+	t.Helper()
+	cc, err := makeChaosClient(t, c, h, name, controlTTL, session, poolOpts, redlock.WithNodeTimeout(controlNodeTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cc.warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cc.partition(true, cut...)
+	// Heal before the Client closes (t.Cleanup is LIFO): its background
+	// releases to the cut-off nodes then fail at once instead of waiting.
+	t.Cleanup(func() { cc.partition(false, cut...) })
+	return cc
+}
+
+// holdOnABC makes a holder client that cannot reach D and E and has it take
+// key (a session lock, with session), which then lives on A, B and C only
+// (checked on the nodes). Before, it takes and releases `before` other keys
+// there: their fencing tokens raise A's, B's and C's shared counter above
+// D's and E's.
+func holdOnABC(t *testing.T, ctx context.Context, c *cluster, h *hist.History, key string, session bool, before int) (*chaosClient, *redlock.Lock) {
+	t.Helper()
+	holder := controlClient(t, ctx, c, h, "holder-"+key, session, []pool.Option{pool.WithRestartGuard(0)}, 3, 4)
+	for i := range before {
+		l, _, err := holder.acquire(ctx, fmt.Sprintf("%s-before-%d", key, i), 2*time.Second)
+		if err != nil {
+			t.Fatalf("holder: acquire on A, B, C before %s: %v", key, err)
+		}
+		_, _ = holder.rec.Release(ctx, l)
+	}
+	l, op, err := holder.acquire(ctx, key, 2*time.Second)
+	if err != nil {
+		t.Fatalf("holder: acquire %s on A, B, C: %v", key, err)
+	}
+	if session && op.Session == "" {
+		t.Fatalf("holder: %s is not a session lock", key)
+	}
+	admins := c.admins(t)
+	for i := range nodes {
+		tok := get(t, admins[i], rkey(key))
+		if st, _, _, ok := node.ParseSession(rkey(key), tok); ok {
+			tok = st
+		}
+		if (i < 3) != (tok == l.Token()) {
+			t.Fatalf("setup: node%d holds token %q; want the holder's on node0..2 only", i, tok)
 		}
 	}
+	t.Logf("holder has %s on node0..2 with fence %d", key, l.Fence())
+	return holder, l
+}
 
-	t.Run("no-jump", func(t *testing.T) {
-		h := hist.New()
-		hc, l1 := holder(h, "sjump-no")
-		rc := rival(h, "sjump-no")
-		if _, _, err := rc.acquire(ctx, "sjump-no", time.Second); err == nil {
-			t.Fatal("the rival acquired a session lock that C still holds")
-		}
-		_, _ = hc.release(ctx, l1)
-		closeHealed(hc, rc)
-		if r := check(h); r.Total() != 0 {
-			t.Errorf("violations without a jump:\n%s", r)
-		}
-	})
+// rivalOnCDE makes a rival client for key that cannot reach A and B.
+func rivalOnCDE(t *testing.T, ctx context.Context, c *cluster, h *hist.History, key string, session bool, poolOpts []pool.Option) *chaosClient {
+	t.Helper()
+	return controlClient(t, ctx, c, h, "rival-"+key, session, poolOpts, 0, 1)
+}
 
-	t.Run("jump", func(t *testing.T) {
-		h := hist.New()
-		hc, l1 := holder(h, "sjump")
-		rc := rival(h, "sjump")
-		cl := c.admin(t, 2)
-		_, _, sk, ok := node.ParseSession(rkey("sjump"), get(t, cl, rkey("sjump")))
-		if !ok {
-			t.Fatal("C holds no session lock's value")
-		}
-		if err := cl.Del(ctx, sk).Err(); err != nil {
-			t.Fatal(err)
-		}
-		l2, _, err := rc.acquire(ctx, "sjump", 2*time.Second)
-		if err != nil {
-			t.Fatalf("control did not happen: the rival could not acquire on C (session ended early), D, E: %v", err)
-		}
-		t.Logf("rival acquired too, while the holder's deadline is %v ahead", time.Until(l1.Deadline()).Round(time.Millisecond))
-		// The holder's next renewal finds the incarnation gone on C: with
-		// A and B only, it has no quorum, and its lock is lost.
-		jumped := time.Now()
-		select {
-		case <-l1.Done():
-			t.Logf("holder lost its lock %v after the rival acquired: %v", time.Since(jumped).Round(time.Millisecond), l1.Err())
-		case <-time.After(controlTTL/3 + 2*controlNodeTimeout + time.Second):
-			t.Errorf("the holder still holds its lock a renewal interval after its session ended on C")
-		}
-		_, _ = rc.release(ctx, l2)
-		_, _ = hc.release(ctx, l1)
-		closeHealed(hc, rc)
-		stopAudit()
-		r := check(h)
-		t.Logf("checker report:\n%s", r)
-		if r.Count(hist.S1) == 0 || r.Count(hist.LIN) == 0 {
-			t.Errorf("two holders at once, but the checker reports %d S1 and %d LIN violations", r.Count(hist.S1), r.Count(hist.LIN))
-		}
-		if r.Count(hist.S2) != 0 {
-			t.Errorf("every deadline was backed by its session's confirmations, but S2 reports %d violations", r.Count(hist.S2))
-		}
-		if st := audit.Stats(); st.External != 1 {
-			t.Errorf("the MONITOR audit saw %d writes from outside the lock scripts, want 1 (the injected DEL)", st.External)
-		}
-	})
+// closeHealed closes the clients, which joins their lease watchers (the
+// history is complete only then), after healing their links: cut off,
+// their Close would wait for the clean-up of every round.
+func closeHealed(t *testing.T, ccs ...*chaosClient) {
+	for _, cc := range ccs {
+		cc.partition(false, 0, 1, 2, 3, 4)
+		cc.close(t)
+	}
+}
+
+// controlWrite writes the fenced register of l's key for cc's lock l,
+// records the write as a critical section, and fails the test unless the
+// register did want.
+func controlWrite(t *testing.T, ctx context.Context, h *hist.History, register *redis.Client, cc *chaosClient, l *redlock.Lock, want hist.FenceResult) {
+	t.Helper()
+	s := hist.Section{Client: cc.name, Key: l.Key(), Token: l.Token(), Fence: l.Fence(), Start: h.Now()}
+	fenced, msg := fencedWrite(ctx, register, l.Key(), l.Fence(), cc.name)
+	if msg != "" {
+		t.Fatalf("%s: %s", cc.name, msg)
+	}
+	s.Fenced, s.End = fenced, h.Now()
+	h.AddSection(s)
+	if s.Fenced != want {
+		t.Errorf("%s (fence %d): fenced write %v, want %v", cc.name, l.Fence(), s.Fenced, want)
+	}
+}
+
+// controlCheck checks a control run's history, with fencing for fenced
+// locks.
+func controlCheck(h *hist.History, fencing bool) *hist.Report {
+	return hist.Check(h, hist.Config{Nodes: nodes, NodeTimeout: controlNodeTimeout, Fencing: fencing, Replies: true})
+}
+
+// checkTwoHolders logs the report of a run that had two holders at once
+// and fails the test unless it reports them (S1 and LIN).
+func checkTwoHolders(t *testing.T, r *hist.Report) {
+	t.Helper()
+	t.Logf("checker report:\n%s", r)
+	if r.Count(hist.S1) == 0 || r.Count(hist.LIN) == 0 {
+		t.Errorf("two holders at once, but the checker reports %d S1 and %d LIN violations", r.Count(hist.S1), r.Count(hist.LIN))
+	}
+}
+
+// checkClean logs the report and fails the test if it names any violation.
+func checkClean(t *testing.T, r *hist.Report, what string) {
+	t.Helper()
+	t.Logf("checker report:\n%s", r)
+	if r.Total() != 0 {
+		t.Errorf("%d violations %s:\n%s", r.Total(), what, r)
+	}
+}
+
+// checkOneExternal fails the test unless the audit saw exactly one write
+// from outside the lock scripts: the one the test injected (cmd).
+func checkOneExternal(t *testing.T, a *hist.Audit, cmd string) {
+	t.Helper()
+	if st := a.Stats(); st.External != 1 {
+		t.Errorf("the MONITOR audit saw %d writes from outside the lock scripts, want 1 (the injected %s)", st.External, cmd)
+	}
 }

@@ -1,0 +1,99 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/fence"
+	"github.com/quorumlock/quorumlock/redlock"
+	hist "github.com/quorumlock/quorumlock/testkit/history"
+)
+
+// resource is the state the locks protect, on a Redis server of its own that
+// no fault touches: per key, a counter read and written in two steps (S5)
+// and a fenced register written with fence.Write.
+type resource struct {
+	cl *redis.Client
+	h  *hist.History
+}
+
+func counterKey(key string) string  { return "chaos:counter:" + key }
+func registerKey(key string) string { return "chaos:register:" + key }
+
+// section runs one critical section under l for cc: read the counter, work
+// briefly, and, if the deadline is not near, write it back incremented and
+// write the fenced register. It records the section and returns false if it
+// found too little validity left to start.
+func (res *resource) section(ctx context.Context, cc *chaosClient, l *redlock.Lock, rng *rand.Rand) bool {
+	const (
+		startMargin = 500 * time.Millisecond // validity needed to start
+		writeMargin = 250 * time.Millisecond // validity needed to write: a stall shorter than this cannot push the write past the deadline
+	)
+	if time.Until(cc.deadline(l)) < startMargin {
+		return false
+	}
+	key := l.Key()
+	s := hist.Section{Client: cc.name, Key: key, Token: l.Token(), Fence: l.Fence(), Start: res.h.Now()}
+	defer func() {
+		s.End = res.h.Now()
+		res.h.AddSection(s)
+	}()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	v, err := res.cl.Get(rctx, counterKey(key)).Int64()
+	if errors.Is(err, redis.Nil) {
+		v, err = 0, nil
+	}
+	if err != nil {
+		s.Err = "read: " + err.Error()
+		return true
+	}
+	s.Read, s.Counted = v, true
+	time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond) // the work
+	// Read again: a session lock's deadline moves with its session, later
+	// or, when a node drops out, earlier.
+	if time.Until(cc.deadline(l)) < writeMargin {
+		return true // too late to write: stop, as a careful holder does
+	}
+	if err := res.cl.Set(rctx, counterKey(key), v+1, 0).Err(); err != nil {
+		s.Err, s.Unsure = "write: "+err.Error(), true
+		return true
+	}
+	s.Wrote = true
+	if l.Fence() == 0 {
+		return true // no fencing token: nothing to write to the fenced register
+	}
+	s.Fenced, s.Err = fencedWrite(rctx, res.cl, key, l.Fence(), fmt.Sprint(v+1))
+	return true
+}
+
+// fencedWrite writes v to key's fenced register with fencing token f and
+// says what the register did with it; errMsg describes any other error.
+func fencedWrite(ctx context.Context, cl *redis.Client, key string, f uint64, v string) (_ hist.FenceResult, errMsg string) {
+	switch err := fence.Write(ctx, cl, registerKey(key), f, v); {
+	case err == nil:
+		return hist.Accepted, ""
+	case errors.Is(err, fence.ErrStale):
+		return hist.Refused, ""
+	default:
+		return hist.NotWritten, "fenced write: " + err.Error()
+	}
+}
+
+// readCounters records the final value of each key's counter (S5).
+func (res *resource) readCounters(t *testing.T, keys []string) {
+	t.Helper()
+	for _, key := range keys {
+		v, err := res.cl.Get(context.Background(), counterKey(key)).Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatalf("reading counter %s: %v", key, err)
+		}
+		res.h.SetCounter(key, v)
+	}
+}

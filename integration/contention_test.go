@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,129 +13,18 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/drift"
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/testkit/history"
 )
-
-// holding is one successful acquisition, on the test's monotonic clock.
-type holding struct {
-	key, who string
-	token    string
-	start    time.Time // read just before TryLock/Lock was called
-	acquired time.Time // read just after it returned
-	deadline time.Time // Lock.Deadline()
-	released time.Time // read when the critical section ended, just before Release
-}
-
-// end is when the holder's claim ends: it stops working at release or at its
-// deadline, whichever is first.
-func (h holding) end() time.Time {
-	if h.deadline.Before(h.released) {
-		return h.deadline
-	}
-	return h.released
-}
-
-// history collects holdings from many goroutines.
-type history struct {
-	mu    sync.Mutex
-	holds []holding
-}
-
-func (h *history) add(x holding) {
-	h.mu.Lock()
-	h.holds = append(h.holds, x)
-	h.mu.Unlock()
-}
-
-// check verifies S1 (no two holders of one key have overlapping windows
-// [acquired, min(released, deadline)]) and the deadline bounds of every
-// holding (start + TTL − allowance ≤ deadline ≤ return + TTL − allowance,
-// validity left at return, work finished before the deadline). It returns
-// the number of holdings per key and a description of every violation.
-func (h *history) check(ttl time.Duration) (counts map[string]int, problems []string) {
-	allowance := drift.Allowance(ttl, drift.DefaultFactor)
-	h.mu.Lock()
-	holds := slices.Clone(h.holds)
-	h.mu.Unlock()
-	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	perKey := map[string][]holding{}
-	for _, x := range holds {
-		if !x.deadline.After(x.acquired) {
-			bad("%s by %s: deadline %v before the call returned", x.key, x.who, x.acquired.Sub(x.deadline))
-		}
-		if x.deadline.After(x.acquired.Add(ttl - allowance)) {
-			bad("%s by %s: deadline %v after return, beyond TTL − allowance", x.key, x.who, x.deadline.Sub(x.acquired))
-		}
-		if x.deadline.Before(x.start.Add(ttl - allowance)) {
-			bad("%s by %s: deadline %v after the call started, below TTL − allowance", x.key, x.who, x.deadline.Sub(x.start))
-		}
-		if x.released.After(x.deadline) {
-			bad("%s by %s: critical section ran %v past the deadline (the machine stalled longer than the TTL?)", x.key, x.who, x.released.Sub(x.deadline))
-		}
-		perKey[x.key] = append(perKey[x.key], x)
-	}
-	counts = map[string]int{}
-	for key, xs := range perKey {
-		counts[key] = len(xs)
-		slices.SortFunc(xs, func(a, b holding) int { return a.acquired.Compare(b.acquired) })
-		var prev holding // the holding seen so far whose window ends last
-		for j, x := range xs {
-			if j > 0 && x.acquired.Before(prev.end()) {
-				bad("S1 violated on %s: %s (token %s) held it until %v after acquiring, but %s (token %s) acquired it %v before that",
-					key, prev.who, prev.token, prev.end().Sub(prev.acquired), x.who, x.token, prev.end().Sub(x.acquired))
-			}
-			if j == 0 || x.end().After(prev.end()) {
-				prev = x
-			}
-		}
-	}
-	return counts, problems
-}
-
-// TestHistoryChecker shows that the checker used by the contention test
-// catches overlapping holders and bad deadlines (no Redis needed).
-func TestHistoryChecker(t *testing.T) {
-	const ttl = time.Second
-	allow := drift.Allowance(ttl, drift.DefaultFactor)
-	t0 := time.Now()
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	hold := func(who string, start, acq, rel int) holding {
-		return holding{key: "k", who: who, start: at(start), acquired: at(acq), deadline: at(start).Add(ttl - allow), released: at(rel)}
-	}
-	var ok history
-	ok.add(hold("a", 0, 1, 10))
-	ok.add(hold("b", 5, 11, 20)) // starts waiting during a, acquires after a released
-	ok.add(hold("c", 21, 22, 30))
-	if counts, problems := ok.check(ttl); counts["k"] != 3 || len(problems) != 0 {
-		t.Fatalf("sequential holders: counts %v, problems %q", counts, problems)
-	}
-
-	var overlap history
-	overlap.add(hold("a", 0, 1, 100))
-	overlap.add(hold("b", 0, 2, 3)) // inside a's window
-	overlap.add(hold("c", 0, 50, 60))
-	if _, problems := overlap.check(ttl); len(problems) != 2 {
-		t.Fatalf("two holders inside a's window: problems %q, want 2", problems)
-	}
-
-	var late history
-	x := hold("a", 0, 1, 10)
-	x.deadline = x.deadline.Add(allow) // no drift allowance deducted
-	late.add(x)
-	y := hold("b", 2000, 2001, 3500) // worked past its deadline
-	late.add(y)
-	if _, problems := late.check(ttl); len(problems) != 2 {
-		t.Fatalf("bad deadlines: problems %q, want 2", problems)
-	}
-}
 
 // TestKillMinorityUnderContention kills one, then a second, of five nodes
 // while locks are held and 16 goroutines (on 4 Clients with their own
 // connections) contend for 3 keys. Acquisitions keep succeeding after each
-// kill; no two holders of one key ever overlap (S1); a counter guarded by
-// each lock loses no increment (S5); a lock held across both kills stays
-// held and extendable; and no failed attempt leaves its token behind (L2).
+// kill; the history checker finds no two holders of one key overlapping (S1,
+// SEC), every deadline within its bounds (S2), and no increment of the
+// counter guarded by each lock lost (S5, LIN); a lock held across both kills
+// stays held and extendable; and no failed attempt leaves its token behind
+// (L2).
 func TestKillMinorityUnderContention(t *testing.T) {
 	const (
 		ttl         = 4 * time.Second
@@ -149,174 +38,127 @@ func TestKillMinorityUnderContention(t *testing.T) {
 		heldTTL = 30 * time.Second
 	)
 	c := startCluster(t, heldTTL, "")
-	opts := []redlock.Option{
+	ctx := ctxT(t, 90*time.Second)
+	lcs := c.warmClients(t, ctx, []redlock.Option{
 		redlock.WithTTL(ttl),
 		redlock.WithNodeTimeout(nodeTimeout),
 		redlock.WithRetryBackoff(2*time.Millisecond, 20*time.Millisecond),
-	}
-	lcs := make([]*lockClient, clients)
-	for i := range lcs {
-		lcs[i] = c.newLockClient(t, fmt.Sprintf("client%d", i), c.direct, opts...)
-	}
-	ctx := ctxT(t, 90*time.Second)
+	}, numbered("client", clients)...)
 	keys := []string{"hot-a", "hot-b", "hot-c"}
-
-	// The counters are read and written with separate atomic operations: a
-	// non-atomic read-modify-write, so an overlap of two holders loses an
-	// increment, while the race detector (which cannot see the ordering
-	// that Redis provides between two Clients) stays quiet.
 	counters := map[string]*atomic.Int64{}
 	for _, k := range keys {
 		counters[k] = new(atomic.Int64)
 	}
-	var (
-		hist       history
-		completed  atomic.Int64
-		failures   atomic.Int64
-		stop       = make(chan struct{})
-		wg         sync.WaitGroup
-		unexpected atomic.Int64
-		// releases that did not reach a quorum because a node died
-		releaseFailures atomic.Int64
-	)
-	for w := range workers {
-		lc := lcs[w%clients]
-		who := fmt.Sprintf("worker%d/%s", w, lc.name)
-		rng := rand.New(rand.NewPCG(uint64(w), 42))
+	h := history.New()
+	var tl workerTally
+	stopWorkers := contendForKeys(t, ctx, h, lcs, workers, ttl, counters, &tl)
+	t.Cleanup(stopWorkers)
+
+	held := record(h, lcs[0], "held-across-kills", heldTTL)
+	l := holdOnAll(t, ctx, held, c.admins(t), "held-across-kills")
+	progress := func(phase string) {
+		t.Helper()
+		from := tl.done()
+		took := eventually(t, 30*time.Second, 5*time.Millisecond, phase+": critical sections completed", func() bool {
+			return tl.done() >= from+perPhase
+		})
+		t.Logf("%s: %d critical sections in %v (failed attempts so far: %d)", phase, perPhase, took, tl.failed.Load())
+	}
+	progress("all 5 nodes up")
+	for _, i := range []int{4, 3} {
+		if err := c.Node(i).Kill(); err != nil {
+			t.Fatal(err)
+		}
+		phase := fmt.Sprintf("node%d killed", i)
+		stillHeld(t, ctx, held, l, phase)
+		progress(phase)
+	}
+	stopWorkers()
+	if err := held.release(t, ctx, l); err != nil {
+		t.Fatalf("Release of the lock held across the kills: %v", err)
+	}
+
+	for k, ctr := range counters {
+		h.SetCounter(k, ctr.Load())
+	}
+	r := checkHistory(t, h, history.Config{NodeTimeout: nodeTimeout})
+	perKey := map[string]int{}
+	for _, op := range tl.acquired() {
+		perKey[op.Key]++
+	}
+	if r.Checked[history.S5] != tl.done() || r.Sections != tl.done() {
+		t.Errorf("S5 checked %d of %d critical sections (%d recorded)", r.Checked[history.S5], tl.done(), r.Sections)
+	}
+	t.Logf("%d critical sections on %d keys (%v), %d failed attempts, %d releases short of a quorum after a kill",
+		tl.done(), len(keys), perKey, tl.failed.Load(), tl.relFailed.Load())
+	for _, lc := range lcs {
+		lc.closeAndCheck(t)
+	}
+}
+
+// contendForKeys starts n workers on the clients lcs (in turn) that take
+// the keys of counters at random and increment each key's counter under
+// its lock, until the function it returns is called (which waits for them).
+// The even ones wait up to 2 s in Lock, the odd ones TryLock, paced.
+func contendForKeys(t *testing.T, ctx context.Context, h *history.History, lcs []*lockClient, n int, ttl time.Duration, counters map[string]*atomic.Int64, tl *workerTally) (stop func()) {
+	keys := slices.Sorted(maps.Keys(counters))
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for w := range n {
+		lc := lcs[w%len(lcs)]
+		wait := time.Duration(0)
+		if w%2 == 0 {
+			wait = 2 * time.Second
+		}
+		wk := newWorker(h, lc, fmt.Sprintf("worker%d/%s", w, lc.name), ttl, w, 42, wait)
 		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key := keys[rng.IntN(len(keys))]
-				start := time.Now()
-				var l *redlock.Lock
-				var err error
-				if w%2 == 0 {
-					l, err = lc.Lock(ctx, key, redlock.WithMaxWait(2*time.Second))
-				} else {
-					l, err = lc.TryLock(ctx, key)
-				}
-				acquired := time.Now()
-				if err != nil {
-					if !errors.Is(err, redlock.ErrNotAcquired) && unexpected.Add(1) <= 5 {
-						t.Errorf("%s: acquire %s: unexpected error %v", who, key, err)
-					}
-					failures.Add(1)
-					if ctx.Err() != nil {
-						return
-					}
+			for wctx.Err() == nil {
+				key := keys[wk.rng.IntN(len(keys))]
+				pause := time.Duration(100+wk.rng.IntN(400)) * time.Microsecond
+				if !wk.turn(t, wctx, key, counters[key], pause, tl, releaseFailedByNode) && wait == 0 {
 					// Pace the TryLock workers a little (not synchronisation).
-					time.Sleep(time.Duration(1+rng.IntN(3)) * time.Millisecond)
-					continue
-				}
-				// The critical section: a read-modify-write with a pause.
-				v := counters[key].Load()
-				time.Sleep(time.Duration(100+rng.IntN(400)) * time.Microsecond)
-				counters[key].Store(v + 1)
-				released := time.Now()
-				rerr := l.Release(ctx)
-				hist.add(holding{key: key, who: who, token: l.Token(), start: start, acquired: acquired, deadline: l.Deadline(), released: released})
-				completed.Add(1)
-				if rerr != nil {
-					// Legitimate only when a node of the lock's quorum
-					// died: its copy expires with the TTL.
-					releaseFailures.Add(1)
-					if !releaseFailedByNode(rerr) && unexpected.Add(1) <= 5 {
-						t.Errorf("%s: release %s: %v", who, key, rerr)
-					}
+					time.Sleep(time.Duration(1+wk.rng.IntN(3)) * time.Millisecond)
 				}
 			}
 		})
 	}
-	stopped := false
-	stopWorkers := func() {
-		if !stopped {
-			stopped = true
-			close(stop)
-			wg.Wait()
-		}
-	}
-	t.Cleanup(stopWorkers)
+	return sync.OnceFunc(func() {
+		cancel()
+		wg.Wait()
+	})
+}
 
-	// A lock held across both kills, on a key nobody contends for. The
-	// test's premise is that it is on all 5 nodes, so that it keeps a
-	// quorum when two of them die: TryLock returns at a quorum, and on a
-	// loaded machine a straggling SET can miss its deadline in the node's
-	// queue (never sent). Then the lock is released and taken again.
-	admins := c.admins(t)
-	var held *redlock.Lock
-	for attempt := 0; held == nil; attempt++ {
-		l, err := lcs[0].TryLock(ctx, "held-across-kills", redlock.WithTTL(heldTTL))
+// holdOnAll acquires key with r's TTL and returns the lock once it is on
+// all 5 nodes, so that it keeps a quorum when two of them die: TryLock
+// returns at a quorum, and on a loaded machine a straggling SET can miss
+// its deadline in the node's queue (never sent). A lock that did not reach
+// them all is released and taken again.
+func holdOnAll(t *testing.T, ctx context.Context, r *recorded, admins []*redis.Client, key string) *redlock.Lock {
+	t.Helper()
+	for range 20 {
+		l, _, err := r.acquire(ctx, key, 0)
 		if err != nil {
 			t.Fatalf("TryLock: %v", err)
 		}
-		if onAll(ctx, admins, rkey("held-across-kills"), l.Token()) {
-			held = l
-			break
+		if onAll(ctx, admins, rkey(key), l.Token()) {
+			return l
 		}
-		if attempt == 20 {
-			t.Fatalf("the lock never reached all 5 nodes in %d attempts", attempt+1)
-		}
-		if err := l.Release(ctx); err != nil {
+		if err := r.release(t, ctx, l); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
 	}
-	progress := func(phase string) {
-		t.Helper()
-		from := completed.Load()
-		took := eventually(t, 30*time.Second, 5*time.Millisecond, phase+": critical sections completed", func() bool {
-			return completed.Load() >= from+perPhase
-		})
-		t.Logf("%s: %d critical sections in %v (failed attempts so far: %d)", phase, perPhase, took, failures.Load())
-	}
-	stillHeld := func(phase string) {
-		t.Helper()
-		if ok, err := held.Held(ctx); !ok || err != nil {
-			t.Fatalf("%s: Held = %v, %v; want true", phase, ok, err)
-		}
-		if err := held.Extend(ctx, 0); err != nil {
-			t.Fatalf("%s: Extend: %v", phase, err)
-		}
-	}
+	t.Fatalf("the lock never reached all 5 nodes in 20 attempts")
+	return nil
+}
 
-	progress("all 5 nodes up")
-	if err := c.Node(4).Kill(); err != nil {
-		t.Fatal(err)
+// stillHeld fails the test unless r's lock l is held and can be extended.
+func stillHeld(t *testing.T, ctx context.Context, r *recorded, l *redlock.Lock, phase string) {
+	t.Helper()
+	if ok, err := l.Held(ctx); !ok || err != nil {
+		t.Fatalf("%s: Held = %v, %v; want true", phase, ok, err)
 	}
-	stillHeld("node4 killed")
-	progress("node4 killed")
-	if err := c.Node(3).Kill(); err != nil {
-		t.Fatal(err)
-	}
-	stillHeld("node3 and node4 killed")
-	progress("node3 and node4 killed")
-	stopWorkers()
-
-	if err := held.Release(ctx); err != nil {
-		t.Fatalf("Release of the lock held across the kills: %v", err)
-	}
-	counts, problems := hist.check(ttl)
-	for i, p := range problems {
-		if i == 20 {
-			t.Errorf("... %d problems in total", len(problems))
-			break
-		}
-		t.Error(p)
-	}
-	total := 0
-	for _, k := range keys {
-		total += counts[k]
-		if got := counters[k].Load(); got != int64(counts[k]) {
-			t.Errorf("S5 violated on %s: the guarded counter is %d, but %d critical sections completed", k, got, counts[k])
-		}
-	}
-	t.Logf("%d critical sections on %d keys, %d failed attempts, %d releases short of a quorum after a kill; counters %v",
-		total, len(keys), failures.Load(), releaseFailures.Load(), counts)
-	for _, lc := range lcs {
-		lc.closeAndCheck(t)
+	if err := r.extend(ctx, l); err != nil {
+		t.Fatalf("%s: Extend: %v", phase, err)
 	}
 }
 

@@ -44,6 +44,27 @@ func warm(t *testing.T, ctx context.Context, lc *lockClient) {
 	}
 }
 
+// warmClients returns a client per name, each with connections of its own
+// straight to every node and opts, warmed up (warm).
+func (c *cluster) warmClients(t *testing.T, ctx context.Context, opts []redlock.Option, names ...string) []*lockClient {
+	t.Helper()
+	lcs := make([]*lockClient, len(names))
+	for i, name := range names {
+		lcs[i] = c.newLockClient(t, name, c.direct, opts...)
+		warm(t, ctx, lcs[i])
+	}
+	return lcs
+}
+
+// numbered returns the names prefix0, prefix1 ... prefix<n-1>.
+func numbered(prefix string, n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return names
+}
+
 // failingAttempts makes n TryLocks that must fail because the nodes in bad
 // are unavailable, checks each error and its duration, and returns the
 // durations. Each attempt uses a key of its own (key-<i>): the available

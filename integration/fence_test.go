@@ -18,6 +18,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/fence"
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/testkit/history"
 )
 
 // fenceKey is the Redis key of the fencing counter of the lock named key:
@@ -70,103 +71,20 @@ func counterOn(t *testing.T, cl *redis.Client, key string) uint64 {
 	return n
 }
 
-// fenceHold is one successful fenced acquisition, on the test's monotonic
-// clock.
-type fenceHold struct {
-	who      string
-	token    string
-	fence    uint64
-	start    time.Time // read just before Lock was called
-	acquired time.Time // read just after it returned
-	deadline time.Time // Lock.Deadline()
-	released time.Time // read when the critical section ended, just before Release
-}
-
-// checkFences verifies the fencing properties of the holdings of one key and
-// returns a description of every violation:
-//
-//   - every token is unique and positive;
-//   - no two holders overlap in [acquired, released] on the test's clock
-//     (they never do if the lock works: a holder's acquisition completes
-//     after the previous holder's release began, unless the previous lock
-//     expired first, which the deadline check of history.check reports);
-//   - ordered by acquisition, the tokens strictly increase (S4). This also
-//     covers G2 of docs/safety.md (an acquisition that started after
-//     another returned has the greater token): between two such holdings
-//     in acquisition order, tokens could not fall without some adjacent
-//     pair falling.
-func checkFences(holds []fenceHold) (problems []string) {
-	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	seen := map[uint64]fenceHold{}
-	for _, x := range holds {
-		if x.fence == 0 {
-			bad("%s (token %s) got fence 0 with fencing on", x.who, x.token)
-		}
-		if y, dup := seen[x.fence]; dup {
-			bad("fence %d given twice: to %s (token %s) and %s (token %s)", x.fence, y.who, y.token, x.who, x.token)
-		}
-		seen[x.fence] = x
-	}
-	byAcq := slices.Clone(holds)
-	slices.SortFunc(byAcq, func(a, b fenceHold) int { return a.acquired.Compare(b.acquired) })
-	var last fenceHold // the holding seen so far that released last
-	for j, x := range byAcq {
-		if j == 0 {
-			last = x
-			continue
-		}
-		if prev := byAcq[j-1]; x.fence <= prev.fence {
-			bad("S4 violated: %s acquired %v after %s but got fence %d, not above %d",
-				x.who, x.acquired.Sub(prev.acquired), prev.who, x.fence, prev.fence)
-		}
-		if x.acquired.Before(last.released) {
-			bad("holders overlap: %s (fence %d) acquired %v before %s (fence %d) released",
-				x.who, x.fence, last.released.Sub(x.acquired), last.who, last.fence)
-		}
-		if x.released.After(last.released) {
-			last = x
-		}
-	}
-	return problems
-}
-
-// TestCheckFences shows that checkFences catches duplicate, falling and
-// overlapping fenced holdings (no Redis needed).
-func TestCheckFences(t *testing.T) {
-	t0 := time.Now()
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	hold := func(who string, f uint64, start, acq, rel int) fenceHold {
-		return fenceHold{who: who, token: who, fence: f, start: at(start), acquired: at(acq), released: at(rel), deadline: at(start + 900)}
-	}
-	for _, tc := range []struct {
-		name  string
-		holds []fenceHold
-		want  int
-	}{
-		{"sequential, increasing", []fenceHold{hold("a", 3, 0, 1, 10), hold("b", 5, 2, 11, 20), hold("c", 6, 21, 22, 30)}, 0},
-		{"duplicate (also not increasing)", []fenceHold{hold("a", 3, 0, 1, 10), hold("b", 3, 2, 11, 20)}, 2},
-		{"falling", []fenceHold{hold("a", 3, 0, 1, 10), hold("b", 9, 0, 20, 30), hold("c", 4, 15, 40, 50)}, 1},
-		{"two holders inside a's window", []fenceHold{hold("a", 3, 0, 1, 100), hold("b", 5, 0, 2, 3), hold("c", 6, 0, 50, 60)}, 2},
-		{"zero", []fenceHold{hold("a", 0, 0, 1, 10)}, 1},
-	} {
-		if p := checkFences(tc.holds); len(p) != tc.want {
-			t.Errorf("%s: problems %q, want %d", tc.name, p, tc.want)
-		}
-	}
-}
-
 // TestFencingUnderKillsAndRestarts: 16 goroutines on 4 Clients (each with
 // its own connections) take one key with fencing until 1,000 acquisitions
 // have succeeded or 90 s have passed (at least 200 are needed for the
 // checks to mean something: the rate is the machine's, not the library's,
 // and is only logged), while one or two of the five nodes at a time are killed
-// (SIGKILL) and restarted with their data. Every token is unique; ordered
-// by acquisition the tokens strictly increase (S4), and so do those of any
-// acquisition that started after another returned (G2); no two holders
-// overlap (S1); a counter guarded by the lock loses no update (S5); after
-// the run a quorum of nodes still hold a counter at least as high as the
-// last token (the write-back survived the kills); and the keys left on
-// restarted nodes expire within the TTL (L1).
+// (SIGKILL) and restarted with their data. The history checker finds every
+// fencing token positive and, in the order of the holders, strictly
+// increasing (S4, which covers G2 too: an acquisition that started after
+// another returned has the greater token), no two holders overlapping (S1,
+// SEC), every deadline within its bounds (S2), and no update of a counter
+// guarded by the lock lost (S5, LIN); after the run a quorum of nodes still
+// hold a counter at least as high as the last token (the write-back
+// survived the kills); and the keys left on restarted nodes expire within
+// the TTL (L1).
 func TestFencingUnderKillsAndRestarts(t *testing.T) {
 	const (
 		ttl         = time.Second
@@ -176,13 +94,12 @@ func TestFencingUnderKillsAndRestarts(t *testing.T) {
 		want        = 1000
 		minHolds    = 200
 		bound       = 90 * time.Second
-		key         = "fenced"
 	)
 	c := startCluster(t, ttl, "")
 	c.keepsData() // killed nodes come back with their data
 	dropFenceCounters(t, c)
 	ctx := ctxT(t, bound+30*time.Second)
-	opts := []redlock.Option{
+	lcs := c.warmClients(t, ctx, []redlock.Option{
 		redlock.WithTTL(ttl),
 		redlock.WithNodeTimeout(nodeTimeout),
 		// Small, but not so small that 16 waiters split every free
@@ -191,224 +108,86 @@ func TestFencingUnderKillsAndRestarts(t *testing.T) {
 		// acquisitions a second, with 5..50 ms 80-130.
 		redlock.WithRetryBackoff(5*time.Millisecond, 50*time.Millisecond),
 		redlock.WithFencing(true),
-	}
-	lcs := make([]*lockClient, clients)
-	for i := range lcs {
-		lcs[i] = c.newLockClient(t, fmt.Sprintf("client%d", i), c.direct, opts...)
-		warm(t, ctx, lcs[i])
-	}
+	}, numbered("client", clients)...)
 
-	var (
-		mu         sync.Mutex
-		holds      []fenceHold
-		guarded    atomic.Int64 // see TestKillMinorityUnderContention
-		completed  atomic.Int64
-		failures   atomic.Int64
-		relFailed  atomic.Int64
-		unexpected atomic.Int64
-		reached    = make(chan struct{})
-		reachOnce  sync.Once
-		wg         sync.WaitGroup
-	)
+	h := history.New()
+	var tl workerTally
+	guarded := new(atomic.Int64)
+	reached := make(chan struct{})
+	reachedOnce := sync.OnceFunc(func() { close(reached) })
 	wctx, stopWork := context.WithCancel(ctx)
-	defer stopWork()
+	var wg sync.WaitGroup
+	stopWorkers := sync.OnceFunc(func() { stopWork(); wg.Wait() })
+	t.Cleanup(stopWorkers)
 	begin := time.Now()
 	for w := range clients * perClient {
 		lc := lcs[w%clients]
-		who := fmt.Sprintf("worker%d/%s", w, lc.name)
-		rng := rand.New(rand.NewPCG(uint64(w), 7))
+		wk := newWorker(h, lc, fmt.Sprintf("worker%d/%s", w, lc.name), ttl, w, 7, -1)
 		wg.Go(func() {
 			for wctx.Err() == nil {
-				start := time.Now()
-				l, err := lc.Lock(wctx, key)
-				acquired := time.Now()
-				if err != nil {
-					if wctx.Err() != nil {
-						return
-					}
-					failures.Add(1)
-					if !errors.Is(err, redlock.ErrNotAcquired) && unexpected.Add(1) <= 5 {
-						t.Errorf("%s: Lock: unexpected error %v", who, err)
-					}
-					continue
-				}
-				// The critical section: a non-atomic read-modify-write.
-				v := guarded.Load()
-				time.Sleep(time.Duration(100+rng.IntN(300)) * time.Microsecond)
-				guarded.Store(v + 1)
-				released := time.Now()
-				rerr := l.Release(context.Background())
-				mu.Lock()
-				holds = append(holds, fenceHold{who: who, token: l.Token(), fence: l.Fence(), start: start, acquired: acquired, deadline: l.Deadline(), released: released})
-				mu.Unlock()
-				if completed.Add(1) >= want {
-					reachOnce.Do(func() { close(reached) })
-				}
-				if rerr != nil {
-					// Legitimate only when nodes of the lock's quorum were
-					// killed: their copies expire with the TTL.
-					relFailed.Add(1)
-					if !releaseFailedByNode(rerr) && unexpected.Add(1) <= 5 {
-						t.Errorf("%s: Release: %v", who, rerr)
-					}
+				pause := time.Duration(100+wk.rng.IntN(300)) * time.Microsecond
+				if wk.turn(t, wctx, fencedKey, guarded, pause, &tl, releaseFailedByNode) && tl.done() >= want {
+					reachedOnce()
 				}
 			}
 		})
 	}
-	workersStopped := false
-	stopWorkers := func() {
-		if !workersStopped {
-			workersStopped = true
-			stopWork()
-			wg.Wait()
-		}
-	}
-	t.Cleanup(stopWorkers)
-
-	// The fault schedule: kill one node, or two staggered, keep them down
-	// a while, restart them (one after the other) with their data, leave
-	// all five up a while. Never more than two are down. The schedule
-	// notes when the number of nodes down changed: after a Kill returned
-	// (+1), before a Restart was called (−1), so that between two events
-	// the count is certain.
-	type downChange struct {
-		at    time.Time
-		delta int
-	}
-	var (
-		kills, restarts int
-		changes         []downChange
-		faultsDone      = make(chan struct{})
-		stopFaults      = make(chan struct{})
-	)
-	go func() {
-		defer close(faultsDone)
-		rng := rand.New(rand.NewPCG(1, 2))
-		var down []int
-		pace := func(lo, hi time.Duration) bool { // false once stopped
-			select {
-			case <-stopFaults:
-				return false
-			case <-time.After(lo + time.Duration(rng.Int64N(int64(hi-lo)))):
-				return true
-			}
-		}
-		restart := func() bool {
-			changes = append(changes, downChange{time.Now(), -1})
-			if err := c.Node(down[0]).Restart(false); err != nil {
-				t.Errorf("restart node%d: %v", down[0], err)
-				return false
-			}
-			restarts++
-			down = down[1:]
-			return true
-		}
-		defer func() { // leave every node running
-			for len(down) > 0 && restart() {
-			}
-		}()
-		for {
-			victims := rng.Perm(nodes)[:1+rng.IntN(2)]
-			for j, v := range victims {
-				if j > 0 && !pace(30*time.Millisecond, 200*time.Millisecond) {
-					return
-				}
-				if err := c.Node(v).Kill(); err != nil {
-					t.Errorf("kill node%d: %v", v, err)
-					return
-				}
-				changes = append(changes, downChange{time.Now(), +1})
-				kills++
-				down = append(down, v)
-			}
-			if !pace(150*time.Millisecond, 500*time.Millisecond) {
-				return
-			}
-			for len(down) > 0 {
-				if !restart() || (len(down) > 0 && !pace(time.Millisecond, 150*time.Millisecond)) {
-					return
-				}
-			}
-			if !pace(100*time.Millisecond, 400*time.Millisecond) {
-				return
-			}
-		}
-	}()
-	faultsStopped := false
-	stopFaultSchedule := func() {
-		if !faultsStopped {
-			faultsStopped = true
-			close(stopFaults)
-			<-faultsDone // every killed node is restarted by then
-		}
-	}
-	t.Cleanup(stopFaultSchedule)
+	faults := startKillSchedule(t, c, h.Now)
+	t.Cleanup(faults.stop)
 
 	select {
 	case <-reached:
 	case <-time.After(bound):
-		if n := completed.Load(); n < minHolds {
-			t.Fatalf("only %d fenced acquisitions within %v, fewer than the %d the checks need (%d failed attempts)", n, bound, minHolds, failures.Load())
+		if n := tl.done(); n < minHolds {
+			t.Fatalf("only %d fenced acquisitions within %v, fewer than the %d the checks need (%d failed attempts)", n, bound, minHolds, tl.failed.Load())
 		}
-		t.Logf("%d of %d fenced acquisitions within %v (%d failed attempts): checking those", completed.Load(), want, bound, failures.Load())
+		t.Logf("%d of %d fenced acquisitions within %v (%d failed attempts): checking those", tl.done(), want, bound, tl.failed.Load())
 	}
 	took := time.Since(begin)
 	stopWorkers()
-	stopFaultSchedule()
+	faults.stop()
 
-	mu.Lock()
-	defer mu.Unlock()
-	for i, p := range checkFences(holds) {
-		if i == 20 {
-			t.Errorf("... %d fencing problems in total", len(checkFences(holds)))
-			break
-		}
-		t.Error(p)
-	}
-	var hist history
-	for _, x := range holds {
-		hist.add(holding{key: key, who: x.who, token: x.token, start: x.start, acquired: x.acquired, deadline: x.deadline, released: x.released})
-	}
-	counts, problems := hist.check(ttl)
-	for i, p := range problems {
-		if i == 20 {
-			t.Errorf("... %d history problems in total", len(problems))
-			break
-		}
-		t.Error(p)
-	}
-	if got := guarded.Load(); got != int64(counts[key]) || counts[key] != len(holds) {
-		t.Errorf("S5 violated: the guarded counter is %d, but %d critical sections completed", got, counts[key])
-	}
-	if len(holds) < minHolds {
-		t.Fatalf("%d acquisitions recorded, want at least %d", len(holds), minHolds)
-	}
+	h.SetCounter(fencedKey, guarded.Load())
+	checkFencedRun(t, c, h, tl.acquired(), faults, history.Config{NodeTimeout: nodeTimeout, Fencing: true}, ttl)
+	t.Logf("%d fenced acquisitions by %d goroutines on %d Clients in %v (%.0f/s); %d Lock calls failed, %d releases short of a quorum",
+		tl.done(), clients*perClient, clients, took.Round(time.Millisecond), float64(tl.done())/took.Seconds(), tl.failed.Load(), tl.relFailed.Load())
+}
 
+// fencedKey is the key of TestFencingUnderKillsAndRestarts.
+const fencedKey = "fenced"
+
+// checkFencedRun checks TestFencingUnderKillsAndRestarts' run: the history
+// (every acquisition in ops ran one critical section that incremented the
+// counter h was given), that the run tested fencing under faults, that the
+// kills and restarts lowered no counter below the last token on a quorum,
+// and that every lock key is gone within the TTL of the last restart.
+func checkFencedRun(t *testing.T, c *cluster, h *history.History, ops []history.Op, faults *killSchedule, cfg history.Config, ttl time.Duration) {
+	t.Helper()
+	r := checkHistory(t, h, cfg)
+	if n := len(ops); r.Acquired != n || r.Sections != n || r.Checked[history.S5] != n || r.Checked[history.S4] != n-1 {
+		t.Errorf("%d acquisitions ran a critical section, but the report counts %d acquisitions, %d sections, %d checked by S5, %d successive holders by S4",
+			n, r.Acquired, r.Sections, r.Checked[history.S5], r.Checked[history.S4])
+	}
 	// How many acquisitions completed while one or two nodes were down
 	// (on the schedule's side of each change: certainly down).
 	var downAt [3]int
-	for _, x := range holds {
-		n := 0
-		for _, ch := range changes {
-			if ch.at.Before(x.acquired) {
-				n += ch.delta
-			}
-		}
-		downAt[max(0, min(n, 2))]++
+	for _, op := range ops {
+		downAt[max(0, min(faults.downAt(op.End), 2))]++
 	}
-	if kills == 0 || downAt[1]+downAt[2] == 0 {
-		t.Errorf("%d kills, and %d acquisitions completed while a node was down: the run did not test fencing under faults", kills, downAt[1]+downAt[2])
+	if faults.kills == 0 || downAt[1]+downAt[2] == 0 {
+		t.Errorf("%d kills, and %d acquisitions completed while a node was down: the run did not test fencing under faults", faults.kills, downAt[1]+downAt[2])
 	}
+	t.Logf("%d kills, %d restarts with data; acquisitions with 0/1/2 nodes down: %v", faults.kills, faults.restarts, downAt)
 
 	// Every token was written back to a quorum before it was handed out;
 	// kills and restarts with data must not have lowered the counters.
-	byFence := func(a, b fenceHold) int { return cmp.Compare(a.fence, b.fence) }
-	top, minF := slices.MaxFunc(holds, byFence).fence, slices.MinFunc(holds, byFence).fence
+	byFence := func(a, b history.Op) int { return cmp.Compare(a.Fence, b.Fence) }
+	top, minF := slices.MaxFunc(ops, byFence).Fence, slices.MinFunc(ops, byFence).Fence
 	admins := c.admins(t)
 	var atLeast int
 	var ctrs []uint64
 	for _, cl := range admins {
-		n := counterOn(t, cl, key)
+		n := counterOn(t, cl, fencedKey)
 		ctrs = append(ctrs, n)
 		if n >= top {
 			atLeast++
@@ -421,19 +200,114 @@ func TestFencingUnderKillsAndRestarts(t *testing.T) {
 	// L1: lock keys that a killed node kept (a holder's, or a failed
 	// round's that could not be rolled back while the node was down) are
 	// gone within the TTL of the last restart.
-	gone := eventually(t, ttl+2*time.Second, 20*time.Millisecond, "every lock key of "+key+" expired or released", func() bool {
+	gone := eventually(t, ttl+2*time.Second, 20*time.Millisecond, "every lock key of "+fencedKey+" expired or released", func() bool {
 		for _, cl := range admins {
-			if get(t, cl, rkey(key)) != "" {
+			if get(t, cl, rkey(fencedKey)) != "" {
 				return false
 			}
 		}
 		return true
 	})
-
-	t.Logf("%d fenced acquisitions by %d goroutines on %d Clients in %v (%.0f/s): %d kills, %d restarts with data; acquisitions with 0/1/2 nodes down: %v; %d Lock calls failed, %d releases short of a quorum",
-		len(holds), clients*perClient, clients, took.Round(time.Millisecond), float64(len(holds))/took.Seconds(), kills, restarts, downAt, failures.Load(), relFailed.Load())
 	t.Logf("tokens %d..%d: %d handed out, %d values in between skipped (raised by failed rounds); counters on the nodes afterwards %v; keys gone %v after the faults stopped",
-		minF, top, len(holds), int64(top-minF+1)-int64(len(holds)), ctrs, gone.Round(time.Millisecond))
+		minF, top, len(ops), int64(top-minF+1)-int64(len(ops)), ctrs, gone.Round(time.Millisecond))
+}
+
+// killSchedule kills one node, or two staggered, keeps them down a while,
+// restarts them (one after the other) with their data, and leaves all five
+// up a while, over and over until stop; never more than two are down. It
+// notes when the number of nodes down changed: after a Kill returned (+1),
+// before a Restart was called (−1), so that between two events the count
+// is certain. Its fields may be read once stop returned.
+type killSchedule struct {
+	kills, restarts int
+	changes         []downChange
+	halt, done      chan struct{}
+	stop            func() // ends the schedule, restarts what is down, and waits
+}
+
+// downChange is one change of the number of nodes down, at a time on the
+// History's clock.
+type downChange struct {
+	at    time.Duration
+	delta int
+}
+
+// downAt returns the number of nodes certainly down at time at.
+func (s *killSchedule) downAt(at time.Duration) int {
+	n := 0
+	for _, ch := range s.changes {
+		if ch.at < at {
+			n += ch.delta
+		}
+	}
+	return n
+}
+
+// startKillSchedule starts the schedule on c, its changes timed by now.
+func startKillSchedule(t *testing.T, c *cluster, now func() time.Duration) *killSchedule {
+	s := &killSchedule{halt: make(chan struct{}), done: make(chan struct{})}
+	s.stop = sync.OnceFunc(func() {
+		close(s.halt)
+		<-s.done // every killed node is restarted by then
+	})
+	go func() {
+		defer close(s.done)
+		s.run(t, c, now)
+	}()
+	return s
+}
+
+// run is the schedule, until halt.
+func (s *killSchedule) run(t *testing.T, c *cluster, now func() time.Duration) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var down []int
+	pace := func(lo, hi time.Duration) bool { // false once halted
+		select {
+		case <-s.halt:
+			return false
+		case <-time.After(lo + time.Duration(rng.Int64N(int64(hi-lo)))):
+			return true
+		}
+	}
+	restart := func() bool {
+		s.changes = append(s.changes, downChange{now(), -1})
+		if err := c.Node(down[0]).Restart(false); err != nil {
+			t.Errorf("restart node%d: %v", down[0], err)
+			return false
+		}
+		s.restarts++
+		down = down[1:]
+		return true
+	}
+	defer func() { // leave every node running
+		for len(down) > 0 && restart() {
+		}
+	}()
+	for {
+		for j, v := range rng.Perm(nodes)[:1+rng.IntN(2)] {
+			if j > 0 && !pace(30*time.Millisecond, 200*time.Millisecond) {
+				return
+			}
+			if err := c.Node(v).Kill(); err != nil {
+				t.Errorf("kill node%d: %v", v, err)
+				return
+			}
+			s.changes = append(s.changes, downChange{now(), +1})
+			s.kills++
+			down = append(down, v)
+		}
+		if !pace(150*time.Millisecond, 500*time.Millisecond) {
+			return
+		}
+		for len(down) > 0 {
+			if !restart() || (len(down) > 0 && !pace(time.Millisecond, 150*time.Millisecond)) {
+				return
+			}
+		}
+		if !pace(100*time.Millisecond, 400*time.Millisecond) {
+			return
+		}
+	}
 }
 
 // TestStaleWriterRejected: holder A (fencing, no auto-extension) writes to a

@@ -3,11 +3,11 @@ package integration
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/testkit/history"
 )
 
 // TestSlowLinks runs the scenarios of slow and cancelled calls on one
@@ -120,9 +120,10 @@ func repliesDelayedPastTTL(t *testing.T, c *cluster) {
 // to 0-3 nodes is slowed (proxy latency) so that it lands after the key
 // expired there: a quorum may confirm (the extend succeeds), or too many
 // nodes no longer hold the token (ErrLockLost), and an Extend called after
-// the deadline is refused at once. Whatever happened, the other client never
-// acquires the key within the validity the holder was given (S1, on the
-// test's clock), including after a successful extend.
+// the deadline is refused at once. Whatever happened, the history checker
+// finds that the other client never acquired the key within the validity
+// the holder was given (S1), including after a successful extend, and every
+// deadline, the extends' too, within its bounds (S2).
 func extendRacingExpiry(t *testing.T, c *cluster) {
 	const (
 		ttl         = 200 * time.Millisecond
@@ -138,34 +139,11 @@ func extendRacingExpiry(t *testing.T, c *cluster) {
 	warm(t, ctx, holder)
 	warm(t, ctx, contender)
 
-	var hist history
+	h := history.New()
 	cctx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan int)
-	go func() {
-		won := 0
-		defer func() { done <- won }()
-		for cctx.Err() == nil {
-			start := time.Now()
-			l, err := contender.TryLock(cctx, key)
-			acq := time.Now()
-			if err != nil {
-				if cctx.Err() == nil && !errors.Is(err, redlock.ErrNotAcquired) {
-					t.Errorf("contender: TryLock: %v", err)
-				}
-				time.Sleep(5 * time.Millisecond)
-				continue
-			}
-			won++
-			hist.add(holding{key: key, who: "contender", token: l.Token(), start: start, acquired: acq, deadline: l.Deadline(), released: time.Now()})
-			// A release short of a quorum is legitimate only when a node
-			// failed (timed out on the loaded machine): the copies expire
-			// with the short TTL.
-			if err := l.Release(context.Background()); err != nil && !releaseFailedByNode(err) {
-				t.Errorf("contender: Release: %v", err)
-			}
-		}
-	}()
+	go func() { done <- contend(t, cctx, record(h, contender, "contender", ttl), key) }()
 
 	// lead: how long before the deadline Extend is called (negative:
 	// after it); slow: how many nodes get the latency.
@@ -177,11 +155,10 @@ func extendRacingExpiry(t *testing.T, c *cluster) {
 		{2, 0}, {3, 8 * time.Millisecond}, {3, 0}, {2, 10 * time.Millisecond},
 		{3, 15 * time.Millisecond}, {0, -2 * time.Millisecond},
 	}
+	rh := record(h, holder, "holder", ttl)
 	outcomes := map[string]int{}
 	for n, tc := range cases {
-		start := time.Now()
-		l, err := holder.Lock(ctx, key)
-		acq := time.Now()
+		l, _, err := rh.acquire(ctx, key, -1)
 		if err != nil {
 			t.Fatalf("case %d: holder: Lock: %v", n, err)
 		}
@@ -191,48 +168,74 @@ func extendRacingExpiry(t *testing.T, c *cluster) {
 			ps[i].SetLatency(latency)
 		}
 		eStart := time.Now()
-		err = l.Extend(ctx, 0)
-		eRet := time.Now()
+		// The holder never releases: it lets the lock run out at its
+		// deadline, the one it had or the one the extend gave it.
+		err = rh.extend(ctx, l)
 		for i := range tc.slow {
 			ps[i].SetLatency(0)
 		}
-		var qe *redlock.QuorumError
-		switch {
-		case err == nil:
-			outcomes["extended"]++
-			// Held up to d0, then, from the extend's return, up to the
-			// new deadline: it lets the lock run out there.
-			hist.add(holding{key: key, who: fmt.Sprintf("holder (case %d)", n), token: l.Token(), start: start, acquired: acq, deadline: d0, released: earlier(eRet, d0)})
-			hist.add(holding{key: key, who: fmt.Sprintf("holder (case %d, extended)", n), token: l.Token(), start: eStart, acquired: eRet, deadline: l.Deadline(), released: l.Deadline()})
-		case errors.Is(err, redlock.ErrLockLost) && errors.As(err, &qe):
-			outcomes["lost: nodes no longer held it"]++
-			hist.add(holding{key: key, who: fmt.Sprintf("holder (case %d)", n), token: l.Token(), start: start, acquired: acq, deadline: d0, released: d0})
-		case errors.Is(err, redlock.ErrLockLost):
-			outcomes["lost: deadline passed"]++
-			hist.add(holding{key: key, who: fmt.Sprintf("holder (case %d)", n), token: l.Token(), start: start, acquired: acq, deadline: d0, released: d0})
-		case errors.Is(err, redlock.ErrNotHeld) && releaseFailedByNode(err):
-			// A node missed the node timeout (a loaded machine): not
-			// confirmed, not lost; the holder keeps to its old deadline.
-			outcomes["not confirmed: a node timed out"]++
-			hist.add(holding{key: key, who: fmt.Sprintf("holder (case %d)", n), token: l.Token(), start: start, acquired: acq, deadline: d0, released: d0})
-		default:
+		if outcome := extendOutcome(err); outcome != "" {
+			outcomes[outcome]++
+		} else {
 			t.Errorf("case %d (%d slow nodes, called %v before the deadline): Extend = %v; want success or ErrLockLost", n, tc.slow, d0.Sub(eStart), err)
 		}
 		<-l.Done() // the lock runs out; the contender takes it
 	}
 	stop()
 	won := <-done
-	counts, problems := hist.check(ttl)
-	for _, p := range problems {
-		t.Error(p)
+	r := checkHistory(t, h, history.Config{NodeTimeout: nodeTimeout})
+	if r.Acquired != won+len(cases) {
+		t.Errorf("the history holds %d acquisitions, want the holder's %d and the contender's %d", r.Acquired, len(cases), won)
 	}
-	t.Logf("%d extends around the deadline: %v; the contender acquired %d times, %d holdings checked", len(cases), outcomes, won, counts[key])
+	t.Logf("%d extends around the deadline: %v; the contender acquired %d times, %d holders checked", len(cases), outcomes, won, r.Acquired)
 	if outcomes["extended"] == 0 || outcomes["lost: nodes no longer held it"]+outcomes["lost: deadline passed"] == 0 {
 		t.Errorf("outcomes %v: the cases did not cover both a successful and a failed extend", outcomes)
 	}
 	if won == 0 {
 		t.Error("the contender never acquired the key: the race was not tested")
 	}
+}
+
+// contend makes r try key until ctx ends, releasing it at once whenever it
+// wins, and returns how many times it won.
+func contend(t *testing.T, ctx context.Context, r *recorded, key string) (won int) {
+	for ctx.Err() == nil {
+		l, _, err := r.acquire(ctx, key, 0)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, redlock.ErrNotAcquired) {
+				t.Errorf("contender: TryLock: %v", err)
+			}
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		won++
+		// A release short of a quorum is legitimate only when a node
+		// failed (timed out on the loaded machine): the copies expire
+		// with the short TTL.
+		if err := r.release(t, context.Background(), l); err != nil && !releaseFailedByNode(err) {
+			t.Errorf("contender: Release: %v", err)
+		}
+	}
+	return won
+}
+
+// extendOutcome names what an Extend's error says about the lock, "" for
+// an error it must not return.
+func extendOutcome(err error) string {
+	var qe *redlock.QuorumError
+	switch {
+	case err == nil:
+		return "extended"
+	case errors.Is(err, redlock.ErrLockLost) && errors.As(err, &qe):
+		return "lost: nodes no longer held it"
+	case errors.Is(err, redlock.ErrLockLost):
+		return "lost: deadline passed"
+	case errors.Is(err, redlock.ErrNotHeld) && releaseFailedByNode(err):
+		// A node missed the node timeout (a loaded machine): not
+		// confirmed, not lost; the holder keeps to its old deadline.
+		return "not confirmed: a node timed out"
+	}
+	return ""
 }
 
 // cancellation cancels the caller's context before and during each call

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/testkit/history"
 )
 
 // TestLiveNodes runs, on one cluster whose nodes all stay up, the scenarios
@@ -33,9 +34,10 @@ func TestLiveNodes(t *testing.T) {
 }
 
 // stampede: 50 goroutines on 5 Clients call Lock on one key at the same
-// moment, each once. Every one of them gets the lock, one at a time (S1),
-// and the counter they increment under it (a non-atomic read-modify-write)
-// ends at 50 (S5).
+// moment, each once. Every one of them gets the lock, and the history
+// checker finds them holding it one at a time (S1, SEC) with deadlines
+// within their bounds (S2), and the counter they increment under it (a
+// non-atomic read-modify-write) at 50 (S5, LIN).
 func stampede(t *testing.T, c *cluster) {
 	const (
 		ttl         = 2 * time.Second
@@ -45,51 +47,28 @@ func stampede(t *testing.T, c *cluster) {
 		key         = "stampede"
 	)
 	ctx := ctxT(t, 60*time.Second)
-	lcs := make([]*lockClient, clients)
-	for i := range lcs {
-		lcs[i] = c.newLockClient(t, fmt.Sprintf("client%d", i), c.direct, redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout))
-		warm(t, ctx, lcs[i])
-	}
+	lcs := c.warmClients(t, ctx, []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}, numbered("client", clients)...)
+	h := history.New()
+	counter := new(atomic.Int64)
 	var (
-		hist      history
-		counter   atomic.Int64
-		failed    atomic.Int64
-		relFailed atomic.Int64
-		wg        sync.WaitGroup
-		ready     sync.WaitGroup
-		gate      = make(chan struct{})
+		tl    workerTally
+		wg    sync.WaitGroup
+		ready sync.WaitGroup
+		gate  = make(chan struct{})
 	)
 	for w := range clients * perClient {
 		lc := lcs[w%clients]
-		who := fmt.Sprintf("goroutine%d/%s", w, lc.name)
+		wk := newWorker(h, lc, fmt.Sprintf("goroutine%d/%s", w, lc.name), ttl, w, 0, -1)
 		ready.Add(1)
 		wg.Go(func() {
 			ready.Done()
 			<-gate
-			start := time.Now()
-			l, err := lc.Lock(ctx, key)
-			acq := time.Now()
-			if err != nil {
-				failed.Add(1)
-				t.Errorf("%s: Lock: %v", who, err)
-				return
-			}
-			v := counter.Load()
-			time.Sleep(time.Millisecond)
-			counter.Store(v + 1)
-			rel := time.Now()
-			if err := l.Release(context.Background()); err != nil {
-				// Legitimate only when a node failed (a timeout on a
-				// loaded machine) where the lock needed it: a lock won
-				// on exactly 3 nodes cannot confirm its release on 3
-				// without that one; its copy there is deleted in the
-				// background or expires with the TTL.
-				relFailed.Add(1)
-				if !releaseFailedByNode(err) {
-					t.Errorf("%s: Release: %v", who, err)
-				}
-			}
-			hist.add(holding{key: key, who: who, token: l.Token(), start: start, acquired: acq, deadline: l.Deadline(), released: rel})
+			// A release short of a quorum is legitimate only when a node
+			// failed (a timeout on a loaded machine) where the lock
+			// needed it: a lock won on exactly 3 nodes cannot confirm its
+			// release on 3 without that one; its copy there is deleted in
+			// the background or expires with the TTL.
+			wk.turn(t, ctx, key, counter, time.Millisecond, &tl, releaseFailedByNode)
 		})
 	}
 	ready.Wait()
@@ -97,19 +76,18 @@ func stampede(t *testing.T, c *cluster) {
 	close(gate)
 	wg.Wait()
 	took := time.Since(begin)
-	counts, problems := hist.check(ttl)
-	for _, p := range problems {
-		t.Error(p)
-	}
-	if n := clients * perClient; counts[key] != n || counter.Load() != int64(n) {
-		t.Errorf("%d of %d goroutines got the lock (%d failed); the guarded counter is %d", counts[key], n, failed.Load(), counter.Load())
+	h.SetCounter(key, counter.Load())
+	r := checkHistory(t, h, history.Config{NodeTimeout: nodeTimeout})
+	if n := clients * perClient; tl.done() != n || r.Acquired != n || r.Checked[history.S5] != n || counter.Load() != int64(n) {
+		t.Errorf("%d of %d goroutines got the lock (%d failed, %d acquisitions recorded, %d sections checked by S5); the guarded counter is %d",
+			tl.done(), n, tl.failed.Load(), r.Acquired, r.Checked[history.S5], counter.Load())
 	}
 	var rounds int64
 	for _, lc := range lcs {
 		rounds += lc.tokens.attempts() - 2 // less the warm-up's
 	}
 	t.Logf("%d goroutines each got the lock once in %v, in %d acquisition rounds; %d releases short of a quorum (a node timed out)",
-		clients*perClient, took.Round(time.Millisecond), rounds, relFailed.Load())
+		clients*perClient, took.Round(time.Millisecond), rounds, tl.relFailed.Load())
 }
 
 // releaseMisuse covers the misuse of release and extend that the API tests
@@ -284,10 +262,11 @@ func releaseMisuse(t *testing.T, c *cluster) {
 // SCRIPT FLUSH (SYNC and ASYNC) empties the script caches of random sets of
 // nodes every few milliseconds. Every call on every node must succeed or
 // say "taken" (no NOSCRIPT or other error reply leaks out of go-redis'
-// EVALSHA-then-EVAL fallback), the holders never overlap (S1), their fencing
-// tokens increase (S4), and the guarded counter loses nothing (S5). The
-// servers' command statistics show that EVAL, which is only sent after a
-// NOSCRIPT, ran.
+// EVALSHA-then-EVAL fallback), and the history checker finds the holders
+// never overlapping (S1, SEC), their deadlines within bounds (S2), their
+// fencing tokens increasing (S4), and the guarded counter losing nothing
+// (S5, LIN). The servers' command statistics show that EVAL, which is only
+// sent after a NOSCRIPT, ran.
 func scriptCacheLoss(t *testing.T, c *cluster) {
 	const (
 		ttl         = 2 * time.Second
@@ -300,36 +279,14 @@ func scriptCacheLoss(t *testing.T, c *cluster) {
 	ctx := ctxT(t, 60*time.Second)
 	admins := c.admins(t)
 	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout), redlock.WithFencing(true)}
-	lcs := make([]*lockClient, clients)
-	for i := range lcs {
-		lcs[i] = c.newLockClient(t, fmt.Sprintf("client%d", i), c.direct, opts...)
-		warm(t, ctx, lcs[i])
-	}
+	lcs := c.warmClients(t, ctx, opts, numbered("client", clients)...)
 	for i, cl := range admins {
 		if err := cl.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatalf("CONFIG RESETSTAT node%d: %v", i, err)
 		}
 	}
-	// noErrors fails the test for an error reply (or any error but a
-	// timeout, which a loaded machine can cause) from a node.
-	noErrors := func(who, op string, err error) {
-		t.Helper()
-		var qe *redlock.QuorumError
-		if !errors.As(err, &qe) {
-			t.Errorf("%s: %s: %v", who, op, err)
-			return
-		}
-		for _, r := range qe.Nodes {
-			if r.Outcome == redlock.OutcomeError {
-				t.Errorf("%s: %s: %s failed: %v", who, op, r.Node, r.Err)
-			}
-		}
-	}
-
+	h := history.New()
 	var (
-		mu      sync.Mutex
-		holds   []fenceHold
-		hist    history
 		counter atomic.Int64
 		done    atomic.Int64
 		flushes atomic.Int64
@@ -337,53 +294,15 @@ func scriptCacheLoss(t *testing.T, c *cluster) {
 	)
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
-	wg.Go(func() { // the flusher
-		rng := rand.New(rand.NewPCG(10, 10))
-		for wctx.Err() == nil {
-			mode := []string{"SYNC", "ASYNC"}[rng.IntN(2)]
-			for _, i := range rng.Perm(nodes)[:1+rng.IntN(nodes)] {
-				if err := admins[i].Do(wctx, "SCRIPT", "FLUSH", mode).Err(); err != nil && wctx.Err() == nil {
-					t.Errorf("SCRIPT FLUSH %s on node%d: %v", mode, i, err)
-				}
-				flushes.Add(1)
-			}
-			time.Sleep(time.Duration(2+rng.IntN(6)) * time.Millisecond)
-		}
-	})
+	wg.Go(func() { flushScripts(t, wctx, admins, &flushes) })
 	for w := range clients * perClient {
 		lc := lcs[w%clients]
-		who := fmt.Sprintf("worker%d/%s", w, lc.name)
-		rng := rand.New(rand.NewPCG(uint64(w), 11))
+		wk := newWorker(h, lc, fmt.Sprintf("worker%d/%s", w, lc.name), ttl, w, 11, 0)
 		wg.Go(func() {
 			for wctx.Err() == nil && done.Load() < want {
-				start := time.Now()
-				l, err := lc.TryLock(wctx, key)
-				acq := time.Now()
-				if err != nil {
-					if wctx.Err() == nil {
-						noErrors(who, "TryLock", err)
-					}
-					time.Sleep(time.Duration(2+rng.IntN(8)) * time.Millisecond)
-					continue
+				if flushedTurn(t, wctx, wk, key, &counter) {
+					done.Add(1)
 				}
-				d0 := l.Deadline()
-				if err := l.Extend(wctx, 0); err != nil && wctx.Err() == nil {
-					noErrors(who, "Extend", err)
-				}
-				v := counter.Load()
-				time.Sleep(200 * time.Microsecond)
-				counter.Store(v + 1)
-				rel := time.Now()
-				if err := l.Release(context.Background()); err != nil {
-					noErrors(who, "Release", err)
-				}
-				// The deadline before the extend: the critical section
-				// ended well before it.
-				hist.add(holding{key: key, who: who, token: l.Token(), start: start, acquired: acq, deadline: d0, released: rel})
-				mu.Lock()
-				holds = append(holds, fenceHold{who: who, token: l.Token(), fence: l.Fence(), start: start, acquired: acq, deadline: d0, released: rel})
-				mu.Unlock()
-				done.Add(1)
 			}
 		})
 	}
@@ -393,15 +312,78 @@ func scriptCacheLoss(t *testing.T, c *cluster) {
 	stop()
 	wg.Wait()
 
-	counts, problems := hist.check(ttl)
-	problems = append(problems, checkFences(holds)...)
-	for _, p := range problems {
-		t.Error(p)
+	h.SetCounter(key, counter.Load())
+	r := checkHistory(t, h, history.Config{NodeTimeout: nodeTimeout, Fencing: true})
+	if n := int(done.Load()); r.Sections != n || r.Checked[history.S5] != n || r.Checked[history.S4] != r.Acquired-1 {
+		t.Errorf("%d critical sections, but the report counts %d, S5 checked %d, S4 checked %d successive holders of %d",
+			n, r.Sections, r.Checked[history.S5], r.Checked[history.S4], r.Acquired)
 	}
-	if got := counter.Load(); got != int64(counts[key]) {
-		t.Errorf("S5: the guarded counter is %d after %d critical sections", got, counts[key])
+	evals, evalshas := scriptStats(t, ctx, admins)
+	if evals == 0 {
+		t.Errorf("no EVAL ran on any node (%d EVALSHA): the fallback after NOSCRIPT was not exercised", evalshas)
 	}
-	var evals, evalshas int64
+	t.Logf("%d critical sections in %v with %d SCRIPT FLUSHes; the nodes ran %d EVALSHA and %d EVAL (after NOSCRIPT)",
+		done.Load(), took.Round(time.Millisecond), flushes.Load(), evalshas, evals)
+}
+
+// flushedTurn is one turn of scriptCacheLoss' worker wk: TryLock, Extend,
+// the counted critical section and Release, none of them failing with an
+// error reply. It reports whether the critical section ran.
+func flushedTurn(t *testing.T, ctx context.Context, wk *lockWorker, key string, counter *atomic.Int64) bool {
+	l, _, err := wk.acquire(ctx, key, 0)
+	if err != nil {
+		if ctx.Err() == nil {
+			noErrorReplies(t, wk.name, "TryLock", err)
+		}
+		time.Sleep(time.Duration(2+wk.rng.IntN(8)) * time.Millisecond)
+		return false
+	}
+	if err := wk.extend(ctx, l); err != nil && ctx.Err() == nil {
+		noErrorReplies(t, wk.name, "Extend", err)
+	}
+	wk.increment(l, counter, 200*time.Microsecond)
+	if err := wk.release(t, context.Background(), l); err != nil {
+		noErrorReplies(t, wk.name, "Release", err)
+	}
+	return true
+}
+
+// noErrorReplies fails the test for an error reply (or any error but a
+// timeout, which a loaded machine can cause) from a node.
+func noErrorReplies(t *testing.T, who, op string, err error) {
+	t.Helper()
+	var qe *redlock.QuorumError
+	if !errors.As(err, &qe) {
+		t.Errorf("%s: %s: %v", who, op, err)
+		return
+	}
+	for _, r := range qe.Nodes {
+		if r.Outcome == redlock.OutcomeError {
+			t.Errorf("%s: %s: %s failed: %v", who, op, r.Node, r.Err)
+		}
+	}
+}
+
+// flushScripts empties the script caches of random sets of nodes (SCRIPT
+// FLUSH SYNC or ASYNC) every few milliseconds until ctx ends, counting the
+// flushes.
+func flushScripts(t *testing.T, ctx context.Context, admins []*redis.Client, flushes *atomic.Int64) {
+	rng := rand.New(rand.NewPCG(10, 10))
+	for ctx.Err() == nil {
+		mode := []string{"SYNC", "ASYNC"}[rng.IntN(2)]
+		for _, i := range rng.Perm(nodes)[:1+rng.IntN(nodes)] {
+			if err := admins[i].Do(ctx, "SCRIPT", "FLUSH", mode).Err(); err != nil && ctx.Err() == nil {
+				t.Errorf("SCRIPT FLUSH %s on node%d: %v", mode, i, err)
+			}
+			flushes.Add(1)
+		}
+		time.Sleep(time.Duration(2+rng.IntN(6)) * time.Millisecond)
+	}
+}
+
+// scriptStats returns how many EVAL and EVALSHA calls the nodes ran in all.
+func scriptStats(t *testing.T, ctx context.Context, admins []*redis.Client) (evals, evalshas int64) {
+	t.Helper()
 	for _, cl := range admins {
 		info, err := cl.Info(ctx, "commandstats").Result()
 		if err != nil {
@@ -410,11 +392,7 @@ func scriptCacheLoss(t *testing.T, c *cluster) {
 		evals += statCalls(info, "cmdstat_eval:")
 		evalshas += statCalls(info, "cmdstat_evalsha:")
 	}
-	if evals == 0 {
-		t.Errorf("no EVAL ran on any node (%d EVALSHA): the fallback after NOSCRIPT was not exercised", evalshas)
-	}
-	t.Logf("%d critical sections in %v with %d SCRIPT FLUSHes; the nodes ran %d EVALSHA and %d EVAL (after NOSCRIPT)",
-		counts[key], took.Round(time.Millisecond), flushes.Load(), evalshas, evals)
+	return evals, evalshas
 }
 
 // statCalls returns the calls= figure of the INFO commandstats line that

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -12,6 +11,21 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/testkit/history"
+)
+
+// The contention phase of TestAsymmetricPartition (contendAcross).
+const (
+	// partitionSections is the number of critical sections it runs.
+	partitionSections = 30
+	// perPartitionClient is the number of goroutines per client, on two
+	// clients per side. Under this partition no round can fail before
+	// the two nodes its client cannot reach time out, so a failed round
+	// keeps its partial keys for a node timeout, blocking the others.
+	// (Before a Client ran its rounds for one key one at a time, 3
+	// goroutines on one client per side, retrying after 5..30 ms, managed
+	// 9-14 critical sections in 5 s.)
+	perPartitionClient = 2
 )
 
 // TestAsymmetricPartition cuts the network differently for two clients: one
@@ -20,24 +34,16 @@ import (
 // one holds the key, two's attempts fail and leave one's copies untouched
 // (value and TTL, on every node), and one can still extend; then the other
 // way round; a holder of two whose lock expired cannot release or extend
-// one's lock on the shared node; finally 3 goroutines of each client
-// contend, and no two holders overlap on the test's clock (S1) and a
-// counter guarded by the lock loses no update (S5).
+// one's lock on the shared node; finally two clients per side contend, and
+// the history checker finds no two holders overlapping (S1, SEC), every
+// deadline within its bounds (S2), and no update of a counter guarded by
+// the lock lost (S5, LIN).
 func TestAsymmetricPartition(t *testing.T) {
 	const (
 		ttl         = 2 * time.Second
 		shortTTL    = 400 * time.Millisecond
 		nodeTimeout = 100 * time.Millisecond
 		key         = "partition"
-		contended   = 30 // critical sections in the contention phase
-		// Goroutines per client in the contention phase, on two clients
-		// per side. Under this partition no round can fail before the
-		// two nodes its client cannot reach time out, so a failed round
-		// keeps its partial keys for a node timeout, blocking the
-		// others. (Before a Client ran its rounds for one key one at a
-		// time, 3 goroutines on one client per side, retrying after
-		// 5..30 ms, managed 9-14 critical sections in 5 s.)
-		perClient = 2
 	)
 	c := startCluster(t, ttl, "")
 	admins := c.admins(t)
@@ -153,76 +159,14 @@ func TestAsymmetricPartition(t *testing.T) {
 		return n
 	}
 	rounds0 := rounds()
-	var hist history
-	counter := new(atomic.Int64) // non-atomic read-modify-write, see TestKillMinorityUnderContention
-	var (
-		done       atomic.Int64
-		attempts   atomic.Int64
-		relFailed  atomic.Int64
-		unexpected atomic.Int64
-		wg         sync.WaitGroup
-	)
-	wctx, stop := context.WithCancel(ctx)
-	defer stop()
-	for w := range len(contenders) * perClient {
-		x := contenders[w%len(contenders)]
-		who := fmt.Sprintf("%s/worker%d", x.name, w)
-		rng := rand.New(rand.NewPCG(uint64(w), 6))
-		wg.Go(func() {
-			for wctx.Err() == nil && done.Load() < contended {
-				attempts.Add(1)
-				start := time.Now()
-				l, err := x.Lock(wctx, key, redlock.WithMaxWait(time.Second))
-				acq := time.Now()
-				if err != nil {
-					if wctx.Err() == nil && !errors.Is(err, redlock.ErrNotAcquired) && unexpected.Add(1) <= 5 {
-						t.Errorf("%s: Lock: %v", who, err)
-					}
-
-					continue
-				}
-				v := counter.Load()
-				time.Sleep(time.Duration(2000+rng.IntN(3000)) * time.Microsecond)
-				counter.Store(v + 1)
-				rel := time.Now()
-				rerr := l.Release(context.Background())
-				hist.add(holding{key: key, who: who, token: l.Token(), start: start, acquired: acq, deadline: l.Deadline(), released: rel})
-				done.Add(1)
-				if rerr != nil {
-					relFailed.Add(1)
-					// Timeouts can happen on a loaded machine; a node this
-					// client sees saying "not held" means the key was
-					// someone else's there while we held the lock.
-					var qe *redlock.QuorumError
-					if !errors.As(rerr, &qe) {
-						t.Errorf("%s: Release: %v", who, rerr)
-						continue
-					}
-					for _, i := range sees[x] {
-						if qe.Nodes[i].Outcome == redlock.OutcomeNotHeld {
-							t.Errorf("%s: Release found node%d not holding its token: %v", who, i, rerr)
-						}
-					}
-				}
-			}
-		})
-	}
-	took := eventually(t, 30*time.Second, 10*time.Millisecond, "contention across the partition", func() bool {
-		return done.Load() >= contended
-	})
-	stop()
-	wg.Wait()
-
-	counts, problems := hist.check(ttl)
-	for i, p := range problems {
-		if i == 20 {
-			t.Errorf("... %d problems in total", len(problems))
-			break
-		}
-		t.Error(p)
-	}
-	if got := counter.Load(); got != int64(counts[key]) || counts[key] < contended {
-		t.Errorf("S5: the guarded counter is %d after %d critical sections", got, counts[key])
+	h := history.New()
+	counter := new(atomic.Int64) // see recorded.increment
+	var tl workerTally
+	took, calls := contendAcross(t, ctx, h, contenders, sees, ttl, counter, &tl)
+	h.SetCounter(key, counter.Load())
+	r := checkHistory(t, h, history.Config{NodeTimeout: nodeTimeout})
+	if n := tl.done(); r.Checked[history.S5] != n || r.Sections != n || n < partitionSections {
+		t.Errorf("%d critical sections (S5 checked %d, %d recorded), want at least %d", n, r.Checked[history.S5], r.Sections, partitionSections)
 	}
 	eventuallyGone(t, admins, key)
 	// Heal the partition before closing: the background releases still
@@ -235,5 +179,40 @@ func TestAsymmetricPartition(t *testing.T) {
 		x.closeAndCheck(t)
 	}
 	t.Logf("contention across the partition: %d critical sections in %v, %d Lock calls, %d acquisition rounds, %d releases short of a quorum",
-		counts[key], took.Round(time.Millisecond), attempts.Load(), rounds()-rounds0, relFailed.Load())
+		tl.done(), took.Round(time.Millisecond), calls, rounds()-rounds0, tl.relFailed.Load())
+}
+
+// contendAcross runs perPartitionClient goroutines on each of contenders,
+// each waiting up to 1 s in Lock for "partition" and incrementing counter
+// under it, until partitionSections critical sections are done. A Release may fail for
+// timeouts (a loaded machine), but no node a contender sees may say "not
+// held": the key would have been someone else's there while it held the
+// lock. It returns how long that took and how many Lock calls were made.
+func contendAcross(t *testing.T, ctx context.Context, h *history.History, contenders []*lockClient, sees map[*lockClient][]int, ttl time.Duration, counter *atomic.Int64, tl *workerTally) (time.Duration, int64) {
+	var (
+		calls atomic.Int64
+		wg    sync.WaitGroup
+	)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	for w := range len(contenders) * perPartitionClient {
+		x := contenders[w%len(contenders)]
+		wk := newWorker(h, x, fmt.Sprintf("%s/worker%d", x.name, w), ttl, w, 6, time.Second)
+		relOK := func(err error) bool {
+			var qe *redlock.QuorumError
+			return errors.As(err, &qe) && !slices.ContainsFunc(sees[x], func(i int) bool { return qe.Nodes[i].Outcome == redlock.OutcomeNotHeld })
+		}
+		wg.Go(func() {
+			for wctx.Err() == nil && tl.done() < partitionSections {
+				calls.Add(1)
+				wk.turn(t, wctx, "partition", counter, time.Duration(2000+wk.rng.IntN(3000))*time.Microsecond, tl, relOK)
+			}
+		})
+	}
+	took := eventually(t, 30*time.Second, 10*time.Millisecond, "contention across the partition", func() bool {
+		return tl.done() >= partitionSections
+	})
+	stop()
+	wg.Wait()
+	return took, calls.Load()
 }

@@ -226,14 +226,6 @@ func heldByToken(t *testing.T, admins []*redis.Client, key, token string) {
 	})
 }
 
-// earlier returns the earlier of a and b.
-func earlier(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
 // btoi is 1 for true, 0 for false.
 func btoi(b bool) int {
 	if b {

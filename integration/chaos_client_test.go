@@ -269,39 +269,38 @@ func (p *recPool) record(k hist.ReplyKind, key, token string, start time.Duratio
 	p.h.AddReply(hist.Reply{Client: p.client, Node: p.node, Kind: k, Key: key, Token: token, Start: start, End: p.h.Now()})
 }
 
+// recordIf records a yes to a synchronous call that started at start.
+func (p *recPool) recordIf(yes bool, err error, k hist.ReplyKind, key, token string, start time.Duration) {
+	if yes && err == nil {
+		p.record(k, key, token, start)
+	}
+}
+
 func (p *recPool) Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	start := p.h.Now()
 	ok, err := p.Pool.Acquire(ctx, key, token, ttl)
-	if ok && err == nil {
-		p.record(hist.ReplyAcquire, key, token, start)
-	}
+	p.recordIf(ok, err, hist.ReplyAcquire, key, token, start)
 	return ok, err
 }
 
 func (p *recPool) AcquireFenced(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (uint64, error) {
 	start := p.h.Now()
 	n, err := p.Pool.AcquireFenced(ctx, key, fenceKey, token, ttl)
-	if n > 0 && err == nil {
-		p.record(hist.ReplyAcquire, key, token, start)
-	}
+	p.recordIf(n > 0, err, hist.ReplyAcquire, key, token, start)
 	return n, err
 }
 
 func (p *recPool) RaiseFence(ctx context.Context, key, fenceKey, token string, f uint64) (bool, error) {
 	start := p.h.Now()
 	ok, err := p.Pool.RaiseFence(ctx, key, fenceKey, token, f)
-	if ok && err == nil {
-		p.record(hist.ReplyRaise, key, token, start)
-	}
+	p.recordIf(ok, err, hist.ReplyRaise, key, token, start)
 	return ok, err
 }
 
 func (p *recPool) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	start := p.h.Now()
 	ok, err := p.Pool.Extend(ctx, key, token, ttl)
-	if ok && err == nil {
-		p.record(hist.ReplyExtend, key, token, start)
-	}
+	p.recordIf(ok, err, hist.ReplyExtend, key, token, start)
 	return ok, err
 }
 

@@ -99,40 +99,26 @@ func amnesiaGuardOn(t *testing.T, ctx context.Context, c *cluster) {
 // still holds (S4): C's counter survived, so the rival's token is greater,
 // and the fenced register refuses the holder's next write. Without the
 // jump, the same rival cannot acquire and nothing is violated.
-func TestChaosControlClockJump(t *testing.T) {
-	c := startCluster(t, controlTTL, "")
-	dropFenceCounters(t, c)
-	ctx := ctxT(t, 60*time.Second)
-	audit, stopAudit := startAudit(t, c, true)
-	t.Run("no-jump", func(t *testing.T) { controlNoJump(t, ctx, c, "jump-no", false) })
-	t.Run("jump", func(t *testing.T) { clockJump(t, ctx, c, audit, stopAudit) })
-}
+func TestChaosControlClockJump(t *testing.T) { jumpControls(t, false, clockJump) }
 
-func clockJump(t *testing.T, ctx context.Context, c *cluster, audit *hist.Audit, stopAudit func()) {
-	const key = "jump"
-	h := hist.New()
-	holder, l1 := holdOnABC(t, ctx, c, h, key, false, 0)
-	rival := rivalOnCDE(t, ctx, c, h, key, false, nil)
-	cl := c.admin(t, 2)
-	if err := cl.PExpire(ctx, rkey(key), time.Millisecond).Err(); err != nil {
+func clockJump(t *testing.T, ctx context.Context, j *jumpRun) {
+	if err := j.nodeC.PExpire(ctx, rkey(j.key), time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, time.Millisecond, "the key expired on C", func() bool { return get(t, cl, rkey(key)) == "" })
-	l2, _, err := rival.acquire(ctx, key, 2*time.Second)
+	eventually(t, 5*time.Second, time.Millisecond, "the key expired on C", func() bool { return get(t, j.nodeC, rkey(j.key)) == "" })
+	l2, _, err := j.rival.acquire(ctx, j.key, 2*time.Second)
 	if err != nil {
 		t.Fatalf("control did not happen: the rival could not acquire on C (expired early), D, E: %v", err)
 	}
-	t.Logf("rival acquired too, fence %d (holder's: %d)", l2.Fence(), l1.Fence())
+	t.Logf("rival acquired too, fence %d (holder's: %d)", l2.Fence(), j.l1.Fence())
 	// Both write the fenced register (on node3, written directly): the
 	// rival first, then the holder, still inside its window, whose write
 	// must be refused.
-	register := c.admin(t, 3)
-	controlWrite(t, ctx, h, register, rival, l2, hist.Accepted)
-	controlWrite(t, ctx, h, register, holder, l1, hist.Refused)
-	_, _ = rival.rec.Release(ctx, l2)
-	_, _ = holder.rec.Release(ctx, l1)
-	stopAudit()
-	r := controlCheck(h, true)
+	register := j.c.admin(t, 3)
+	controlWrite(t, ctx, j.h, register, j.rival, l2, hist.Accepted)
+	controlWrite(t, ctx, j.h, register, j.holder, j.l1, hist.Refused)
+	j.end(t, ctx, l2)
+	r := controlCheck(j.h, true)
 	checkTwoHolders(t, r)
 	if r.Count(hist.S4) != 0 {
 		t.Errorf("a clock jump must not break fencing: %d S4 violations", r.Count(hist.S4))
@@ -140,7 +126,7 @@ func clockJump(t *testing.T, ctx context.Context, c *cluster, audit *hist.Audit,
 	if !strings.Contains(strings.Join(r.Notes, "\n"), "refused 1 writes of holders inside their windows") {
 		t.Errorf("the refused write of the holder is not noted: %q", r.Notes)
 	}
-	checkOneExternal(t, audit, "PEXPIRE")
+	checkOneExternal(t, j.audit, "PEXPIRE")
 }
 
 // TestChaosControlSessionJump is TestChaosControlClockJump for session
@@ -152,65 +138,96 @@ func clockJump(t *testing.T, ctx context.Context, c *cluster, audit *hist.Audit,
 // deadlines the holder's watcher read). The holder's client notices at its
 // next renewal, when C answers that the incarnation is gone, and loses the
 // lock. Without the jump, the rival cannot acquire and nothing is reported.
-func TestChaosControlSessionJump(t *testing.T) {
-	c := startCluster(t, controlTTL, "")
-	ctx := ctxT(t, 60*time.Second)
-	audit, stopAudit := startAudit(t, c, true)
-	t.Run("no-jump", func(t *testing.T) { controlNoJump(t, ctx, c, "sjump-no", true) })
-	t.Run("jump", func(t *testing.T) { sessionJump(t, ctx, c, audit, stopAudit) })
-}
+func TestChaosControlSessionJump(t *testing.T) { jumpControls(t, true, sessionJump) }
 
-func sessionJump(t *testing.T, ctx context.Context, c *cluster, audit *hist.Audit, stopAudit func()) {
-	const key = "sjump"
-	h := hist.New()
-	holder, l1 := holdOnABC(t, ctx, c, h, key, true, 0)
-	rival := rivalOnCDE(t, ctx, c, h, key, true, nil)
-	cl := c.admin(t, 2)
-	_, _, sk, ok := node.ParseSession(rkey(key), get(t, cl, rkey(key)))
+func sessionJump(t *testing.T, ctx context.Context, j *jumpRun) {
+	_, _, sk, ok := node.ParseSession(rkey(j.key), get(t, j.nodeC, rkey(j.key)))
 	if !ok {
 		t.Fatal("C holds no session lock's value")
 	}
-	if err := cl.Del(ctx, sk).Err(); err != nil {
+	if err := j.nodeC.Del(ctx, sk).Err(); err != nil {
 		t.Fatal(err)
 	}
-	l2, _, err := rival.acquire(ctx, key, 2*time.Second)
+	l2, _, err := j.rival.acquire(ctx, j.key, 2*time.Second)
 	if err != nil {
 		t.Fatalf("control did not happen: the rival could not acquire on C (session ended early), D, E: %v", err)
 	}
-	t.Logf("rival acquired too, while the holder's deadline is %v ahead", time.Until(l1.Deadline()).Round(time.Millisecond))
+	t.Logf("rival acquired too, while the holder's deadline is %v ahead", time.Until(j.l1.Deadline()).Round(time.Millisecond))
 	// The holder's next renewal finds the incarnation gone on C: with
 	// A and B only, it has no quorum, and its lock is lost.
 	jumped := time.Now()
 	select {
-	case <-l1.Done():
-		t.Logf("holder lost its lock %v after the rival acquired: %v", time.Since(jumped).Round(time.Millisecond), l1.Err())
+	case <-j.l1.Done():
+		t.Logf("holder lost its lock %v after the rival acquired: %v", time.Since(jumped).Round(time.Millisecond), j.l1.Err())
 	case <-time.After(controlTTL/3 + 2*controlNodeTimeout + time.Second):
 		t.Errorf("the holder still holds its lock a renewal interval after its session ended on C")
 	}
-	_, _ = rival.rec.Release(ctx, l2)
-	_, _ = holder.rec.Release(ctx, l1)
-	closeHealed(t, holder, rival)
-	stopAudit()
-	r := controlCheck(h, false)
+	j.end(t, ctx, l2)
+	r := controlCheck(j.h, false)
 	checkTwoHolders(t, r)
 	if r.Count(hist.S2) != 0 {
 		t.Errorf("every deadline was backed by its session's confirmations, but S2 reports %d violations", r.Count(hist.S2))
 	}
-	checkOneExternal(t, audit, "DEL")
+	checkOneExternal(t, j.audit, "DEL")
 }
 
-// controlNoJump: without a jump, the rival cannot take key, which C still
+// jumpRun is the set-up of a clock-jump control on key: a holder with l1
+// on A, B and C, a rival on C, D and E, an admin client of C, and the
+// MONITOR audit of the cluster c.
+type jumpRun struct {
+	c             *cluster
+	key           string
+	session       bool // session locks, else fenced ones
+	h             *hist.History
+	holder, rival *chaosClient
+	l1            *redlock.Lock
+	nodeC         *redis.Client
+	audit         *hist.Audit
+	stopAudit     func()
+}
+
+// jumpControls runs a clock-jump control (jump) and its twin without the
+// jump, each on a jumpRun of its own, on one cluster whose MONITOR audit
+// accepts writes from outside the lock scripts (the jump is one).
+func jumpControls(t *testing.T, session bool, jump func(t *testing.T, ctx context.Context, j *jumpRun)) {
+	c := startCluster(t, controlTTL, "")
+	dropFenceCounters(t, c)
+	ctx := ctxT(t, 60*time.Second)
+	audit, stopAudit := startAudit(t, c, true)
+	key := map[bool]string{false: "jump", true: "sjump"}[session]
+	setUp := func(t *testing.T, key string) *jumpRun {
+		j := &jumpRun{c: c, key: key, session: session, h: hist.New(), audit: audit, stopAudit: stopAudit}
+		j.holder, j.l1 = holdOnABC(t, ctx, c, j.h, key, session, 0)
+		j.rival = rivalOnCDE(t, ctx, c, j.h, key, session, nil)
+		j.nodeC = c.admin(t, 2)
+		return j
+	}
+	t.Run("no-jump", func(t *testing.T) { noJump(t, ctx, setUp(t, key+"-no")) })
+	t.Run("jump", func(t *testing.T) { jump(t, ctx, setUp(t, key)) })
+}
+
+// noJump: without a jump, the rival cannot take the key, which C still
 // holds for the holder, and the checker reports nothing.
-func controlNoJump(t *testing.T, ctx context.Context, c *cluster, key string, session bool) {
-	h := hist.New()
-	holder, l1 := holdOnABC(t, ctx, c, h, key, session, 0)
-	rival := rivalOnCDE(t, ctx, c, h, key, session, nil)
-	if _, _, err := rival.acquire(ctx, key, time.Second); err == nil {
+func noJump(t *testing.T, ctx context.Context, j *jumpRun) {
+	if _, _, err := j.rival.acquire(ctx, j.key, time.Second); err == nil {
 		t.Fatal("the rival acquired a lock that C still holds")
 	}
-	_, _ = holder.rec.Release(ctx, l1)
-	closeHealed(t, holder, rival)
-	checkClean(t, controlCheck(h, !session), "without a jump")
+	j.end(t, ctx, nil)
+	checkClean(t, controlCheck(j.h, !j.session), "without a jump")
+}
+
+// end releases the rival's lock l2 (if any) and the holder's, closes both
+// clients (closeHealed: the history is complete then), and, after a jump,
+// stops the audit.
+func (j *jumpRun) end(t *testing.T, ctx context.Context, l2 *redlock.Lock) {
+	if l2 != nil {
+		_, _ = j.rival.rec.Release(ctx, l2)
+	}
+	_, _ = j.holder.rec.Release(ctx, j.l1)
+	closeHealed(t, j.holder, j.rival)
+	if l2 != nil {
+		j.stopAudit()
+	}
 }
 
 // controlClient makes a client (with fenced locks, or with session locks)

@@ -116,49 +116,50 @@ func (f *faulter) ms(lo, hi int) time.Duration {
 
 // kill kills a node and restarts it with its data after more than the TTL.
 func (f *faulter) kill() {
-	i, ok := f.freeNode()
-	if !ok {
-		return
-	}
-	if err := f.c.Node(i).Kill(); err != nil {
-		f.t.Errorf("chaos: kill node%d: %v", i, err)
-		f.freeNodeDone(i)
-		return
-	}
-	f.count("kill")
-	d := f.ttl + f.ms(500, 1500)
-	f.holdFor(fmt.Sprintf("node%d killed, then guarded", i), d, true, func() {
-		if err := f.c.Node(i).Restart(false); err != nil {
-			f.t.Errorf("chaos: restart node%d: %v", i, err)
-		}
-		// The clients' restart guard keeps the node out a while
-		// longer: it is not free for another fault until then.
-		select {
-		case <-time.After(f.guard):
-		case <-f.stop:
-		}
-		f.freeNodeDone(i)
+	f.nodeDown("kill", (*testkit.Node).Kill, func(i int) {
+		f.holdFor(fmt.Sprintf("node%d killed, then guarded", i), f.ttl+f.ms(500, 1500), true, func() {
+			if err := f.c.Node(i).Restart(false); err != nil {
+				f.t.Errorf("chaos: restart node%d: %v", i, err)
+			}
+			// The clients' restart guard keeps the node out a while
+			// longer: it is not free for another fault until then.
+			select {
+			case <-time.After(f.guard):
+			case <-f.stop:
+			}
+			f.freeNodeDone(i)
+		})
 	})
 }
 
 // pause pauses a node for 200–900 ms.
 func (f *faulter) pause() {
+	f.nodeDown("pause", (*testkit.Node).Pause, func(i int) {
+		f.hold(fmt.Sprintf("node%d paused", i), f.ms(200, 900), func() {
+			if err := f.c.Node(i).Resume(); err != nil {
+				f.t.Errorf("chaos: resume node%d: %v", i, err)
+			}
+			f.freeNodeDone(i)
+		})
+	})
+}
+
+// nodeDown takes a free node down with down (Node.Kill or Node.Pause),
+// counts the fault as kind and calls held with the node, which must
+// schedule its healing and free it (freeNodeDone). It does nothing when
+// maxNodeFaults nodes are down already.
+func (f *faulter) nodeDown(kind string, down func(*testkit.Node) error, held func(i int)) {
 	i, ok := f.freeNode()
 	if !ok {
 		return
 	}
-	if err := f.c.Node(i).Pause(); err != nil {
-		f.t.Errorf("chaos: pause node%d: %v", i, err)
+	if err := down(f.c.Node(i)); err != nil {
+		f.t.Errorf("chaos: %s node%d: %v", kind, i, err)
 		f.freeNodeDone(i)
 		return
 	}
-	f.count("pause")
-	f.hold(fmt.Sprintf("node%d paused", i), f.ms(200, 900), func() {
-		if err := f.c.Node(i).Resume(); err != nil {
-			f.t.Errorf("chaos: resume node%d: %v", i, err)
-		}
-		f.freeNodeDone(i)
-	})
+	f.count(kind)
+	held(i)
 }
 
 // partition cuts client k from 1–3 nodes.

@@ -363,27 +363,7 @@ func TestExpiry(t *testing.T) {
 		t.Fatalf("TryLock: %v", err)
 	}
 	checkDeadline(t, l, start, time.Now(), ttl, 0, admins, nil)
-	var freeAt time.Time
-	took := eventually(t, 10*time.Second, 5*time.Millisecond, "Locked turns false after expiry", func() bool {
-		locked, err := b.Locked(ctx, key)
-		if err != nil {
-			t.Fatalf("Locked: %v", err)
-		}
-		freeAt = time.Now()
-		return !locked
-	})
-	t.Logf("lock with TTL %v seen free %v after the call that acquired it", ttl, took)
-	// The servers' expiry is never earlier than the client's deadline:
-	// the drift allowance keeps the client on the safe side.
-	if freeAt.Before(l.Deadline()) {
-		t.Fatalf("the key was gone %v before the lock's deadline", l.Deadline().Sub(freeAt))
-	}
-	if held, err := l.Held(ctx); held || err != nil {
-		t.Fatalf("Held after expiry = %v, %v; want false, nil", held, err)
-	}
-	if err := l.Extend(ctx, 0); !errors.Is(err, redlock.ErrLockLost) {
-		t.Fatalf("Extend after expiry = %v, want ErrLockLost", err)
-	}
+	waitExpired(t, ctx, l, b)
 
 	// Another client takes it; the old handle must not touch it.
 	l2, err := b.TryLock(ctx, key)
@@ -392,12 +372,7 @@ func TestExpiry(t *testing.T) {
 	}
 	// The nodes b took: a quorum, though not always all five (a node whose
 	// copy of the old key expired a little later told b "taken").
-	var holding []int
-	for i, cl := range admins {
-		if get(t, cl, rkey(key)) == l2.Token() {
-			holding = append(holding, i)
-		}
-	}
+	holding := tokensOn(t, admins, rkey(key), l2.Token())
 	if len(holding) < 3 {
 		t.Fatalf("the new token is on nodes %v only; want a quorum", holding)
 	}
@@ -416,6 +391,33 @@ func TestExpiry(t *testing.T) {
 	c.mustHoldAll(t, admins, holding, key, l2.Token(), ttl.Milliseconds(), otherTTL.Milliseconds())
 	if err := l2.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
+	}
+}
+
+// waitExpired waits until other sees l's key free, and checks that it was
+// not free before l's deadline and that l then knows it lost the lock.
+func waitExpired(t *testing.T, ctx context.Context, l *redlock.Lock, other *lockClient) {
+	t.Helper()
+	var freeAt time.Time
+	took := eventually(t, 10*time.Second, 5*time.Millisecond, "Locked turns false after expiry", func() bool {
+		locked, err := other.Locked(ctx, l.Key())
+		if err != nil {
+			t.Fatalf("Locked: %v", err)
+		}
+		freeAt = time.Now()
+		return !locked
+	})
+	t.Logf("lock seen free %v after the call that acquired it", took)
+	// The servers' expiry is never earlier than the client's deadline:
+	// the drift allowance keeps the client on the safe side.
+	if freeAt.Before(l.Deadline()) {
+		t.Fatalf("the key was gone %v before the lock's deadline", l.Deadline().Sub(freeAt))
+	}
+	if held, err := l.Held(ctx); held || err != nil {
+		t.Fatalf("Held after expiry = %v, %v; want false, nil", held, err)
+	}
+	if err := l.Extend(ctx, 0); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Extend after expiry = %v, want ErrLockLost", err)
 	}
 }
 

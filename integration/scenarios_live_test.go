@@ -192,7 +192,7 @@ func releaseMisuse(t *testing.T, c *cluster) {
 		if err != nil {
 			t.Fatalf("TryLock after the holder's Client closed: %v", err)
 		}
-		heldByToken(t, admins, key, lb.Token())
+		eventuallyAll(t, admins, key, lb.Token())
 		before := snapshot(t, admins, rkey(key))
 		closed := func(op string, err error) {
 			t.Helper()
@@ -225,7 +225,7 @@ func releaseMisuse(t *testing.T, c *cluster) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		heldByToken(t, admins, key, l.Token())
+		eventuallyAll(t, admins, key, l.Token())
 		const foreign = "another-holder"
 		for _, i := range []int{3, 4} {
 			if err := admins[i].Set(ctx, rk, foreign, 4*time.Second).Err(); err != nil {

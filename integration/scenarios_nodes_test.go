@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/testkit"
 )
 
 // TestNodeFaults runs the scenarios that freeze or kill nodes on one cluster
@@ -43,52 +46,15 @@ func minorityKilledWhileHeld(t *testing.T, c *cluster) {
 	)
 	admins := c.admins(t)
 	ctx := ctxT(t, 30*time.Second)
-	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}
-	holder := c.newLockClient(t, "holder", c.direct, opts...)
-	other := c.newLockClient(t, "other", c.direct, opts...)
-	warm(t, ctx, holder)
-	warm(t, ctx, other)
+	lcs := c.warmClients(t, ctx, []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}, "holder", "other")
+	holder, other := lcs[0], lcs[1]
 	// Auto-extended, so that the lock survives however long a kill takes
 	// on a loaded machine; the test extends it by hand as well.
 	l, err := holder.TryLock(ctx, key, redlock.WithAutoExtend(true))
 	if err != nil {
 		t.Fatal(err)
 	}
-	heldByToken(t, admins, key, l.Token())
-
-	stillHeld := func(phase string) {
-		t.Helper()
-		if ok, err := l.Held(ctx); !ok || err != nil {
-			t.Fatalf("%s: Held = %v, %v; want true", phase, ok, err)
-		}
-		if err := l.Extend(ctx, 0); err != nil {
-			t.Fatalf("%s: Extend: %v", phase, err)
-		}
-		select {
-		case <-l.Done():
-			t.Fatalf("%s: the lease ended: %v", phase, l.Err())
-		default:
-		}
-	}
-	refused := func(phase string, dead []int) {
-		t.Helper()
-		_, err := other.TryLock(ctx, key)
-		qe := checkFailedRound(t, err, nil)
-		if qe.Agreed() != 0 {
-			t.Errorf("%s: %d nodes agreed to a held lock: %v", phase, qe.Agreed(), err)
-		}
-		for i, r := range qe.Nodes {
-			if r.Outcome == redlock.OutcomeTaken && slices.Contains(dead, i) {
-				t.Errorf("%s: dead node%d answered: %v", phase, i, err)
-			}
-		}
-		if _, err := other.Lock(ctx, key, redlock.WithMaxWait(200*time.Millisecond)); !errors.Is(err, redlock.ErrNotAcquired) {
-			t.Errorf("%s: Lock with a 200ms budget = %v, want ErrNotAcquired", phase, err)
-		}
-		if locked, err := other.Locked(ctx, key); !locked || err != nil {
-			t.Errorf("%s: Locked = %v, %v; want true", phase, locked, err)
-		}
-	}
+	eventuallyAll(t, admins, key, l.Token())
 
 	var dead []int
 	for _, i := range []int{4, 1} {
@@ -97,22 +63,13 @@ func minorityKilledWhileHeld(t *testing.T, c *cluster) {
 		}
 		dead = append(dead, i)
 		phase := fmt.Sprintf("nodes %v killed", dead)
-		stillHeld(phase)
-		refused(phase, dead)
+		leaseHeld(t, ctx, l, phase)
+		heldAgainst(t, ctx, other, key, phase, dead)
 	}
 
 	// The holder keeps the lock past its TTL, renewing it, while the other
 	// client waits.
-	type result struct {
-		l   *redlock.Lock
-		err error
-		at  time.Time
-	}
-	got := make(chan result, 1)
-	go func() {
-		l, err := other.Lock(ctx, key, redlock.WithRetryBackoff(5*time.Millisecond, 20*time.Millisecond))
-		got <- result{l, err, time.Now()}
-	}()
+	got := lockAsync(ctx, other, key, redlock.WithRetryBackoff(5*time.Millisecond, 20*time.Millisecond))
 	select {
 	case r := <-got:
 		t.Fatalf("the waiting client returned from Lock while the lock was held and renewed: %v", r.err)
@@ -120,7 +77,7 @@ func minorityKilledWhileHeld(t *testing.T, c *cluster) {
 		t.Fatalf("the lease ended with 2 nodes dead: %v", l.Err())
 	case <-time.After(ttl + ttl/2):
 	}
-	stillHeld("renewed for 1.5 TTL with 2 nodes dead")
+	leaseHeld(t, ctx, l, "renewed for 1.5 TTL with 2 nodes dead")
 	released := time.Now()
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release with 2 nodes dead: %v", err)
@@ -136,6 +93,46 @@ func minorityKilledWhileHeld(t *testing.T, c *cluster) {
 	c.mustHoldAll(t, admins, live, key, r.l.Token(), 0, ttl.Milliseconds())
 	if err := r.l.Release(ctx); err != nil {
 		t.Fatalf("Release of the waiter's lock: %v", err)
+	}
+}
+
+// leaseHeld fails the test unless the auto-extended lock l is held, can be
+// extended, and its lease has not ended.
+func leaseHeld(t *testing.T, ctx context.Context, l *redlock.Lock, phase string) {
+	t.Helper()
+	if ok, err := l.Held(ctx); !ok || err != nil {
+		t.Fatalf("%s: Held = %v, %v; want true", phase, ok, err)
+	}
+	if err := l.Extend(ctx, 0); err != nil {
+		t.Fatalf("%s: Extend: %v", phase, err)
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("%s: the lease ended: %v", phase, l.Err())
+	default:
+	}
+}
+
+// heldAgainst fails the test unless other cannot take the held key: TryLock
+// fails with no node agreeing and no dead node answering, Lock gives up
+// within a short budget, and Locked says the key is held.
+func heldAgainst(t *testing.T, ctx context.Context, other *lockClient, key, phase string, dead []int) {
+	t.Helper()
+	_, err := other.TryLock(ctx, key)
+	qe := checkFailedRound(t, err, nil)
+	if qe.Agreed() != 0 {
+		t.Errorf("%s: %d nodes agreed to a held lock: %v", phase, qe.Agreed(), err)
+	}
+	for i, r := range qe.Nodes {
+		if r.Outcome == redlock.OutcomeTaken && slices.Contains(dead, i) {
+			t.Errorf("%s: dead node%d answered: %v", phase, i, err)
+		}
+	}
+	if _, err := other.Lock(ctx, key, redlock.WithMaxWait(200*time.Millisecond)); !errors.Is(err, redlock.ErrNotAcquired) {
+		t.Errorf("%s: Lock with a 200ms budget = %v, want ErrNotAcquired", phase, err)
+	}
+	if locked, err := other.Locked(ctx, key); !locked || err != nil {
+		t.Errorf("%s: Locked = %v, %v; want true", phase, locked, err)
 	}
 }
 
@@ -166,8 +163,7 @@ func pausedMajority(t *testing.T, c *cluster) {
 		}
 	})
 	ctx := ctxT(t, 30*time.Second)
-	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}
-	a := c.newLockClient(t, "a", c.direct, opts...)
+	a := c.newLockClient(t, "a", c.direct, redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout))
 	later := c.newLockClient(t, "later", c.direct, redlock.WithTTL(holdTTL), redlock.WithNodeTimeout(patient), redlock.WithRetryBackoff(5*time.Millisecond, 20*time.Millisecond))
 	holder := c.newLockClient(t, "holder", c.direct, redlock.WithTTL(holdTTL), redlock.WithNodeTimeout(patient))
 	for _, x := range []*lockClient{a, later, holder} {
@@ -177,7 +173,7 @@ func pausedMajority(t *testing.T, c *cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	heldByToken(t, admins, heldKey, lh.Token())
+	eventuallyAll(t, admins, heldKey, lh.Token())
 
 	for _, i := range paused {
 		if err := c.Node(i).Pause(); err != nil {
@@ -185,9 +181,39 @@ func pausedMajority(t *testing.T, c *cluster) {
 		}
 	}
 	pausedAt := time.Now()
+	acquisitionsFail(t, ctx, a, key, paused)
+	nothingDecided(t, ctx, lh, later, key, paused, nodeTimeout)
 
+	// Stay frozen past the background roll-backs' bound.
+	time.Sleep(time.Until(pausedAt.Add(ttl + 200*time.Millisecond)))
+	for _, i := range paused {
+		if err := c.Node(i).Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resumed := time.Now()
+	got := lockAsync(ctx, later, key)
+	failedKeysExpire(t, admins, a.tokens.failed(), key, ttl)
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("Lock started at the resume: %v", r.err)
+	}
+	t.Logf("a client waiting from the resume got the lock %v after it", r.at.Sub(resumed).Round(time.Millisecond))
+	heldAndReleased(t, ctx, "later", r.l)
+	heldAndReleased(t, ctx, "holder after the resume", lh) // the held lock works again
+	eventuallyGone(t, admins, heldKey)
+	eventuallyGone(t, admins, key)
+	a.closeAndCheck(t)
+}
+
+// acquisitionsFail checks that a's TryLock and Lock of key fail with the
+// nodes paused timing out, within the bounds the API states: the
+// context's deadline, the wait budget (which must not claim that the
+// caller's context ended).
+func acquisitionsFail(t *testing.T, ctx context.Context, a *lockClient, key string, paused []int) {
+	t.Helper()
 	start := time.Now()
-	_, err = a.TryLock(ctx, key)
+	_, err := a.TryLock(ctx, key)
 	t.Logf("TryLock with nodes %v paused failed after %v: %v", paused, time.Since(start).Round(time.Microsecond), err)
 	checkFailedRound(t, err, paused, redlock.OutcomeTimeout)
 
@@ -209,10 +235,16 @@ func pausedMajority(t *testing.T, c *cluster) {
 		t.Errorf("Lock with its wait budget spent = %v: it must not claim that the caller's context ended", err)
 	}
 	checkFailedRound(t, err, paused, redlock.OutcomeTimeout)
+}
 
-	// The held lock: no quorum can confirm it, but it is not lost either.
+// nothingDecided checks the lock lh held from before the pause: no quorum
+// can confirm it (Extend fails with ErrNotHeld, the paused nodes timing
+// out, and moves no deadline; Held fails), but it is not lost either; and
+// Locked cannot tell whether key is held.
+func nothingDecided(t *testing.T, ctx context.Context, lh *redlock.Lock, later *lockClient, key string, paused []int, nodeTimeout time.Duration) {
+	t.Helper()
 	d0 := lh.Deadline()
-	err = lh.Extend(ctx, 0)
+	err := lh.Extend(ctx, 0)
 	if !errors.Is(err, redlock.ErrNotHeld) || errors.Is(err, redlock.ErrLockLost) {
 		t.Errorf("Extend with 3 of 5 nodes paused = %v; want ErrNotHeld (too few nodes), not ErrLockLost", err)
 	} else {
@@ -231,29 +263,13 @@ func pausedMajority(t *testing.T, c *cluster) {
 	if locked, err := later.Locked(ctx, key, redlock.WithNodeTimeout(nodeTimeout)); locked || !errors.As(err, new(*redlock.QuorumError)) {
 		t.Errorf("Locked with 3 of 5 nodes paused = %v, %v; want false and a *QuorumError", locked, err)
 	}
+}
 
-	// Stay frozen past the background roll-backs' bound.
-	time.Sleep(time.Until(pausedAt.Add(ttl + 200*time.Millisecond)))
-	for _, i := range paused {
-		if err := c.Node(i).Resume(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	resumed := time.Now()
-	type result struct {
-		l   *redlock.Lock
-		err error
-		at  time.Time
-	}
-	got := make(chan result, 1)
-	go func() {
-		l, err := later.Lock(ctx, key)
-		got <- result{l, err, time.Now()}
-	}()
-
-	// What the queued commands left: keys of failed rounds, with a TTL no
-	// longer than theirs; none may stay longer than that TTL.
-	failed := a.tokens.failed()
+// failedKeysExpire checks what the commands queued in the paused nodes'
+// sockets left of key after the resume: keys of failed rounds (tokens
+// failed), each with a TTL no longer than theirs (ttl), all gone within it.
+func failedKeysExpire(t *testing.T, admins []*redis.Client, failed map[string]bool, key string, ttl time.Duration) {
+	t.Helper()
 	for v, on := range valuesOn(t, admins, rkey(key)) {
 		if !failed[v] {
 			continue
@@ -276,32 +292,6 @@ func pausedMajority(t *testing.T, c *cluster) {
 		return len(tokensIn(t, admins, rkey(key), failed)) == 0
 	})
 	t.Logf("the failed rounds' keys were gone %v after the resume", gone.Round(time.Millisecond))
-
-	r := <-got
-	if r.err != nil {
-		t.Fatalf("Lock started at the resume: %v", r.err)
-	}
-	t.Logf("a client waiting from the resume got the lock %v after it", r.at.Sub(resumed).Round(time.Millisecond))
-	if ok, err := r.l.Held(ctx); !ok || err != nil {
-		t.Fatalf("Held of the later lock = %v, %v", ok, err)
-	}
-	if err := r.l.Release(ctx); err != nil {
-		t.Fatalf("Release of the later lock: %v", err)
-	}
-
-	// The held lock works again.
-	if err := lh.Extend(ctx, 0); err != nil {
-		t.Fatalf("Extend of the held lock after the resume: %v", err)
-	}
-	if ok, err := lh.Held(ctx); !ok || err != nil {
-		t.Fatalf("Held after the resume = %v, %v", ok, err)
-	}
-	if err := lh.Release(ctx); err != nil {
-		t.Fatalf("Release after the resume: %v", err)
-	}
-	eventuallyGone(t, admins, heldKey)
-	eventuallyGone(t, admins, key)
-	a.closeAndCheck(t)
 }
 
 // lateCommandsAfterResume checks commands that reach a node long after
@@ -310,173 +300,174 @@ func pausedMajority(t *testing.T, c *cluster) {
 // holds for longer than its TTL, and must not disturb the lock of a later
 // holder.
 func lateCommandsAfterResume(t *testing.T, c *cluster) {
-	const (
-		ttl         = 600 * time.Millisecond // also bounds the background roll-backs
-		laterTTL    = 3 * time.Second
-		nodeTimeout = 200 * time.Millisecond
-	)
-	admins := c.admins(t)
 	ctx := ctxT(t, 30*time.Second)
-	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}
-	fp, viaFrozen := c.proxyEach(t)
-	drainers := c.drainers(t, fp)
-	holder := c.newLockClient(t, "holder", c.direct, redlock.WithTTL(ttl), redlock.WithNodeTimeout(patient))
-	frozen := c.newLockClient(t, "frozen", viaFrozen, opts...)
-	later := c.newLockClient(t, "later", c.direct, redlock.WithTTL(laterTTL), redlock.WithNodeTimeout(patient),
+	rt := &resumeTest{c: c, ctx: ctx, admins: c.admins(t)}
+	rt.holder = c.newLockClient(t, "holder", c.direct, redlock.WithTTL(resumeTTL), redlock.WithNodeTimeout(patient))
+	warm(t, ctx, rt.holder)
+	rt.frozen, rt.fp, rt.drainers = c.proxied(t, ctx, "frozen", redlock.WithTTL(resumeTTL), redlock.WithNodeTimeout(200*time.Millisecond))
+	rt.later = c.newLockClient(t, "later", c.direct, redlock.WithTTL(resumeLaterTTL), redlock.WithNodeTimeout(patient),
 		redlock.WithRetryBackoff(5*time.Millisecond, 20*time.Millisecond))
-	for _, x := range []*lockClient{holder, frozen, later} {
-		warm(t, ctx, x)
-	}
+	warm(t, ctx, rt.later)
+	t.Run("minority-paused-handoff", rt.minorityPausedHandoff)
+	t.Run("frozen-link", rt.frozenLink)
+}
 
-	// Two nodes frozen while a holder acquires, extends and releases a
-	// lock, and a later client takes it: everything they sent the frozen
-	// nodes (on connections set up before) runs on resume, in some order.
-	// The later lock must come through intact.
-	t.Run("minority-paused-handoff", func(t *testing.T) {
-		const key = "handoff"
-		rk := rkey(key)
-		frz := []int{3, 4}
-		t.Cleanup(func() {
-			for _, i := range frz {
-				_ = c.Node(i).Resume()
-			}
-		})
+// The TTLs of lateCommandsAfterResume: the holders' (which also bounds the
+// background roll-backs) and the later client's.
+const (
+	resumeTTL      = 600 * time.Millisecond
+	resumeLaterTTL = 3 * time.Second
+)
+
+// resumeTest is what lateCommandsAfterResume's scenarios share: a holder
+// connected directly, the frozen client whose links pass through proxies
+// (fp, with their drainers), and the later client, connected directly.
+type resumeTest struct {
+	c                     *cluster
+	ctx                   context.Context
+	admins                []*redis.Client
+	holder, frozen, later *lockClient
+	fp                    []*testkit.Proxy
+	drainers              []*redis.Client
+}
+
+// minorityPausedHandoff: two nodes frozen while a holder acquires, extends
+// and releases a lock, and a later client takes it: everything they sent
+// the frozen nodes (on connections set up before) runs on resume, in some
+// order. The later lock must come through intact.
+func (rt *resumeTest) minorityPausedHandoff(t *testing.T) {
+	const key = "handoff"
+	ctx, admins := rt.ctx, rt.admins
+	frz := []int{3, 4}
+	t.Cleanup(func() {
 		for _, i := range frz {
-			if err := c.Node(i).Pause(); err != nil {
-				t.Fatal(err)
-			}
+			_ = rt.c.Node(i).Resume()
 		}
-		pausedAt := time.Now()
-		lh, err := holder.TryLock(ctx, key)
-		if err != nil {
-			t.Fatalf("holder: TryLock with 2 of 5 nodes paused: %v", err)
-		}
-		if err := lh.Extend(ctx, 0); err != nil {
-			t.Fatalf("holder: Extend with 2 of 5 nodes paused: %v", err)
-		}
-		if err := lh.Release(ctx); err != nil {
-			t.Fatalf("holder: Release with 2 of 5 nodes paused: %v", err)
-		}
-		lb, err := later.TryLock(ctx, key)
-		if err != nil {
-			t.Fatalf("later: TryLock with 2 of 5 nodes paused: %v", err)
-		}
-		live := admins[:3]
-		before := snapshot(t, live, rk)
-		if on := checkIntact(t, live, before, lb.Token(), "nothing yet"); len(on) != 3 {
-			t.Fatalf("later's token is on nodes %v, want 0 1 2", on)
-		}
-		time.Sleep(time.Until(pausedAt.Add(ttl + 200*time.Millisecond)))
-		for _, i := range frz {
-			if err := c.Node(i).Resume(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// Every copy on the resumed nodes is the holder's (with at most
-		// its TTL: it must expire) or the later client's (at most its).
-		check := func(when string) (holderOn, laterOn []int) {
-			t.Helper()
-			for _, i := range frz {
-				switch v, ms := getTTL(t, admins[i], rk); {
-				case v == "":
-				case v == lh.Token() && ms >= 0 && ms <= ttl.Milliseconds():
-					holderOn = append(holderOn, i)
-				case v == lb.Token() && ms >= 0 && ms <= laterTTL.Milliseconds():
-					laterOn = append(laterOn, i)
-				default:
-					t.Errorf("%s: node%d: %s = %q with PTTL %dms; want nothing, the released holder's token (PTTL ≤ %v) or the later one's (≤ %v)",
-						when, i, rk, v, ms, ttl, laterTTL)
-				}
-			}
-			return holderOn, laterOn
-		}
-		h, l := check("right after the resume")
-		t.Logf("right after the resume: the released holder's token on %v, the later holder's on %v", h, l)
-		gone := eventually(t, ttl+time.Second, 5*time.Millisecond, "released holder's copies gone", func() bool {
-			h, _ := check("after the resume")
-			return len(h) == 0
-		})
-		_, l = check("after the holder's copies went")
-		t.Logf("the released holder's copies were gone %v after the resume; the later holder's token is on %v too", gone.Round(time.Millisecond), l)
-		checkIntact(t, live, before, lb.Token(), "the late commands of the frozen nodes")
-		if ok, err := lb.Held(ctx); !ok || err != nil {
-			t.Fatalf("later: Held after the resume = %v, %v", ok, err)
-		}
-		if err := lb.Extend(ctx, 0); err != nil {
-			t.Fatalf("later: Extend after the resume: %v", err)
-		}
-		if err := lb.Release(ctx); err != nil {
-			t.Fatalf("later: Release: %v", err)
-		}
-		eventuallyGone(t, admins, key)
 	})
-
-	// The frozen client's link to every node freezes (its proxies delay
-	// everything by more than the TTL) right after it acquired: its Extend,
-	// a new attempt and its Release all reach the nodes after its lock has
-	// expired and the later client has taken the key, and must leave the
-	// later client's copies as they were.
-	t.Run("frozen-link", func(t *testing.T) {
-		const (
-			key   = "frozen-link"
-			delay = ttl + 100*time.Millisecond // each way
-		)
-		rk := rkey(key)
-		lf, err := frozen.TryLock(ctx, key)
-		if err != nil {
+	for _, i := range frz {
+		if err := rt.c.Node(i).Pause(); err != nil {
 			t.Fatal(err)
 		}
-		heldByToken(t, admins, key, lf.Token())
-		for _, p := range fp {
-			p.SetLatency(delay)
+	}
+	pausedAt := time.Now()
+	lh, err := rt.holder.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("holder: TryLock with 2 of 5 nodes paused: %v", err)
+	}
+	if err := lh.Extend(ctx, 0); err != nil {
+		t.Fatalf("holder: Extend with 2 of 5 nodes paused: %v", err)
+	}
+	if err := lh.Release(ctx); err != nil {
+		t.Fatalf("holder: Release with 2 of 5 nodes paused: %v", err)
+	}
+	lb, err := rt.later.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("later: TryLock with 2 of 5 nodes paused: %v", err)
+	}
+	live := admins[:3]
+	before := snapshot(t, live, rkey(key))
+	if on := checkIntact(t, live, before, lb.Token(), "nothing yet"); len(on) != 3 {
+		t.Fatalf("later's token is on nodes %v, want 0 1 2", on)
+	}
+	time.Sleep(time.Until(pausedAt.Add(resumeTTL + 200*time.Millisecond)))
+	for _, i := range frz {
+		if err := rt.c.Node(i).Resume(); err != nil {
+			t.Fatal(err)
 		}
-		defer func() {
-			for _, p := range fp {
-				p.SetLatency(0)
-			}
-		}()
-		if err := lf.Extend(ctx, 0); !errors.Is(err, redlock.ErrNotHeld) {
-			t.Errorf("frozen: Extend = %v, want ErrNotHeld (timeouts)", err)
-		}
-		start := time.Now()
-		lb, err := later.Lock(ctx, key)
-		acq := time.Now()
-		if err != nil {
-			t.Fatalf("later: Lock: %v", err)
-		}
-		if acq.Before(lf.Deadline()) {
-			t.Fatalf("later acquired the key %v before the frozen holder's deadline", lf.Deadline().Sub(acq))
-		}
-		t.Logf("later waited %v for the frozen holder's lock to expire", acq.Sub(start).Round(time.Millisecond))
-		// later holds a quorum; a node whose copy of the frozen holder's
-		// key had not expired yet when later's round reached it said
-		// "taken" and stays empty. Wait until no node holds the frozen
-		// holder's token any more.
-		var on []int
-		eventually(t, 2*time.Second, 5*time.Millisecond, "the frozen holder's copies expired", func() bool {
-			on = tokensOn(t, admins, rk, lb.Token())
-			return len(tokensOn(t, admins, rk, lf.Token())) == 0
-		})
-		if len(on) < nodes/2+1 {
-			t.Fatalf("later's token is on nodes %v, fewer than a quorum", on)
-		}
-		before := snapshot(t, admins, rk)
-		if _, err := frozen.TryLock(ctx, key); !errors.Is(err, redlock.ErrNotAcquired) {
-			t.Errorf("frozen: TryLock = %v, want ErrNotAcquired", err)
-		}
-		if err := lf.Release(ctx); !errors.Is(err, redlock.ErrNotHeld) {
-			t.Errorf("frozen: Release = %v, want ErrNotHeld", err)
-		}
-		// Everything the frozen client sent has run once a PING sent
-		// after it through the same proxies is answered.
-		drain(t, drainers, 5*delay)
-		checkIntact(t, admins, before, lb.Token(), "the frozen client's late commands")
-		if ok, err := lb.Held(ctx); !ok || err != nil {
-			t.Fatalf("later: Held = %v, %v", ok, err)
-		}
-		if err := lb.Release(ctx); err != nil {
-			t.Fatalf("later: Release: %v", err)
-		}
-		eventuallyGone(t, admins, key)
+	}
+	h, l := rt.resumedCopies(t, "right after the resume", frz, key, lh.Token(), lb.Token())
+	t.Logf("right after the resume: the released holder's token on %v, the later holder's on %v", h, l)
+	gone := eventually(t, resumeTTL+time.Second, 5*time.Millisecond, "released holder's copies gone", func() bool {
+		h, _ := rt.resumedCopies(t, "after the resume", frz, key, lh.Token(), lb.Token())
+		return len(h) == 0
 	})
+	_, l = rt.resumedCopies(t, "after the holder's copies went", frz, key, lh.Token(), lb.Token())
+	t.Logf("the released holder's copies were gone %v after the resume; the later holder's token is on %v too", gone.Round(time.Millisecond), l)
+	checkIntact(t, live, before, lb.Token(), "the late commands of the frozen nodes")
+	heldAndReleased(t, ctx, "later, after the resume", lb)
+	eventuallyGone(t, admins, key)
+}
+
+// resumedCopies checks that every copy of key on the resumed nodes frz is
+// the released holder's (with at most its TTL: it must expire) or the later
+// client's (at most its), and returns the nodes that hold each.
+func (rt *resumeTest) resumedCopies(t *testing.T, when string, frz []int, key, holderTok, laterTok string) (holderOn, laterOn []int) {
+	t.Helper()
+	rk := rkey(key)
+	for _, i := range frz {
+		switch v, ms := getTTL(t, rt.admins[i], rk); {
+		case v == "":
+		case v == holderTok && ms >= 0 && ms <= resumeTTL.Milliseconds():
+			holderOn = append(holderOn, i)
+		case v == laterTok && ms >= 0 && ms <= resumeLaterTTL.Milliseconds():
+			laterOn = append(laterOn, i)
+		default:
+			t.Errorf("%s: node%d: %s = %q with PTTL %dms; want nothing, the released holder's token (PTTL ≤ %v) or the later one's (≤ %v)",
+				when, i, rk, v, ms, resumeTTL, resumeLaterTTL)
+		}
+	}
+	return holderOn, laterOn
+}
+
+// frozenLink: the frozen client's link to every node freezes (its proxies
+// delay everything by more than the TTL) right after it acquired: its
+// Extend, a new attempt and its Release all reach the nodes after its lock
+// has expired and the later client has taken the key, and must leave the
+// later client's copies as they were.
+func (rt *resumeTest) frozenLink(t *testing.T) {
+	const (
+		key   = "frozen-link"
+		delay = resumeTTL + 100*time.Millisecond // each way
+	)
+	ctx, admins, rk := rt.ctx, rt.admins, rkey(key)
+	lf, err := rt.frozen.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventuallyAll(t, admins, key, lf.Token())
+	for _, p := range rt.fp {
+		p.SetLatency(delay)
+	}
+	defer func() {
+		for _, p := range rt.fp {
+			p.SetLatency(0)
+		}
+	}()
+	if err := lf.Extend(ctx, 0); !errors.Is(err, redlock.ErrNotHeld) {
+		t.Errorf("frozen: Extend = %v, want ErrNotHeld (timeouts)", err)
+	}
+	start := time.Now()
+	lb, err := rt.later.Lock(ctx, key)
+	acq := time.Now()
+	if err != nil {
+		t.Fatalf("later: Lock: %v", err)
+	}
+	if acq.Before(lf.Deadline()) {
+		t.Fatalf("later acquired the key %v before the frozen holder's deadline", lf.Deadline().Sub(acq))
+	}
+	t.Logf("later waited %v for the frozen holder's lock to expire", acq.Sub(start).Round(time.Millisecond))
+	// later holds a quorum; a node whose copy of the frozen holder's key
+	// had not expired yet when later's round reached it said "taken" and
+	// stays empty. Wait until no node holds the frozen holder's token.
+	var on []int
+	eventually(t, 2*time.Second, 5*time.Millisecond, "the frozen holder's copies expired", func() bool {
+		on = tokensOn(t, admins, rk, lb.Token())
+		return len(tokensOn(t, admins, rk, lf.Token())) == 0
+	})
+	if len(on) < nodes/2+1 {
+		t.Fatalf("later's token is on nodes %v, fewer than a quorum", on)
+	}
+	before := snapshot(t, admins, rk)
+	if _, err := rt.frozen.TryLock(ctx, key); !errors.Is(err, redlock.ErrNotAcquired) {
+		t.Errorf("frozen: TryLock = %v, want ErrNotAcquired", err)
+	}
+	if err := lf.Release(ctx); !errors.Is(err, redlock.ErrNotHeld) {
+		t.Errorf("frozen: Release = %v, want ErrNotHeld", err)
+	}
+	// Everything the frozen client sent has run once a PING sent after it
+	// through the same proxies is answered.
+	drain(t, rt.drainers, 5*delay)
+	checkIntact(t, admins, before, lb.Token(), "the frozen client's late commands")
+	heldAndReleased(t, ctx, "later", lb)
+	eventuallyGone(t, admins, key)
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/quorumlock/quorumlock/redlock"
 	"github.com/quorumlock/quorumlock/testkit"
 )
 
@@ -57,6 +58,18 @@ func (c *cluster) proxyEach(t *testing.T) ([]*testkit.Proxy, func(i int) *redis.
 	return ps, func(i int) *redis.Options {
 		return &redis.Options{Addr: ps[i].Addr(), Password: c.password}
 	}
+}
+
+// proxied returns a client named name with opts whose links to the nodes
+// pass through a fault proxy per node (ps, in node order; see proxyEach),
+// warmed up (warm), and a ready drainer per proxy (see drain).
+func (c *cluster) proxied(t *testing.T, ctx context.Context, name string, opts ...redlock.Option) (lc *lockClient, ps []*testkit.Proxy, drainers []*redis.Client) {
+	t.Helper()
+	ps, via := c.proxyEach(t)
+	drainers = c.drainers(t, ps)
+	lc = c.newLockClient(t, name, via, opts...)
+	warm(t, ctx, lc)
+	return lc, ps, drainers
 }
 
 // drainers returns one client per proxy, connected through it and ready
@@ -217,13 +230,30 @@ func valuesOn(t *testing.T, admins []*redis.Client, key string) map[string][]int
 	return out
 }
 
-// heldByToken waits until key holds token on every node, so that a fault
-// that follows hits a real copy on each.
-func heldByToken(t *testing.T, admins []*redis.Client, key, token string) {
+// heldAndReleased fails the test unless who's lock l is still held (Held
+// says so and an Extend succeeds), and releases it.
+func heldAndReleased(t *testing.T, ctx context.Context, who string, l *redlock.Lock) {
 	t.Helper()
-	eventually(t, 5*time.Second, 5*time.Millisecond, "token on all five nodes", func() bool {
-		return len(tokensOn(t, admins, rkey(key), token)) == len(admins)
-	})
+	if ok, err := l.Held(ctx); !ok || err != nil {
+		t.Fatalf("%s: Held = %v, %v; want true", who, ok, err)
+	}
+	if err := l.Extend(ctx, 0); err != nil {
+		t.Fatalf("%s: Extend: %v", who, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("%s: Release: %v", who, err)
+	}
+}
+
+// lockAsync calls lc.Lock(ctx, key, opts...) on a goroutine and delivers
+// its result (a lockResult, api_test.go) on the channel it returns.
+func lockAsync(ctx context.Context, lc *lockClient, key string, opts ...redlock.Option) <-chan lockResult {
+	got := make(chan lockResult, 1)
+	go func() {
+		l, err := lc.Lock(ctx, key, opts...)
+		got <- lockResult{l, err, time.Now()}
+	}()
+	return got
 }
 
 // btoi is 1 for true, 0 for false.

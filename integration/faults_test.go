@@ -174,23 +174,32 @@ func TestKillMajority(t *testing.T) {
 		}
 	}
 	for _, x := range []*lockClient{lc, fresh} {
-		var tries int
-		took := eventually(t, 10*time.Second, 20*time.Millisecond, x.name+": TryLock after restart", func() bool {
-			tries++
-			l, err := x.TryLock(ctx, "majority-dead")
-			if err != nil {
-				if !errors.Is(err, redlock.ErrNotAcquired) {
-					t.Fatalf("%s: TryLock after restart: %v", x.name, err)
-				}
-				return false
-			}
-			if err := l.Release(ctx); err != nil {
-				t.Fatalf("%s: Release after restart: %v", x.name, err)
-			}
-			return true
-		})
+		took, tries := acquiresAgain(t, ctx, x, "majority-dead", "after restart")
 		t.Logf("%s: acquired again %v after the restarts, in %d attempts", x.name, took, tries)
 	}
+}
+
+// acquiresAgain waits (10 s at most) until lc acquires key, then releases
+// it; every failed attempt must fail with ErrNotAcquired and name the nodes.
+// It returns how long that took and how many attempts it made.
+func acquiresAgain(t *testing.T, ctx context.Context, lc *lockClient, key, when string) (time.Duration, int) {
+	t.Helper()
+	var tries int
+	took := eventually(t, 10*time.Second, 20*time.Millisecond, lc.name+": TryLock "+when, func() bool {
+		tries++
+		l, err := lc.TryLock(ctx, key)
+		if err != nil {
+			if !errors.Is(err, redlock.ErrNotAcquired) || !strings.Contains(err.Error(), "node") {
+				t.Fatalf("%s: TryLock %s: %v", lc.name, when, err)
+			}
+			return false
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("%s: Release %s: %v", lc.name, when, err)
+		}
+		return true
+	})
+	return took, tries
 }
 
 // TestPause freezes nodes (sockets stay open, nothing is answered): with
@@ -212,11 +221,8 @@ func TestPause(t *testing.T) {
 		}
 	})
 	ctx := ctxT(t, 60*time.Second)
-	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}
-	three := c.newLockClient(t, "three-paused", c.direct, opts...)
-	two := c.newLockClient(t, "two-paused", c.direct, opts...)
-	warm(t, ctx, three)
-	warm(t, ctx, two)
+	lcs := c.warmClients(t, ctx, []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}, "three-paused", "two-paused")
+	three, two := lcs[0], lcs[1]
 	bound := failBound(t, nodeTimeout)
 
 	paused := []int{0, 2, 4}
@@ -233,30 +239,19 @@ func TestPause(t *testing.T) {
 	// which the cluster's clean-up check verifies.)
 	three.closeAndCheck(t)
 
-	// Two paused: a quorum of three answers at once.
+	// Two paused: a quorum of three answers at once. A per-call node
+	// timeout far above the live nodes' answers: if a round waited for the
+	// paused nodes it would take this long. The live nodes must all hold
+	// the lock: the quorum is exactly them.
 	if err := c.Node(0).Resume(); err != nil {
 		t.Fatal(err)
 	}
-	live := []int{0, 1, 3}
 	for round := range 10 {
-		key := "two-paused"
-		start := time.Now()
-		// A per-call node timeout far above the live nodes' answers: if the
-		// round waited for the paused nodes it would take this long.
-		const slow = time.Second
-		l, err := two.TryLock(ctx, key, redlock.WithNodeTimeout(slow))
-		ret := time.Now()
-		if err != nil {
-			t.Fatalf("round %d: TryLock with 2 of 5 nodes paused: %v", round, err)
-		}
-		if el := ret.Sub(start); el >= slow {
-			t.Errorf("round %d: TryLock took %v: it waited for the paused nodes", round, el)
-		}
+		l, start, ret := quorumRound(t, ctx, two, "two-paused", time.Second, time.Second)
 		if held, err := l.Held(ctx); !held || err != nil {
 			t.Fatalf("round %d: Held = %v, %v", round, held, err)
 		}
-		// The live nodes must all hold it: the quorum is exactly them.
-		checkDeadline(t, l, start, ret, ttl, 0, admins, live)
+		checkDeadline(t, l, start, ret, ttl, 0, admins, []int{0, 1, 3})
 		if err := l.Extend(ctx, 0); err != nil {
 			t.Fatalf("round %d: Extend with 2 of 5 nodes paused: %v", round, err)
 		}
@@ -270,17 +265,25 @@ func TestPause(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Everything answers again.
-	eventually(t, 10*time.Second, 20*time.Millisecond, "TryLock after Resume", func() bool {
-		l, err := two.TryLock(ctx, "after-resume")
-		if err != nil {
-			return false
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatalf("Release after Resume: %v", err)
-		}
-		return true
-	})
+	acquiresAgain(t, ctx, two, "after-resume", "after Resume") // everything answers again
+}
+
+// quorumRound makes lc acquire key with a per-call node timeout of slow,
+// far above the answers of a quorum of fast nodes: the call must succeed
+// within (before the other nodes can answer), not waiting for the others.
+// It returns the lock and when the call started and returned.
+func quorumRound(t *testing.T, ctx context.Context, lc *lockClient, key string, slow, within time.Duration) (*redlock.Lock, time.Time, time.Time) {
+	t.Helper()
+	start := time.Now()
+	l, err := lc.TryLock(ctx, key, redlock.WithNodeTimeout(slow))
+	ret := time.Now()
+	if err != nil {
+		t.Fatalf("%s: TryLock with a quorum of fast nodes: %v", lc.name, err)
+	}
+	if el := ret.Sub(start); el >= within {
+		t.Errorf("%s: TryLock took %v: it waited for the slow nodes", lc.name, el)
+	}
+	return l, start, ret
 }
 
 // TestProxyFaults injects faults between one Client and the nodes through
@@ -289,142 +292,131 @@ func TestProxyFaults(t *testing.T) {
 	const (
 		ttl         = 3 * time.Second
 		nodeTimeout = 100 * time.Millisecond
-		latency     = 100 * time.Millisecond // each way
 	)
 	c := startCluster(t, ttl, "")
-	admins := c.admins(t)
-	ctx := ctxT(t, 60*time.Second)
-	proxies := make([]*testkit.Proxy, c.Len())
-	for i := range proxies {
-		proxies[i] = c.Node(i).Proxy(t)
-	}
+	pt := &proxyTest{admins: c.admins(t), ctx: ctxT(t, 60*time.Second), ttl: ttl, bound: failBound(t, nodeTimeout)}
 	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}
-	proxied := c.newLockClient(t, "proxied", func(i int) *redis.Options {
-		return &redis.Options{Addr: proxies[i].Addr()}
-	}, opts...)
-	direct := c.newLockClient(t, "direct", c.direct, opts...)
-	warm(t, ctx, proxied)
-	warm(t, ctx, direct)
-	bound := failBound(t, nodeTimeout)
+	pt.proxied, pt.proxies, _ = c.proxied(t, pt.ctx, "proxied", opts...)
+	pt.direct = c.warmClients(t, pt.ctx, opts, "direct")[0]
+	t.Run("latency-on-two", pt.latencyOnTwo)
+	t.Run("latency-on-three", pt.latencyOnThree)
+	t.Run("blackhole-three", pt.blackholeThree)
+}
 
-	// A per-call node timeout that slow nodes meet: their answers arrive
-	// after at least 2 × latency.
-	const patient = 2 * time.Second
+// proxyTest is what TestProxyFaults' subtests share: the proxied client
+// and its proxies, the directly connected client, their TTL, and the bound
+// of a failed acquisition.
+type proxyTest struct {
+	admins          []*redis.Client
+	ctx             context.Context
+	proxied, direct *lockClient
+	proxies         []*testkit.Proxy
+	ttl, bound      time.Duration
+}
 
-	t.Run("latency-on-two", func(t *testing.T) {
-		proxies[0].SetLatency(latency)
-		proxies[1].SetLatency(latency)
-		defer proxies[0].SetLatency(0)
-		defer proxies[1].SetLatency(0)
-		for round := range 5 {
-			start := time.Now()
-			l, err := proxied.TryLock(ctx, "latency", redlock.WithNodeTimeout(patient))
-			ret := time.Now()
-			if err != nil {
-				t.Fatalf("round %d: TryLock with latency on 2 of 5: %v", round, err)
-			}
-			// Three fast nodes decide; the round does not wait for the
-			// slow ones, whose answers cannot come before 2 × latency.
-			if el := ret.Sub(start); el >= 2*latency {
-				t.Errorf("round %d: TryLock took %v: it waited for the slow nodes", round, el)
-			}
-			checkDeadline(t, l, start, ret, ttl, 0, admins, []int{2, 3, 4})
-			if err := l.Release(ctx); err != nil {
-				t.Fatalf("round %d: Release: %v", round, err)
-			}
+const (
+	// proxyLatency is the latency TestProxyFaults puts on slow links,
+	// each way.
+	proxyLatency = 100 * time.Millisecond
+	// proxyPatient is a per-call node timeout that slow nodes meet: their
+	// answers arrive after at least 2 × proxyLatency.
+	proxyPatient = 2 * time.Second
+)
+
+// slow puts the latency on the proxies of nodes idx until the test ends.
+func (pt *proxyTest) slow(t *testing.T, idx ...int) {
+	for _, i := range idx {
+		pt.proxies[i].SetLatency(proxyLatency)
+	}
+	t.Cleanup(func() {
+		for _, i := range idx {
+			pt.proxies[i].SetLatency(0)
 		}
 	})
+}
 
-	t.Run("latency-on-three", func(t *testing.T) {
-		// Now a quorum needs a slow node: the round takes at least
-		// 2 × latency, and the deadline must account for it.
-		for _, i := range []int{0, 1, 2} {
-			proxies[i].SetLatency(latency)
+// latencyOnTwo: three fast nodes decide; a round does not wait for the
+// slow ones, whose answers cannot come before 2 × latency.
+func (pt *proxyTest) latencyOnTwo(t *testing.T) {
+	pt.slow(t, 0, 1)
+	for round := range 5 {
+		l, start, ret := quorumRound(t, pt.ctx, pt.proxied, "latency", proxyPatient, 2*proxyLatency)
+		checkDeadline(t, l, start, ret, pt.ttl, 0, pt.admins, []int{2, 3, 4})
+		if err := l.Release(pt.ctx); err != nil {
+			t.Fatalf("round %d: Release: %v", round, err)
 		}
-		defer func() {
-			for _, i := range []int{0, 1, 2} {
-				proxies[i].SetLatency(0)
-			}
-		}()
-		for round := range 3 {
-			start := time.Now()
-			l, err := proxied.TryLock(ctx, "latency", redlock.WithNodeTimeout(patient))
-			ret := time.Now()
-			if err != nil {
-				t.Fatalf("round %d: TryLock with latency on 3 of 5: %v", round, err)
-			}
-			if el := ret.Sub(start); el < 2*latency {
-				t.Fatalf("round %d: TryLock took %v, less than one slow round trip", round, el)
-			}
-			checkDeadline(t, l, start, ret, ttl, 2*latency, admins, []int{3, 4})
-			if err := l.Release(ctx); err != nil {
-				t.Fatalf("round %d: Release: %v", round, err)
-			}
-		}
-		// With the client's own node timeout (100 ms, less than one slow
-		// round trip) the lock is refused: TestRollbackOnSlowNodes.
-	})
+	}
+}
 
-	t.Run("blackhole-three", func(t *testing.T) {
-		cut := []int{2, 3, 4}
+// latencyOnThree: now a quorum needs a slow node: a round takes at least 2
+// × latency, and the deadline must account for it. (With the client's own
+// node timeout, less than one slow round trip, the lock is refused:
+// TestRollbackOnSlowNodes.)
+func (pt *proxyTest) latencyOnThree(t *testing.T) {
+	pt.slow(t, 0, 1, 2)
+	for round := range 3 {
+		start := time.Now()
+		l, err := pt.proxied.TryLock(pt.ctx, "latency", redlock.WithNodeTimeout(proxyPatient))
+		ret := time.Now()
+		if err != nil {
+			t.Fatalf("round %d: TryLock with latency on 3 of 5: %v", round, err)
+		}
+		if el := ret.Sub(start); el < 2*proxyLatency {
+			t.Fatalf("round %d: TryLock took %v, less than one slow round trip", round, el)
+		}
+		checkDeadline(t, l, start, ret, pt.ttl, 2*proxyLatency, pt.admins, []int{3, 4})
+		if err := l.Release(pt.ctx); err != nil {
+			t.Fatalf("round %d: Release: %v", round, err)
+		}
+	}
+}
+
+// blackholeThree cuts the proxied client off from three nodes: its
+// attempts fail within the bound, while the directly connected client
+// acquires the same key meanwhile, even while the cut-off client keeps
+// trying; once healed, the proxied client acquires again.
+func (pt *proxyTest) blackholeThree(t *testing.T) {
+	cut := []int{2, 3, 4}
+	blackhole := func(on bool) {
 		for _, i := range cut {
-			proxies[i].Blackhole(true)
+			pt.proxies[i].Blackhole(on)
 		}
-		unblock := func() {
-			for _, i := range cut {
-				proxies[i].Blackhole(false)
-			}
-		}
-		defer unblock()
-		took := failingAttempts(t, ctx, proxied, 10, "partition", bound, cut, redlock.OutcomeTimeout)
-		t.Logf("TryLock with 3 of 5 nodes blackholed failed in %s", durations(took))
+	}
+	blackhole(true)
+	defer blackhole(false)
+	took := failingAttempts(t, pt.ctx, pt.proxied, 10, "partition", pt.bound, cut, redlock.OutcomeTimeout)
+	t.Logf("TryLock with 3 of 5 nodes blackholed failed in %s", durations(took))
 
-		// The directly connected client acquires the same key meanwhile,
-		// even while the cut-off client keeps trying.
-		done := make(chan []time.Duration)
-		go func() {
-			var took []time.Duration
-			for range 5 {
-				start := time.Now()
-				_, err := proxied.TryLock(ctx, "partition")
-				took = append(took, time.Since(start))
-				if !errors.Is(err, redlock.ErrNotAcquired) {
-					t.Errorf("cut-off client: TryLock = %v, want ErrNotAcquired", err)
-				}
-			}
-			done <- took
-		}()
-		for round := range 5 {
+	done := make(chan []time.Duration)
+	go func() {
+		var took []time.Duration
+		for range 5 {
 			start := time.Now()
-			l, err := direct.TryLock(ctx, "partition")
-			ret := time.Now()
-			if err != nil {
-				t.Fatalf("round %d: direct TryLock during the partition: %v", round, err)
-			}
-			checkDeadline(t, l, start, ret, ttl, 0, admins, nil)
-			if err := l.Release(ctx); err != nil {
-				t.Fatalf("round %d: direct Release: %v", round, err)
+			_, err := pt.proxied.TryLock(pt.ctx, "partition")
+			took = append(took, time.Since(start))
+			if !errors.Is(err, redlock.ErrNotAcquired) {
+				t.Errorf("cut-off client: TryLock = %v, want ErrNotAcquired", err)
 			}
 		}
-		for _, d := range <-done {
-			if d >= bound {
-				t.Errorf("cut-off client's TryLock took %v, want < %v", d, bound)
-			}
+		done <- took
+	}()
+	for round := range 5 {
+		start := time.Now()
+		l, err := pt.direct.TryLock(pt.ctx, "partition")
+		ret := time.Now()
+		if err != nil {
+			t.Fatalf("round %d: direct TryLock during the partition: %v", round, err)
 		}
-
-		unblock()
-		eventually(t, 10*time.Second, 20*time.Millisecond, "proxied TryLock after the partition heals", func() bool {
-			l, err := proxied.TryLock(ctx, "partition")
-			if err != nil {
-				if !errors.Is(err, redlock.ErrNotAcquired) || !strings.Contains(err.Error(), "node") {
-					t.Fatalf("TryLock after healing: %v", err)
-				}
-				return false
-			}
-			if err := l.Release(ctx); err != nil {
-				t.Fatalf("Release after healing: %v", err)
-			}
-			return true
-		})
-	})
+		checkDeadline(t, l, start, ret, pt.ttl, 0, pt.admins, nil)
+		if err := l.Release(pt.ctx); err != nil {
+			t.Fatalf("round %d: direct Release: %v", round, err)
+		}
+	}
+	for _, d := range <-done {
+		if d >= pt.bound {
+			t.Errorf("cut-off client's TryLock took %v, want < %v", d, pt.bound)
+		}
+	}
+	blackhole(false)
+	acquiresAgain(t, pt.ctx, pt.proxied, "partition", "after the partition heals")
 }

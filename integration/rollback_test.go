@@ -4,10 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/quorumlock/quorumlock/redlock"
-	"github.com/quorumlock/quorumlock/testkit"
 )
 
 // TestRollbackOnSlowNodes checks L2 when three of five nodes are reachable
@@ -24,17 +21,11 @@ func TestRollbackOnSlowNodes(t *testing.T) {
 	)
 	c := startCluster(t, ttl, "")
 	ctx := ctxT(t, 30*time.Second)
-	proxies := make([]*testkit.Proxy, c.Len())
-	for i := range proxies {
-		proxies[i] = c.Node(i).Proxy(t)
-	}
-	lc := c.newLockClient(t, "slow", func(i int) *redis.Options {
-		return &redis.Options{Addr: proxies[i].Addr()}
-	}, redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout))
-	warm(t, ctx, lc) // connections open, identities verified
+	// Connections open, identities verified, drainers ready before the
+	// latency.
+	lc, proxies, drainers := c.proxied(t, ctx, "slow", redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout))
 
 	slow := []int{0, 1, 2}
-	drainers := c.drainers(t, proxies[:len(slow)]) // ready before the latency
 	for _, i := range slow {
 		proxies[i].SetLatency(latency)
 	}

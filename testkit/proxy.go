@@ -343,76 +343,15 @@ func (p *Proxy) pipe(pc *proxyConn, src, dst net.Conn, up bool) {
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
-		timer := time.NewTimer(0)
-		<-timer.C
-		failed := false
-		for c := range ch {
-			if failed { // node to client: the client is gone, discard
-				continue
-			}
-			if wait := time.Until(c.due); wait > 0 {
-				timer.Reset(wait)
-				select {
-				case <-timer.C:
-				case <-pc.done:
-					timer.Stop()
-					return
-				}
-			}
-			if c.held != nil {
-				select {
-				case <-c.held.ready:
-				case <-pc.done:
-					return
-				}
-			}
-			if p.blackhole.Load() { // turned on while the chunk was delayed
-				pc.dropped.Store(true)
-				if c.held != nil {
-					close(c.held.done)
-				}
-				continue
-			}
-			_, err := dst.Write(c.data)
-			if c.held != nil {
-				c.held.written.Store(err == nil)
-				close(c.held.done)
-			}
-			if err != nil {
-				if up {
-					pc.close(false)
-					return
-				}
-				// The client is gone: close its side, so that the
-				// client-to-node pipe ends after delivering what it read.
-				_ = pc.client.Close()
-				failed = true
-			}
-		}
+		p.deliver(pc, ch, dst, up)
 	}()
-
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 {
-			if p.blackhole.Load() {
-				pc.dropped.Store(true)
-			} else {
-				c := chunk{data: append([]byte(nil), buf[:n]...)}
-				c.due = time.Now().Add(time.Duration(p.latency.Load()))
-				if up {
-					p.mu.Lock()
-					if h := pc.hold; h != nil && !h.delivering {
-						c.held = &heldChunk{pc: pc, n: n, ready: make(chan struct{}), done: make(chan struct{})}
-						h.queue = append(h.queue, c.held)
-						h.bytes += n
-					}
-					p.mu.Unlock()
-				}
-				select {
-				case ch <- c:
-				case <-pc.done:
-				}
+		if n > 0 && !p.drop(pc) {
+			select {
+			case ch <- p.chunkOf(pc, buf[:n], up):
+			case <-pc.done:
 			}
 		}
 		if err != nil {
@@ -422,6 +361,93 @@ func (p *Proxy) pipe(pc *proxyConn, src, dst net.Conn, up bool) {
 	close(ch)
 	<-writerDone // deliver what was read before the EOF, then close both
 	pc.close(false)
+}
+
+// drop reports whether the link is blackholed, and then marks pc as having
+// lost data.
+func (p *Proxy) drop(pc *proxyConn) bool {
+	if !p.blackhole.Load() {
+		return false
+	}
+	pc.dropped.Store(true)
+	return true
+}
+
+// chunkOf copies data into a chunk due once the latency has passed; from
+// the client (up) while pc is held, the chunk joins the hold's queue.
+func (p *Proxy) chunkOf(pc *proxyConn, data []byte, up bool) chunk {
+	c := chunk{data: append([]byte(nil), data...), due: time.Now().Add(time.Duration(p.latency.Load()))}
+	if up {
+		p.mu.Lock()
+		if h := pc.hold; h != nil && !h.delivering {
+			c.held = &heldChunk{pc: pc, n: len(data), ready: make(chan struct{}), done: make(chan struct{})}
+			h.queue = append(h.queue, c.held)
+			h.bytes += len(data)
+		}
+		p.mu.Unlock()
+	}
+	return c
+}
+
+// deliver writes each chunk of ch to dst when it is due (and, if held,
+// delivered) until ch is closed or pc ends. When the client is gone, the
+// node-to-client side closes the client's connection, so that the
+// client-to-node pipe ends after delivering what it read, and discards the
+// rest.
+func (p *Proxy) deliver(pc *proxyConn, ch <-chan chunk, dst net.Conn, up bool) {
+	timer := time.NewTimer(0)
+	<-timer.C
+	failed := false
+	for c := range ch {
+		if failed {
+			continue
+		}
+		if !await(pc, c, timer) {
+			return
+		}
+		if p.drop(pc) { // turned on while the chunk was delayed
+			if c.held != nil {
+				close(c.held.done)
+			}
+			continue
+		}
+		_, err := dst.Write(c.data)
+		if c.held != nil {
+			c.held.written.Store(err == nil)
+			close(c.held.done)
+		}
+		if err != nil && up {
+			pc.close(false)
+			return
+		}
+		if err != nil {
+			_ = pc.client.Close()
+			failed = true
+		}
+	}
+}
+
+// await waits until c is due and, if held, delivered; it returns false when
+// pc ended first.
+func await(pc *proxyConn, c chunk, timer *time.Timer) bool {
+	if wait := time.Until(c.due); wait > 0 {
+		timer.Reset(wait)
+		select {
+		case <-timer.C:
+		case <-pc.done:
+			timer.Stop()
+			return false
+		}
+	}
+	if c.held == nil {
+		return true
+	}
+	select {
+	case <-c.held.ready:
+		return true
+	case <-pc.done:
+		return false
+	}
 }
 
 // close closes both sides once; with rst, using SO_LINGER 0 so the peers

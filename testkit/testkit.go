@@ -177,42 +177,22 @@ func Start(t testing.TB, n int, opts ...Option) *Cluster {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	forced, forcedBy := cfg.backend, "the test"
-	if forced == "" {
-		forced = strings.TrimSpace(os.Getenv(EnvBackend))
-		forcedBy = EnvBackend + "=" + forced
-	}
-	switch forced {
-	case "", BackendDocker, BackendProcess:
-	default:
-		t.Fatalf("testkit: %s=%q: want %q or %q", EnvBackend, forced, BackendDocker, BackendProcess)
-	}
-
+	forced, forcedBy := forcedBackend(t, cfg)
 	c := &Cluster{password: cfg.password, id: newClusterID()}
 	t.Cleanup(func() { c.cleanup(t) })
 	begin := time.Now()
 
 	var dockerErr error
 	if forced != BackendProcess {
-		env, err := dockerEnvironment(t.Logf)
-		if err == nil {
-			err = c.startDocker(env, n, cfg)
-			if err != nil {
-				c.removeNodes(t) // do not leave a half-started cluster behind
-				if forced == "" {
-					markDockerBroken(err)
-				}
-			}
-		}
+		image, err := c.tryDocker(t, n, cfg, forced == "")
 		if err == nil {
 			t.Logf("testkit: %d redis servers via docker (image %s) in %v: %s",
-				n, env.image, time.Since(begin).Round(time.Millisecond), strings.Join(c.Addrs(), " "))
+				n, image, time.Since(begin).Round(time.Millisecond), strings.Join(c.Addrs(), " "))
 			return c
 		}
 		dockerErr = err
 		if forced == BackendDocker {
-			t.Fatalf("testkit: Docker backend forced by %s does not work: %v\n%s",
-				forcedBy, err, installHint)
+			t.Fatalf("testkit: Docker backend forced by %s does not work: %v\n%s", forcedBy, err, installHint)
 		}
 		t.Logf("testkit: Docker backend unusable (%v); falling back to redis-server processes", err)
 	}
@@ -230,6 +210,41 @@ func Start(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Logf("testkit: %d redis servers via process (%s) in %v: %s",
 		n, bin, time.Since(begin).Round(time.Millisecond), strings.Join(c.Addrs(), " "))
 	return c
+}
+
+// forcedBackend returns the backend the test or the environment forces
+// ("" for none) and who forced it; it fails the test on an unknown name.
+func forcedBackend(t testing.TB, cfg config) (forced, by string) {
+	t.Helper()
+	forced, by = cfg.backend, "the test"
+	if forced == "" {
+		forced = strings.TrimSpace(os.Getenv(EnvBackend))
+		by = EnvBackend + "=" + forced
+	}
+	switch forced {
+	case "", BackendDocker, BackendProcess:
+	default:
+		t.Fatalf("testkit: %s=%q: want %q or %q", EnvBackend, forced, BackendDocker, BackendProcess)
+	}
+	return forced, by
+}
+
+// tryDocker starts the nodes as containers and returns the image. On
+// failure it removes what it started and, when the backend was chosen
+// rather than forced (auto), marks Docker broken for later clusters.
+func (c *Cluster) tryDocker(t testing.TB, n int, cfg config, auto bool) (string, error) {
+	env, err := dockerEnvironment(t.Logf)
+	if err != nil {
+		return "", err
+	}
+	if err := c.startDocker(env, n, cfg); err != nil {
+		c.removeNodes(t) // do not leave a half-started cluster behind
+		if auto {
+			markDockerBroken(err)
+		}
+		return "", err
+	}
+	return env.image, nil
 }
 
 const installHint = `To run these tests, either install Docker and make sure "docker info" works for this user

@@ -200,28 +200,9 @@ func (m *Monitor) follow(ctx context.Context) error {
 		conn.Close()
 	}()
 	r := bufio.NewReaderSize(conn, 64<<10)
-	cmd := "MONITOR\r\n"
-	if m.pw != "" {
-		cmd = fmt.Sprintf("*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n", len(m.pw), m.pw) + cmd
-	}
-	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := conn.Write([]byte(cmd)); err != nil {
+	if err := m.attach(conn, r); err != nil {
 		return err
 	}
-	replies := 1 // one +OK per command sent: AUTH's, if any, and MONITOR's
-	if m.pw != "" {
-		replies = 2
-	}
-	for range replies {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			return err
-		}
-		if !strings.HasPrefix(line, "+OK") {
-			return fmt.Errorf("MONITOR on %s: %q", m.addr, strings.TrimSpace(line))
-		}
-	}
-	_ = conn.SetDeadline(time.Time{})
 	// Attached: everything run from now on is in the stream; what ran
 	// before is not.
 	m.audit.Gap(m.node)
@@ -243,4 +224,29 @@ func (m *Monitor) follow(ctx context.Context) error {
 		}
 		m.audit.Observe(m.node, e)
 	}
+}
+
+// attach sends AUTH (with a password) and MONITOR on conn and reads their
+// +OK replies, within two seconds.
+func (m *Monitor) attach(conn net.Conn, r *bufio.Reader) error {
+	cmd := "MONITOR\r\n"
+	replies := 1 // one +OK per command sent: AUTH's, if any, and MONITOR's
+	if m.pw != "" {
+		cmd = fmt.Sprintf("*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n", len(m.pw), m.pw) + cmd
+		replies = 2
+	}
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := conn.Write([]byte(cmd)); err != nil {
+		return err
+	}
+	for range replies {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(line, "+OK") {
+			return fmt.Errorf("MONITOR on %s: %q", m.addr, strings.TrimSpace(line))
+		}
+	}
+	return conn.SetDeadline(time.Time{})
 }

@@ -175,6 +175,51 @@ func lateAttempts(t *testing.T, scenario func(key string) bool) {
 	t.Fatal("the premise did not hold in 3 attempts: the machine is too slow for a 100 ms node timeout")
 }
 
+// lateRig is the set-up of the late-landing tests that delay client a's
+// commands: a cluster, its admin clients, a through a proxy per node (ps,
+// with their drainers), and b, another client connected directly, both
+// warmed up.
+type lateRig struct {
+	ctx      context.Context
+	admins   []*redis.Client
+	ps       []*testkit.Proxy
+	drainers []*redis.Client
+	a, b     *lockClient
+}
+
+// newLateRig starts the cluster and the rig's clients; closeAndCheck
+// closes them and checks what their failed rounds left.
+func newLateRig(t *testing.T) *lateRig {
+	t.Helper()
+	c := startCluster(t, lateTTL, "")
+	r := &lateRig{ctx: ctxT(t, 60*time.Second), admins: c.admins(t)}
+	r.a, r.ps, r.drainers = c.proxied(t, r.ctx, "a", redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(lateNodeTimeout))
+	r.b = c.warmClients(t, r.ctx, []redlock.Option{redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(patient)}, "b")[0]
+	return r
+}
+
+func (r *lateRig) closeAndCheck(t *testing.T) {
+	t.Helper()
+	r.a.closeAndCheck(t)
+	r.b.closeAndCheck(t)
+}
+
+// delay turns the transient delay on for the nodes idx (delayBriefly).
+func (r *lateRig) delay(t *testing.T, idx []int) *lateDelayed {
+	t.Helper()
+	return delayBriefly(t, r.ps, r.drainers, idx)
+}
+
+// delayedTryLock waits until no earlier reply is on its way (settle), turns
+// the transient delay on for the nodes slow, and calls a.TryLock(key).
+func (r *lateRig) delayedTryLock(t *testing.T, key string, slow []int) (*lateDelayed, *redlock.Lock, error) {
+	t.Helper()
+	settle()
+	d := r.delay(t, slow)
+	l, err := r.a.TryLock(r.ctx, key)
+	return d, l, err
+}
+
 // TestLateExtendNeverShortens (two holders): an extend to a short TTL that
 // timed out on every node must not, when its PEXPIREs land after a later,
 // longer extend succeeded, cut the key below the holder's deadline.
@@ -187,117 +232,127 @@ func lateAttempts(t *testing.T, scenario func(key string) bool) {
 // must keep A's token at least until A's deadline, and another client B must
 // never acquire "k".
 func TestLateExtendNeverShortens(t *testing.T) {
-	c := startCluster(t, lateTTL, "")
-	admins := c.admins(t)
-	ctx := ctxT(t, 60*time.Second)
-	ps, via := c.proxyEach(t)
-	drainers := c.drainers(t, ps)
-	a := c.newLockClient(t, "a", via, redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(lateNodeTimeout))
-	b := c.newLockClient(t, "b", c.direct, redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(patient))
-	warm(t, ctx, a)
-	warm(t, ctx, b)
+	r := newLateRig(t)
+	lateAttempts(t, func(key string) bool { return r.extendNeverShortens(t, key) })
+	r.closeAndCheck(t)
+}
 
-	lateAttempts(t, func(key string) bool {
-		l, err := a.TryLock(ctx, key)
-		if err != nil {
-			t.Logf("premise: a.TryLock(%q): %v", key, err)
-			return false
-		}
-		defer func() { _ = l.Release(ctx) }() // a broken premise, or b took it
-		// An extend with no delay: every node now has the extend
-		// script, so the late command below runs wherever it lands.
-		if err := l.Extend(ctx, lateTTL); err != nil {
-			t.Logf("premise: a.Extend(%v) with no delay: %v", lateTTL, err)
-			return false
-		}
-		settle()
-		if h := holders(t, admins, key, l.Token()); len(h) != nodes {
-			t.Logf("premise: a's token is only on %v", h)
-			return false
-		}
+// extendNeverShortens is TestLateExtendNeverShortens on key; it returns
+// false if the premise did not hold.
+func (r *lateRig) extendNeverShortens(t *testing.T, key string) bool {
+	ctx := r.ctx
+	l, err := r.a.TryLock(ctx, key)
+	if err != nil {
+		t.Logf("premise: a.TryLock(%q): %v", key, err)
+		return false
+	}
+	defer func() { _ = l.Release(ctx) }() // a broken premise, or b took it
+	// An extend with no delay: every node now has the extend script, so
+	// the late command below runs wherever it lands.
+	if err := l.Extend(ctx, lateTTL); err != nil {
+		t.Logf("premise: a.Extend(%v) with no delay: %v", lateTTL, err)
+		return false
+	}
+	settle()
+	if h := holders(t, r.admins, key, l.Token()); len(h) != nodes {
+		t.Logf("premise: a's token is only on %v", h)
+		return false
+	}
 
-		delayed := delayBriefly(t, ps, drainers, all())
-		err = l.Extend(ctx, time.Second)
-		t.Logf("a.Extend(1s) with the transient delay on every node: %v", err)
-		if err == nil {
-			t.Fatal("a.Extend(1s) with every node delayed by 400 ms (node timeout 100 ms) succeeded; want a timeout on every node")
-		}
-		if lerr := l.Err(); lerr != nil {
-			t.Fatalf("after an extend that only timed out, Err() = %v; want the lock still held", lerr)
-		}
-		// The second extend is sent after the delay is gone (it was,
-		// already, when the first one timed out) and before the late
-		// PEXPIREs land.
-		delayed.off()
-		if err := l.Extend(ctx, lateTTL); err != nil {
-			t.Logf("premise: a.Extend(%v) after the delay: %v", lateTTL, err)
-			delayed.landed()
-			return false
-		}
-		t.Logf("a.Extend(%v) succeeded; deadline in %v; the key on the nodes: %v", lateTTL, time.Until(l.Deadline()).Round(time.Millisecond), holders(t, admins, key, l.Token()))
+	delayed := r.delay(t, all())
+	err = l.Extend(ctx, time.Second)
+	t.Logf("a.Extend(1s) with the transient delay on every node: %v", err)
+	if err == nil {
+		t.Fatal("a.Extend(1s) with every node delayed by 400 ms (node timeout 100 ms) succeeded; want a timeout on every node")
+	}
+	if lerr := l.Err(); lerr != nil {
+		t.Fatalf("after an extend that only timed out, Err() = %v; want the lock still held", lerr)
+	}
+	// The second extend is sent after the delay is gone (it was, already,
+	// when the first one timed out) and before the late PEXPIREs land.
+	delayed.off()
+	if err := l.Extend(ctx, lateTTL); err != nil {
+		t.Logf("premise: a.Extend(%v) after the delay: %v", lateTTL, err)
+		delayed.landed()
+		return false
+	}
+	t.Logf("a.Extend(%v) succeeded; deadline in %v; the key on the nodes: %v", lateTTL, time.Until(l.Deadline()).Round(time.Millisecond), holders(t, r.admins, key, l.Token()))
 
-		at := delayed.landed()
-		t.Logf("the late PEXPIREs have landed; the key on the nodes: %v", holders(t, admins, key, l.Token()))
-
-		q := nodes/2 + 1
-		var short, stolen string // the first violation of each kind
-		for end := at.Add(2 * time.Second); time.Now().Before(end) && (short == "" || stolen == ""); time.Sleep(20 * time.Millisecond) {
-			if l.Err() != nil || !time.Now().Before(l.Deadline()) {
-				// Not a violation: the property holds while a believes
-				// it holds the lock, and it no longer does.
-				t.Logf("%v after the late PEXPIREs landed, a no longer believes it holds the lock (Err %v, deadline in %v): nothing left to check",
-					time.Since(at).Round(time.Millisecond), l.Err(), time.Until(l.Deadline()).Round(time.Millisecond))
-				break
-			}
-			if short == "" {
-				// A copy counts if it expires no earlier than a's
-				// deadline: it expires at or after the moment its PTTL
-				// was asked (Redis' 1 ms precision aside) plus the PTTL.
-				var good int
-				var seen []string
-				for i, cl := range admins {
-					left := time.Until(l.Deadline()).Milliseconds()
-					ms := pttl(t, cl, rkey(key))
-					ours := get(t, cl, rkey(key)) == l.Token()
-					seen = append(seen, fmt.Sprintf("node%d PTTL %dms (a's token: %v)", i, ms, ours))
-					if ours && ms+1 >= left {
-						good++
-					}
-				}
-				if good < q {
-					short = fmt.Sprintf("%v after the late PEXPIREs landed, only %d nodes keep a's token until a's deadline (%v ahead), fewer than a quorum of %d: %s",
-						time.Since(at).Round(time.Millisecond), good, time.Until(l.Deadline()).Round(time.Millisecond), q, strings.Join(seen, ", "))
-				}
-			}
-			if stolen == "" {
-				lb, err := b.TryLock(ctx, key)
-				if err != nil {
-					if !errors.Is(err, redlock.ErrNotAcquired) {
-						t.Errorf("b: TryLock: %v", err)
-					}
-					continue
-				}
-				if l.Err() == nil && time.Now().Before(l.Deadline()) {
-					stolen = fmt.Sprintf("%v after the late PEXPIREs landed, b acquired %q while a still holds it (Err nil, deadline %v ahead): two holders",
-						time.Since(at).Round(time.Millisecond), key, time.Until(l.Deadline()).Round(time.Millisecond))
-				}
-				if err := lb.Release(ctx); err != nil {
-					t.Errorf("b: Release: %v", err)
-				}
-			}
-		}
-		if short != "" {
-			t.Error(short)
-		}
-		if stolen != "" {
-			t.Error(stolen)
-		} else if err := l.Release(ctx); err != nil {
+	at := delayed.landed()
+	t.Logf("the late PEXPIREs have landed; the key on the nodes: %v", holders(t, r.admins, key, l.Token()))
+	if stolen := r.watchHeld(t, l, at); !stolen {
+		if err := l.Release(ctx); err != nil {
 			t.Errorf("a: Release: %v", err)
 		}
-		return true
-	})
-	a.closeAndCheck(t)
-	b.closeAndCheck(t)
+	}
+	return true
+}
+
+// watchHeld checks, every 20 ms for 2 s after at (or until a no longer
+// believes it holds l), that a quorum of nodes keeps a's token at least
+// until l's deadline, and that b cannot acquire l's key; it reports the
+// first violation of each and whether b took the key.
+func (r *lateRig) watchHeld(t *testing.T, l *redlock.Lock, at time.Time) (stolen bool) {
+	t.Helper()
+	key := l.Key()
+	var short, stole string // the first violation of each kind
+	for end := at.Add(2 * time.Second); time.Now().Before(end) && (short == "" || stole == ""); time.Sleep(20 * time.Millisecond) {
+		if l.Err() != nil || !time.Now().Before(l.Deadline()) {
+			// Not a violation: the property holds while a believes it
+			// holds the lock, and it no longer does.
+			t.Logf("%v after the late PEXPIREs landed, a no longer believes it holds the lock (Err %v, deadline in %v): nothing left to check",
+				time.Since(at).Round(time.Millisecond), l.Err(), time.Until(l.Deadline()).Round(time.Millisecond))
+			break
+		}
+		if short == "" {
+			if good, seen := r.keptUntil(t, l); good < nodes/2+1 {
+				short = fmt.Sprintf("%v after the late PEXPIREs landed, only %d nodes keep a's token until a's deadline (%v ahead), fewer than a quorum of %d: %s",
+					time.Since(at).Round(time.Millisecond), good, time.Until(l.Deadline()).Round(time.Millisecond), nodes/2+1, strings.Join(seen, ", "))
+			}
+		}
+		if stole == "" {
+			lb, err := r.b.TryLock(r.ctx, key)
+			if err != nil {
+				if !errors.Is(err, redlock.ErrNotAcquired) {
+					t.Errorf("b: TryLock: %v", err)
+				}
+				continue
+			}
+			if l.Err() == nil && time.Now().Before(l.Deadline()) {
+				stole = fmt.Sprintf("%v after the late PEXPIREs landed, b acquired %q while a still holds it (Err nil, deadline %v ahead): two holders",
+					time.Since(at).Round(time.Millisecond), key, time.Until(l.Deadline()).Round(time.Millisecond))
+			}
+			if err := lb.Release(r.ctx); err != nil {
+				t.Errorf("b: Release: %v", err)
+			}
+		}
+	}
+	if short != "" {
+		t.Error(short)
+	}
+	if stole != "" {
+		t.Error(stole)
+	}
+	return stole != ""
+}
+
+// keptUntil counts the nodes whose copy of l's key holds l's token and
+// expires no earlier than l's deadline: at or after the moment its PTTL was
+// asked (Redis' 1 ms precision aside) plus the PTTL. It also describes
+// every node's copy.
+func (r *lateRig) keptUntil(t *testing.T, l *redlock.Lock) (good int, seen []string) {
+	t.Helper()
+	rk := rkey(l.Key())
+	for i, cl := range r.admins {
+		left := time.Until(l.Deadline()).Milliseconds()
+		ms := pttl(t, cl, rk)
+		ours := get(t, cl, rk) == l.Token()
+		seen = append(seen, fmt.Sprintf("node%d PTTL %dms (a's token: %v)", i, ms, ours))
+		if ours && ms+1 >= left {
+			good++
+		}
+	}
+	return good, seen
 }
 
 // TestLateSetOutlivesRelease (released lock stays on nodes): a SET of a won
@@ -309,41 +364,32 @@ func TestLateExtendNeverShortens(t *testing.T) {
 // Release returns nil. Then the delayed SETs land on nodes 0 and 1, where
 // the key is free. Within 3 s after that, no node may hold A's token.
 func TestLateSetOutlivesRelease(t *testing.T) {
-	c := startCluster(t, lateTTL, "")
-	admins := c.admins(t)
-	ctx := ctxT(t, 60*time.Second)
-	ps, via := c.proxyEach(t)
-	drainers := c.drainers(t, ps)
-	a := c.newLockClient(t, "a", via, redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(lateNodeTimeout))
-	warm(t, ctx, a)
-
+	r := newLateRig(t)
 	slow := []int{0, 1}
 	lateAttempts(t, func(key string) bool {
-		settle()
-		delayed := delayBriefly(t, ps, drainers, slow)
-		l, err := a.TryLock(ctx, key)
+		delayed, l, err := r.delayedTryLock(t, key, slow)
 		if err != nil {
 			t.Logf("premise: a.TryLock(%q) with nodes %v delayed: %v; want it to win on the three fast nodes", key, slow, err)
 			delayed.landed()
 			return false
 		}
 		for _, i := range slow {
-			if v := get(t, admins[i], rkey(key)); v != "" {
+			if v := get(t, r.admins[i], rkey(key)); v != "" {
 				t.Fatalf("node%d holds %q right after TryLock returned: its SET was not delayed", i, v)
 			}
 		}
 		time.Sleep(150 * time.Millisecond)
-		if err := l.Release(ctx); err != nil {
+		if err := l.Release(r.ctx); err != nil {
 			t.Logf("premise: a.Release 150 ms after TryLock: %v", err)
 			delayed.landed()
 			return false
 		}
-		t.Logf("released; the token on the nodes: %v", holders(t, admins, key, l.Token()))
+		t.Logf("released; the token on the nodes: %v", holders(t, r.admins, key, l.Token()))
 
 		at := delayed.landed()
-		t.Logf("the delayed SETs have landed; the token on the nodes: %v", holders(t, admins, key, l.Token()))
+		t.Logf("the delayed SETs have landed; the token on the nodes: %v", holders(t, r.admins, key, l.Token()))
 		for end := at.Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			left := holders(t, admins, key, l.Token())
+			left := holders(t, r.admins, key, l.Token())
 			if len(left) == 0 {
 				t.Logf("the released token was gone from every node %v after the delayed SETs landed", time.Since(at).Round(time.Millisecond))
 				break
@@ -356,7 +402,7 @@ func TestLateSetOutlivesRelease(t *testing.T) {
 		}
 		return true
 	})
-	a.closeAndCheck(t)
+	r.closeAndCheck(t)
 }
 
 // TestLateSetAfterFailedRound (a failed round blocks the key): the SETs of a
@@ -369,26 +415,15 @@ func TestLateSetOutlivesRelease(t *testing.T) {
 // after that, the failed token must be gone from every node, and another
 // client B's TryLock on the key must succeed.
 func TestLateSetAfterFailedRound(t *testing.T) {
-	c := startCluster(t, lateTTL, "")
-	admins := c.admins(t)
-	ctx := ctxT(t, 60*time.Second)
-	ps, via := c.proxyEach(t)
-	drainers := c.drainers(t, ps)
-	a := c.newLockClient(t, "a", via, redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(lateNodeTimeout))
-	b := c.newLockClient(t, "b", c.direct, redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(patient))
-	warm(t, ctx, a)
-	warm(t, ctx, b)
-
+	r := newLateRig(t)
 	slow := []int{0, 1, 2}
 	lateAttempts(t, func(key string) bool {
-		settle()
-		before := a.tokens.failed()
-		delayed := delayBriefly(t, ps, drainers, slow)
-		_, err := a.TryLock(ctx, key)
+		before := r.a.tokens.failed()
+		delayed, _, err := r.delayedTryLock(t, key, slow)
 		t.Logf("a.TryLock(%q) with nodes %v delayed: %v", key, slow, err)
 		checkFailedRound(t, err, slow, redlock.OutcomeTimeout)
 		var token string
-		for tok := range a.tokens.failed() {
+		for tok := range r.a.tokens.failed() {
 			if !before[tok] {
 				token = tok
 			}
@@ -396,44 +431,49 @@ func TestLateSetAfterFailedRound(t *testing.T) {
 		if token == "" {
 			t.Fatal("the failed round's token is not in a's token log")
 		}
-
 		at := delayed.landed()
-		t.Logf("the delayed SETs have landed; the failed token on the nodes: %v", holders(t, admins, key, token))
-		var (
-			won     bool
-			lastErr error
-		)
-		for end := at.Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			left := holders(t, admins, key, token)
-			if !won {
-				lb, err := b.TryLock(ctx, key)
-				if err == nil {
-					won = true
-					t.Logf("b acquired %q %v after the delayed SETs landed", key, time.Since(at).Round(time.Millisecond))
-					if err := lb.Release(ctx); err != nil {
-						t.Errorf("b: Release: %v", err)
-					}
-				} else {
-					lastErr = err
-				}
-			}
-			if won && len(left) == 0 {
-				break
-			}
-			if time.Now().After(end) {
-				if len(left) > 0 {
-					t.Errorf("3 s after the delayed SETs landed, the token of a's FAILED round is still on %s", strings.Join(left, ", "))
-				}
-				if !won {
-					t.Errorf("3 s after the delayed SETs landed, b still cannot acquire %q: the failed round blocks the key; b's last TryLock: %v", key, lastErr)
-				}
-				break
-			}
-		}
+		t.Logf("the delayed SETs have landed; the failed token on the nodes: %v", holders(t, r.admins, key, token))
+		r.unblocked(t, key, token, at)
 		return true
 	})
-	a.closeAndCheck(t)
-	b.closeAndCheck(t)
+	r.closeAndCheck(t)
+}
+
+// unblocked checks that, within 3 s after at, the failed round's token is
+// gone from every node and b acquires key.
+func (r *lateRig) unblocked(t *testing.T, key, token string, at time.Time) {
+	t.Helper()
+	var (
+		won     bool
+		lastErr error
+	)
+	for end := at.Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		left := holders(t, r.admins, key, token)
+		if !won {
+			lb, err := r.b.TryLock(r.ctx, key)
+			if err == nil {
+				won = true
+				t.Logf("b acquired %q %v after the delayed SETs landed", key, time.Since(at).Round(time.Millisecond))
+				if err := lb.Release(r.ctx); err != nil {
+					t.Errorf("b: Release: %v", err)
+				}
+			} else {
+				lastErr = err
+			}
+		}
+		if won && len(left) == 0 {
+			return
+		}
+		if time.Now().After(end) {
+			if len(left) > 0 {
+				t.Errorf("3 s after the delayed SETs landed, the token of a's FAILED round is still on %s", strings.Join(left, ", "))
+			}
+			if !won {
+				t.Errorf("3 s after the delayed SETs landed, b still cannot acquire %q: the failed round blocks the key; b's last TryLock: %v", key, lastErr)
+			}
+			return
+		}
+	}
 }
 
 // TestLateRenewalAfterRelease (issue 12): a batched renewal (ExtendMany)

@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/testkit"
 	"github.com/quorumlock/quorumlock/testkit/history"
 )
 
@@ -31,88 +34,105 @@ func TestSlowLinks(t *testing.T) {
 // acquisition fails for want of validity (S2), and leaves nothing either.
 func repliesDelayedPastTTL(t *testing.T, c *cluster) {
 	const maxTTL = 2 * time.Second
-	admins := c.admins(t)
-	ctx := ctxT(t, 30*time.Second)
-	ps, via := c.proxyEach(t)
-	drainers := c.drainers(t, ps)
-	lc := c.newLockClient(t, "delayed", via, redlock.WithTTL(maxTTL), redlock.WithNodeTimeout(patient))
-	// rewarm runs a fenced acquisition and its release with no latency, so
-	// that the client has a ready connection to every node (one that timed
-	// out was dropped, and a new one costs a connect, HELLO and the restart
-	// guard's INFO: three more round trips behind a slow proxy) and every
-	// node has the fenced script (its first run costs EVALSHA, NOSCRIPT,
-	// EVAL). Then it waits until no straggler of it is on its way.
-	rewarm := func() {
-		t.Helper()
-		l, err := lc.TryLock(ctx, "warm-up-fenced", redlock.WithFencing(true))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		eventuallyGone(t, admins, "warm-up-fenced")
-	}
-	warm(t, ctx, lc)
-	eventuallyGone(t, admins, "warm-up")
-	slow := []int{0, 1, 2}
-	setLatency := func(d time.Duration) {
-		for _, i := range slow {
-			ps[i].SetLatency(d)
-		}
-	}
-	// noKey fails the test if a node holds key.
-	noKey := func(key string) {
-		t.Helper()
-		for i, cl := range admins {
-			if v := get(t, cl, rkey(key)); v != "" {
-				t.Errorf("node%d still holds %s = %q (PTTL %dms) after the delayed commands landed", i, rkey(key), v, pttl(t, cl, rkey(key)))
-			}
-		}
-	}
+	dt := &delayedTest{ctx: ctxT(t, 30*time.Second), admins: c.admins(t), slow: []int{0, 1, 2}}
+	dt.lc, dt.ps, dt.drainers = c.proxied(t, dt.ctx, "delayed", redlock.WithTTL(maxTTL), redlock.WithNodeTimeout(patient))
+	eventuallyGone(t, dt.admins, "warm-up")
+	t.Run("latency-above-TTL", dt.latencyAboveTTL)
+	t.Run("no-validity-left", dt.noValidityLeft)
+	dt.lc.closeAndCheck(t)
+}
 
-	t.Run("latency-above-TTL", func(t *testing.T) {
-		const (
-			ttl     = 400 * time.Millisecond
-			latency = 500 * time.Millisecond // each way
-			key     = "delayed-past-ttl"
-		)
-		rewarm()
-		setLatency(latency)
-		defer setLatency(0)
-		start := time.Now()
-		_, err := lc.TryLock(ctx, key, redlock.WithTTL(ttl), redlock.WithNodeTimeout(100*time.Millisecond))
-		t.Logf("TryLock with %v latency on nodes %v and a %v TTL failed after %v: %v", latency, slow, ttl, time.Since(start).Round(time.Microsecond), err)
-		checkFailedRound(t, err, slow, redlock.OutcomeTimeout)
-		drain(t, drainers, 10*latency)
-		noKey(key)
-	})
+// delayedTest is what repliesDelayedPastTTL's subtests share: the client
+// whose links to the slow nodes get the latency, through its proxies ps.
+type delayedTest struct {
+	ctx      context.Context
+	admins   []*redis.Client
+	lc       *lockClient
+	ps       []*testkit.Proxy
+	drainers []*redis.Client
+	slow     []int
+}
 
-	t.Run("no-validity-left", func(t *testing.T) {
-		const (
-			ttl         = 700 * time.Millisecond
-			nodeTimeout = 600 * time.Millisecond // waits for the slow nodes
-			latency     = 180 * time.Millisecond // each way: 2 round trips > TTL
-			key         = "delayed-no-validity"
-		)
-		rewarm()
-		setLatency(latency)
-		defer setLatency(0)
-		start := time.Now()
-		_, err := lc.TryLock(ctx, key, redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout), redlock.WithFencing(true))
-		took := time.Since(start)
-		t.Logf("fenced TryLock with %v latency on nodes %v and a %v TTL failed after %v: %v", latency, slow, ttl, took.Round(time.Microsecond), err)
-		if !errors.Is(err, redlock.ErrNotAcquired) {
-			t.Fatalf("TryLock whose two round trips outlast the TTL = %v, want ErrNotAcquired", err)
+// rewarm runs a fenced acquisition and its release with no latency, so
+// that the client has a ready connection to every node (one that timed out
+// was dropped, and a new one costs a connect, HELLO and the restart
+// guard's INFO: three more round trips behind a slow proxy) and every node
+// has the fenced script (its first run costs EVALSHA, NOSCRIPT, EVAL).
+// Then it waits until no straggler of it is on its way.
+func (dt *delayedTest) rewarm(t *testing.T) {
+	t.Helper()
+	l, err := dt.lc.TryLock(dt.ctx, "warm-up-fenced", redlock.WithFencing(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(dt.ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyGone(t, dt.admins, "warm-up-fenced")
+}
+
+// slowDown puts latency on the links to the slow nodes until the test ends.
+func (dt *delayedTest) slowDown(t *testing.T, latency time.Duration) {
+	set := func(d time.Duration) {
+		for _, i := range dt.slow {
+			dt.ps[i].SetLatency(d)
 		}
-		qe := asQuorumError(t, err)
-		if qe.Agreed() < qe.Quorum || qe.Validity > 0 {
-			t.Errorf("QuorumError: %d agreed (quorum %d), validity %v; want a quorum and no validity: %v", qe.Agreed(), qe.Quorum, qe.Validity, err)
+	}
+	set(latency)
+	t.Cleanup(func() { set(0) })
+}
+
+// landedNothing waits until the delayed commands have landed (within
+// bound), and fails the test if a node holds key.
+func (dt *delayedTest) landedNothing(t *testing.T, key string, bound time.Duration) {
+	t.Helper()
+	drain(t, dt.drainers, bound)
+	for i, cl := range dt.admins {
+		if v := get(t, cl, rkey(key)); v != "" {
+			t.Errorf("node%d still holds %s = %q (PTTL %dms) after the delayed commands landed", i, rkey(key), v, pttl(t, cl, rkey(key)))
 		}
-		drain(t, drainers, 10*latency)
-		noKey(key)
-	})
-	lc.closeAndCheck(t)
+	}
+}
+
+// latencyAboveTTL: the slow nodes time out, the acquisition fails.
+func (dt *delayedTest) latencyAboveTTL(t *testing.T) {
+	const (
+		ttl     = 400 * time.Millisecond
+		latency = 500 * time.Millisecond // each way
+		key     = "delayed-past-ttl"
+	)
+	dt.rewarm(t)
+	dt.slowDown(t, latency)
+	start := time.Now()
+	_, err := dt.lc.TryLock(dt.ctx, key, redlock.WithTTL(ttl), redlock.WithNodeTimeout(100*time.Millisecond))
+	t.Logf("TryLock with %v latency on nodes %v and a %v TTL failed after %v: %v", latency, dt.slow, ttl, time.Since(start).Round(time.Microsecond), err)
+	checkFailedRound(t, err, dt.slow, redlock.OutcomeTimeout)
+	dt.landedNothing(t, key, 10*latency)
+}
+
+// noValidityLeft: with fencing and a node timeout that waits for the slow
+// nodes, a quorum agrees, but the two round trips use up the TTL.
+func (dt *delayedTest) noValidityLeft(t *testing.T) {
+	const (
+		ttl         = 700 * time.Millisecond
+		nodeTimeout = 600 * time.Millisecond // waits for the slow nodes
+		latency     = 180 * time.Millisecond // each way: 2 round trips > TTL
+		key         = "delayed-no-validity"
+	)
+	dt.rewarm(t)
+	dt.slowDown(t, latency)
+	start := time.Now()
+	_, err := dt.lc.TryLock(dt.ctx, key, redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout), redlock.WithFencing(true))
+	took := time.Since(start)
+	t.Logf("fenced TryLock with %v latency on nodes %v and a %v TTL failed after %v: %v", latency, dt.slow, ttl, took.Round(time.Microsecond), err)
+	if !errors.Is(err, redlock.ErrNotAcquired) {
+		t.Fatalf("TryLock whose two round trips outlast the TTL = %v, want ErrNotAcquired", err)
+	}
+	qe := asQuorumError(t, err)
+	if qe.Agreed() < qe.Quorum || qe.Validity > 0 {
+		t.Errorf("QuorumError: %d agreed (quorum %d), validity %v; want a quorum and no validity: %v", qe.Agreed(), qe.Quorum, qe.Validity, err)
+	}
+	dt.landedNothing(t, key, 10*latency)
 }
 
 // extendRacingExpiry extends a lock right around its deadline while
@@ -246,130 +266,146 @@ func extendOutcome(err error) string {
 // completes; and after Close, once everything sent has landed, nothing of
 // the client is left on any node.
 func cancellation(t *testing.T, c *cluster) {
-	const (
-		ttl         = 3 * time.Second
-		latency     = 100 * time.Millisecond // each way, once the calls are "during"
-		nodeTimeout = time.Second            // patient: only the cancellation ends a call
-	)
-	admins := c.admins(t)
-	ctx := ctxT(t, 30*time.Second)
-	ps, via := c.proxyEach(t)
-	drainers := c.drainers(t, ps)
-	a := c.newLockClient(t, "a", via, redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout))
-	other := c.newLockClient(t, "other", c.direct, redlock.WithTTL(ttl), redlock.WithNodeTimeout(patient))
-	warm(t, ctx, a)
-	warm(t, ctx, other)
-	canceled := func(op string, err error, acquire bool) {
-		t.Helper()
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("%s = %v; want an error matching context.Canceled", op, err)
-		}
-		if acquire && !errors.Is(err, redlock.ErrNotAcquired) {
-			t.Errorf("%s = %v; want an error matching ErrNotAcquired", op, err)
-		}
-	}
-	var keys []string
-
-	t.Run("before", func(t *testing.T) {
-		const key = "cancel-before"
-		keys = append(keys, key)
-		cctx, cancel := context.WithCancel(ctx)
-		cancel()
-		made := a.tokens.attempts()
-		_, err := a.TryLock(cctx, key)
-		canceled("TryLock", err, true)
-		_, err = a.Lock(cctx, key)
-		canceled("Lock", err, true)
-		if n := a.tokens.attempts() - made; n != 0 {
-			t.Errorf("TryLock and Lock with a cancelled context made %d attempts", n)
-		}
-		l, err := a.TryLock(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d0 := l.Deadline()
-		err = l.Extend(cctx, 0)
-		canceled("Extend", err, false)
-		if errors.Is(err, redlock.ErrLockLost) || l.Err() != nil || !l.Deadline().Equal(d0) {
-			t.Errorf("after a cancelled Extend: %v, Err %v, deadline moved %v; want the lock unchanged", err, l.Err(), l.Deadline().Sub(d0))
-		}
-		_, err = l.Held(cctx)
-		canceled("Held", err, false)
-		_, err = a.Locked(cctx, key)
-		canceled("Locked", err, false)
-		// Release detaches from ctx: a deferred Release still runs.
-		if err := l.Release(cctx); err != nil {
-			t.Errorf("Release with a cancelled context = %v; want nil (it detaches)", err)
-		}
-		eventuallyGone(t, admins, key)
-	})
-
-	t.Run("during", func(t *testing.T) {
-		// Until the end of the test: see drain below.
-		for _, p := range ps {
-			p.SetLatency(latency)
-		}
-		cancelAfter := func(d time.Duration) context.Context {
-			cctx, cancel := context.WithCancel(ctx)
-			timer := time.AfterFunc(d, cancel)
-			t.Cleanup(func() { timer.Stop(); cancel() })
-			return cctx
-		}
-
-		// Cancelled while its SETs are on their way.
-		keys = append(keys, "cancel-trylock")
-		_, err := a.TryLock(cancelAfter(latency/2), "cancel-trylock")
-		canceled("TryLock cancelled in flight", err, true)
-
-		// Cancelled while waiting for a held key.
-		keys = append(keys, "cancel-wait")
-		lo, err := other.TryLock(ctx, "cancel-wait")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = a.Lock(cancelAfter(5*latency), "cancel-wait")
-		canceled("Lock cancelled while waiting", err, true)
-		if err := lo.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-
-		keys = append(keys, "cancel-extend")
-		l, err := a.TryLock(ctx, "cancel-extend")
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = l.Extend(cancelAfter(latency/2), 0)
-		canceled("Extend cancelled in flight", err, false)
-		if errors.Is(err, redlock.ErrLockLost) || l.Err() != nil {
-			t.Errorf("after an Extend cancelled in flight: %v, Err %v; want the lock still held", err, l.Err())
-		}
-		_, err = l.Held(cancelAfter(latency / 2))
-		canceled("Held cancelled in flight", err, false)
-		_, err = a.Locked(cancelAfter(latency/2), "cancel-extend")
-		canceled("Locked cancelled in flight", err, false)
-		if err := l.Extend(ctx, 0); err != nil {
-			t.Errorf("Extend after the cancelled calls: %v", err)
-		}
-		if err := l.Release(cancelAfter(latency / 2)); err != nil {
-			t.Errorf("Release cancelled in flight = %v; want nil (it detaches)", err)
-		}
-	})
+	const ttl = 3 * time.Second
+	ct := &cancelTest{ctx: ctxT(t, 30*time.Second), admins: c.admins(t)}
+	var drainers []*redis.Client
+	// A patient node timeout: only the cancellation ends a call.
+	ct.a, ct.ps, drainers = c.proxied(t, ct.ctx, "a", redlock.WithTTL(ttl), redlock.WithNodeTimeout(time.Second))
+	ct.other = c.warmClients(t, ct.ctx, []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(patient)}, "other")[0]
+	t.Run("before", ct.before)
+	t.Run("during", ct.during)
 
 	// Close joins the clean-up of the cancelled rounds; once everything a
 	// sent has landed, none of its keys may be left.
-	if err := a.Close(); err != nil {
+	if err := ct.a.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
 	drain(t, drainers, 5*time.Second) // with the latency still on: a PING must not overtake
-	for _, p := range ps {
+	for _, p := range ct.ps {
 		p.SetLatency(0)
 	}
-	for _, key := range keys {
-		for i, cl := range admins {
+	for _, key := range ct.keys {
+		for i, cl := range ct.admins {
 			if v := get(t, cl, rkey(key)); v != "" {
 				t.Errorf("node%d still holds %s = %q (PTTL %dms) after Close", i, rkey(key), v, pttl(t, cl, rkey(key)))
 			}
 		}
 	}
-	a.closeAndCheck(t)
+	ct.a.closeAndCheck(t)
+}
+
+// cancelTest is what cancellation's subtests share: client a, whose links
+// pass through the proxies ps, another client, and the keys a used.
+type cancelTest struct {
+	ctx      context.Context
+	admins   []*redis.Client
+	a, other *lockClient
+	ps       []*testkit.Proxy
+	keys     []string
+}
+
+// cancelLatency is the latency on a's links, each way, once the calls are
+// cancelled "during".
+const cancelLatency = 100 * time.Millisecond
+
+// canceled fails the test unless err matches context.Canceled and, for an
+// acquisition, ErrNotAcquired.
+func canceled(t *testing.T, op string, err error, acquire bool) {
+	t.Helper()
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("%s = %v; want an error matching context.Canceled", op, err)
+	}
+	if acquire && !errors.Is(err, redlock.ErrNotAcquired) {
+		t.Errorf("%s = %v; want an error matching ErrNotAcquired", op, err)
+	}
+}
+
+// before: every call with a context cancelled before it; TryLock and Lock
+// make no attempt, a cancelled Extend leaves the lock unchanged, and
+// Release detaches from ctx (a deferred Release still runs).
+func (ct *cancelTest) before(t *testing.T) {
+	const key = "cancel-before"
+	ct.keys = append(ct.keys, key)
+	cctx, cancel := context.WithCancel(ct.ctx)
+	cancel()
+	made := ct.a.tokens.attempts()
+	_, err := ct.a.TryLock(cctx, key)
+	canceled(t, "TryLock", err, true)
+	_, err = ct.a.Lock(cctx, key)
+	canceled(t, "Lock", err, true)
+	if n := ct.a.tokens.attempts() - made; n != 0 {
+		t.Errorf("TryLock and Lock with a cancelled context made %d attempts", n)
+	}
+	l, err := ct.a.TryLock(ct.ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d0 := l.Deadline()
+	err = l.Extend(cctx, 0)
+	canceled(t, "Extend", err, false)
+	if errors.Is(err, redlock.ErrLockLost) || l.Err() != nil || !l.Deadline().Equal(d0) {
+		t.Errorf("after a cancelled Extend: %v, Err %v, deadline moved %v; want the lock unchanged", err, l.Err(), l.Deadline().Sub(d0))
+	}
+	_, err = l.Held(cctx)
+	canceled(t, "Held", err, false)
+	_, err = ct.a.Locked(cctx, key)
+	canceled(t, "Locked", err, false)
+	if err := l.Release(cctx); err != nil {
+		t.Errorf("Release with a cancelled context = %v; want nil (it detaches)", err)
+	}
+	eventuallyGone(t, ct.admins, key)
+}
+
+// cancelAfter returns a context cancelled d from now (or at the end of the
+// test).
+func (ct *cancelTest) cancelAfter(t *testing.T, d time.Duration) context.Context {
+	cctx, cancel := context.WithCancel(ct.ctx)
+	timer := time.AfterFunc(d, cancel)
+	t.Cleanup(func() { timer.Stop(); cancel() })
+	return cctx
+}
+
+// during: every call cancelled while it is in flight, with the latency on
+// every link (until the end of the test: see cancellation's drain).
+func (ct *cancelTest) during(t *testing.T) {
+	for _, p := range ct.ps {
+		p.SetLatency(cancelLatency)
+	}
+	// Cancelled while its SETs are on their way.
+	ct.keys = append(ct.keys, "cancel-trylock")
+	_, err := ct.a.TryLock(ct.cancelAfter(t, cancelLatency/2), "cancel-trylock")
+	canceled(t, "TryLock cancelled in flight", err, true)
+
+	// Cancelled while waiting for a held key.
+	ct.keys = append(ct.keys, "cancel-wait")
+	lo, err := ct.other.TryLock(ct.ctx, "cancel-wait")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ct.a.Lock(ct.cancelAfter(t, 5*cancelLatency), "cancel-wait")
+	canceled(t, "Lock cancelled while waiting", err, true)
+	if err := lo.Release(ct.ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	ct.keys = append(ct.keys, "cancel-extend")
+	l, err := ct.a.TryLock(ct.ctx, "cancel-extend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = l.Extend(ct.cancelAfter(t, cancelLatency/2), 0)
+	canceled(t, "Extend cancelled in flight", err, false)
+	if errors.Is(err, redlock.ErrLockLost) || l.Err() != nil {
+		t.Errorf("after an Extend cancelled in flight: %v, Err %v; want the lock still held", err, l.Err())
+	}
+	_, err = l.Held(ct.cancelAfter(t, cancelLatency/2))
+	canceled(t, "Held cancelled in flight", err, false)
+	_, err = ct.a.Locked(ct.cancelAfter(t, cancelLatency/2), "cancel-extend")
+	canceled(t, "Locked cancelled in flight", err, false)
+	if err := l.Extend(ct.ctx, 0); err != nil {
+		t.Errorf("Extend after the cancelled calls: %v", err)
+	}
+	if err := l.Release(ct.cancelAfter(t, cancelLatency/2)); err != nil {
+		t.Errorf("Release cancelled in flight = %v; want nil (it detaches)", err)
+	}
 }

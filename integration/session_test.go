@@ -179,12 +179,8 @@ func TestSessionCutOffLosesBeforeOthersAcquire(t *testing.T) {
 	const ttl = 2 * time.Second
 	c := startCluster(t, ttl, "")
 	ctx := ctxT(t, 60*time.Second)
-	var proxies [nodes]interface{ Blackhole(bool) }
-	s := sessionClient(t, c, func(i int) *redis.Options {
-		px := c.Node(i).Proxy(t)
-		proxies[i] = px
-		return &redis.Options{Addr: px.Addr()}
-	}, redlock.WithTTL(ttl))
+	proxies, via := c.proxyEach(t)
+	s := sessionClient(t, c, via, redlock.WithTTL(ttl))
 	const locks = 20
 	held := make([]*redlock.Lock, locks)
 	for i := range held {
@@ -240,11 +236,8 @@ func TestSessionLateAcquireCleanedUp(t *testing.T) {
 	c := startCluster(t, ttl, "")
 	admins := c.admins(t)
 	ctx := ctxT(t, 60*time.Second)
-	var proxies [nodes]*testkit.Proxy
-	a := sessionClient(t, c, func(i int) *redis.Options {
-		proxies[i] = c.Node(i).Proxy(t)
-		return &redis.Options{Addr: proxies[i].Addr()}
-	}, redlock.WithTTL(ttl), redlock.WithNodeTimeout(200*time.Millisecond))
+	proxies, via := c.proxyEach(t)
+	a := sessionClient(t, c, via, redlock.WithTTL(ttl), redlock.WithNodeTimeout(200*time.Millisecond))
 	x, err := a.TryLock(ctx, "late-x") // keeps the session renewed
 	if err != nil {
 		t.Fatal(err)
@@ -291,11 +284,8 @@ func TestSessionLateRenewalAfterNextHolder(t *testing.T) {
 	c := startCluster(t, ttl, "")
 	admins := c.admins(t)
 	ctx := ctxT(t, 60*time.Second)
-	var proxies [nodes]*testkit.Proxy
-	a := sessionClient(t, c, func(i int) *redis.Options {
-		proxies[i] = c.Node(i).Proxy(t)
-		return &redis.Options{Addr: proxies[i].Addr()}
-	}, redlock.WithTTL(ttl), redlock.WithNodeTimeout(200*time.Millisecond))
+	proxies, via := c.proxyEach(t)
+	a := sessionClient(t, c, via, redlock.WithTTL(ttl), redlock.WithNodeTimeout(200*time.Millisecond))
 	la, err := a.TryLock(ctx, "late-renew")
 	if err != nil {
 		t.Fatal(err)

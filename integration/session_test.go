@@ -224,6 +224,33 @@ func TestSessionCutOffLosesBeforeOthersAcquire(t *testing.T) {
 	}
 }
 
+// sessionRig is the set-up of the tests of a session's late commands: a
+// cluster, its admin clients, and a session client a whose links pass
+// through a proxy per node (proxies, in node order).
+type sessionRig struct {
+	c       *cluster
+	ctx     context.Context
+	admins  []*redis.Client
+	proxies []*testkit.Proxy
+	a       *redlock.Client
+}
+
+// newSessionRig starts the rig, a with TTL ttl and a 200 ms node timeout,
+// and returns it with a's lock of key.
+func newSessionRig(t *testing.T, ttl time.Duration, key string) (*sessionRig, *redlock.Lock) {
+	t.Helper()
+	r := &sessionRig{c: startCluster(t, ttl, ""), ctx: ctxT(t, 60*time.Second)}
+	r.admins = r.c.admins(t)
+	var via func(int) *redis.Options
+	r.proxies, via = r.c.proxyEach(t)
+	r.a = sessionClient(t, r.c, via, redlock.WithTTL(ttl), redlock.WithNodeTimeout(200*time.Millisecond))
+	l, err := r.a.TryLock(r.ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, l
+}
+
 // TestSessionLateAcquireCleanedUp: a failed session acquire whose commands
 // land long after the call returned (held in the link, delivered past the
 // clean-up horizon of a plain lock) writes into a session its Client still
@@ -233,15 +260,8 @@ func TestSessionCutOffLosesBeforeOthersAcquire(t *testing.T) {
 // 10 × TTL.
 func TestSessionLateAcquireCleanedUp(t *testing.T) {
 	const ttl = 2 * time.Second
-	c := startCluster(t, ttl, "")
-	admins := c.admins(t)
-	ctx := ctxT(t, 60*time.Second)
-	proxies, via := c.proxyEach(t)
-	a := sessionClient(t, c, via, redlock.WithTTL(ttl), redlock.WithNodeTimeout(200*time.Millisecond))
-	x, err := a.TryLock(ctx, "late-x") // keeps the session renewed
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, x := newSessionRig(t, ttl, "late-x") // x keeps the session renewed
+	c, ctx, admins, proxies, a := r.c, r.ctx, r.admins, r.proxies, r.a
 	for _, px := range proxies[:3] {
 		px.Hold(testkit.HoldOpen)
 	}
@@ -281,15 +301,8 @@ func TestSessionLateAcquireCleanedUp(t *testing.T) {
 // theirs to delete: the next holder keeps the key on every node it took.
 func TestSessionLateRenewalAfterNextHolder(t *testing.T) {
 	const ttl = 2 * time.Second
-	c := startCluster(t, ttl, "")
-	admins := c.admins(t)
-	ctx := ctxT(t, 60*time.Second)
-	proxies, via := c.proxyEach(t)
-	a := sessionClient(t, c, via, redlock.WithTTL(ttl), redlock.WithNodeTimeout(200*time.Millisecond))
-	la, err := a.TryLock(ctx, "late-renew")
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, la := newSessionRig(t, ttl, "late-renew")
+	c, ctx, admins, proxies := r.c, r.ctx, r.admins, r.proxies
 	// After a renewal, so that the nodes have the renewal script cached:
 	// the late EVALSHAs must run, not fail with NOSCRIPT.
 	time.Sleep(ttl / 2)

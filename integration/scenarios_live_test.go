@@ -96,165 +96,184 @@ func stampede(t *testing.T, c *cluster) {
 // whose key another client holds now), and copies of another holder on some
 // nodes, which neither Extend nor Release of the lock may touch.
 func releaseMisuse(t *testing.T, c *cluster) {
-	const (
-		ttl         = 2 * time.Second
-		shortTTL    = 300 * time.Millisecond
-		nodeTimeout = patient
-	)
-	ctx := ctxT(t, 30*time.Second)
-	admins := c.admins(t)
-	opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout)}
-	a := c.newLockClient(t, "a", c.direct, opts...)
-	b := c.newLockClient(t, "b", c.direct, opts...)
+	opts := []redlock.Option{redlock.WithTTL(2 * time.Second), redlock.WithNodeTimeout(patient)}
+	m := &misuseTest{c: c, ctx: ctxT(t, 30*time.Second), admins: c.admins(t), opts: opts}
+	m.a = c.newLockClient(t, "a", c.direct, opts...)
+	m.b = c.newLockClient(t, "b", c.direct, opts...)
+	t.Run("concurrent-releases", m.concurrentReleases)
+	t.Run("release-after-expiry", m.releaseAfterExpiry)
+	t.Run("closed-client", m.closedClient)
+	t.Run("foreign-copies", m.foreignCopies)
+}
 
-	t.Run("concurrent-releases", func(t *testing.T) {
-		const key = "misuse-concurrent"
-		for round := range 5 {
-			l, err := a.TryLock(ctx, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			errs := make([]error, 3)
-			var wg sync.WaitGroup
-			gate := make(chan struct{})
-			for i := range errs {
-				wg.Go(func() {
-					<-gate
-					if i == 2 {
-						errs[i] = l.Extend(ctx, 0) // racing the releases
-						return
-					}
-					errs[i] = l.Release(ctx)
-				})
-			}
-			close(gate)
-			wg.Wait()
-			if nils := btoi(errs[0] == nil) + btoi(errs[1] == nil); nils != 1 ||
-				!errors.Is(errs[0], redlock.ErrReleased) && !errors.Is(errs[1], redlock.ErrReleased) {
-				t.Errorf("round %d: two concurrent Releases returned %v and %v; want one nil and one ErrReleased", round, errs[0], errs[1])
-			}
-			if errs[2] != nil && !errors.Is(errs[2], redlock.ErrReleased) {
-				t.Errorf("round %d: Extend racing the releases = %v; want nil or ErrReleased", round, errs[2])
-			}
-			// Whatever the order, the key is gone, and no Extend brings
-			// it back.
-			eventuallyGone(t, admins, key)
-			if err := l.Extend(ctx, 0); !errors.Is(err, redlock.ErrReleased) {
-				t.Errorf("round %d: Extend after Release = %v, want ErrReleased", round, err)
-			}
-			for i, cl := range admins {
-				if v := get(t, cl, rkey(key)); v != "" {
-					t.Errorf("round %d: node%d holds %q after the releases", round, i, v)
-				}
-			}
-		}
-	})
+// misuseTest is what releaseMisuse's subtests share: two clients a and b
+// with options opts.
+type misuseTest struct {
+	c      *cluster
+	ctx    context.Context
+	admins []*redis.Client
+	opts   []redlock.Option
+	a, b   *lockClient
+}
 
-	t.Run("release-after-expiry", func(t *testing.T) {
-		const key = "misuse-expired"
-		l, err := a.TryLock(ctx, key, redlock.WithTTL(shortTTL), redlock.WithNodeTimeout(100*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		<-l.Done()
-		eventuallyGone(t, admins, key) // expired on the servers too
-		err = l.Release(ctx)
-		if !errors.Is(err, redlock.ErrNotHeld) {
-			t.Fatalf("Release after expiry = %v, want ErrNotHeld", err)
-		}
-		if qe := asQuorumError(t, err); qe.Agreed() != 0 {
-			t.Errorf("Release after expiry: %d nodes confirmed: %v", qe.Agreed(), err)
-		}
-		if err := l.Release(ctx); !errors.Is(err, redlock.ErrReleased) {
-			t.Errorf("second Release = %v, want ErrReleased", err)
-		}
-		if err := l.Extend(ctx, 0); !errors.Is(err, redlock.ErrReleased) && !errors.Is(err, redlock.ErrLockLost) {
-			t.Errorf("Extend after expiry and Release = %v, want ErrReleased or ErrLockLost", err)
-		}
-		for i, cl := range admins {
-			if v := get(t, cl, rkey(key)); v != "" {
-				t.Errorf("node%d holds %q after a Release of an expired lock", i, v)
-			}
-		}
-	})
-
-	t.Run("closed-client", func(t *testing.T) {
-		const key = "misuse-closed"
-		x := c.newLockClient(t, "closing", c.direct, opts...)
-		l, err := x.TryLock(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := x.Close(); err != nil {
-			t.Fatalf("Close with a held lock: %v", err)
-		}
-		lb, err := b.TryLock(ctx, key)
-		if err != nil {
-			t.Fatalf("TryLock after the holder's Client closed: %v", err)
-		}
-		eventuallyAll(t, admins, key, lb.Token())
-		before := snapshot(t, admins, rkey(key))
-		closed := func(op string, err error) {
-			t.Helper()
-			if !errors.Is(err, redlock.ErrReleased) && !errors.Is(err, redlock.ErrClosed) {
-				t.Errorf("%s of a lock of a closed Client = %v, want ErrReleased or ErrClosed", op, err)
-			}
-		}
-		closed("Release", l.Release(ctx))
-		closed("Extend", l.Extend(ctx, 0))
-		if ok, err := l.Held(ctx); ok || (err != nil && !errors.Is(err, redlock.ErrClosed)) {
-			t.Errorf("Held of a lock of a closed Client = %v, %v; want false", ok, err)
-		}
-		if on := checkIntact(t, admins, before, lb.Token(), "the closed Client's lock handle"); len(on) != nodes {
-			t.Errorf("b's token was on nodes %v, want all", on)
-		}
-		if err := lb.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	})
-
-	t.Run("foreign-copies", func(t *testing.T) {
-		// The lock's copies on nodes 3 and 4 are replaced by another
-		// token, as if they had expired there and another client had
-		// taken them (a minority: it does not hold the lock). The lock
-		// still holds a quorum; its Extend and Release must leave the
-		// other copies exactly as they are.
-		const key = "misuse-foreign"
-		rk := rkey(key)
+// concurrentReleases: two Releases and an Extend of one lock at once, five
+// times: one Release returns nil, the other ErrReleased, the Extend nil or
+// ErrReleased; the key is gone and no later Extend brings it back.
+func (m *misuseTest) concurrentReleases(t *testing.T) {
+	ctx, admins, a := m.ctx, m.admins, m.a
+	const key = "misuse-concurrent"
+	for round := range 5 {
 		l, err := a.TryLock(ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventuallyAll(t, admins, key, l.Token())
-		const foreign = "another-holder"
+		errs := make([]error, 3)
+		var wg sync.WaitGroup
+		gate := make(chan struct{})
+		for i := range errs {
+			wg.Go(func() {
+				<-gate
+				if i == 2 {
+					errs[i] = l.Extend(ctx, 0) // racing the releases
+					return
+				}
+				errs[i] = l.Release(ctx)
+			})
+		}
+		close(gate)
+		wg.Wait()
+		if nils := btoi(errs[0] == nil) + btoi(errs[1] == nil); nils != 1 ||
+			!errors.Is(errs[0], redlock.ErrReleased) && !errors.Is(errs[1], redlock.ErrReleased) {
+			t.Errorf("round %d: two concurrent Releases returned %v and %v; want one nil and one ErrReleased", round, errs[0], errs[1])
+		}
+		if errs[2] != nil && !errors.Is(errs[2], redlock.ErrReleased) {
+			t.Errorf("round %d: Extend racing the releases = %v; want nil or ErrReleased", round, errs[2])
+		}
+		// Whatever the order, the key is gone, and no Extend brings
+		// it back.
+		eventuallyGone(t, admins, key)
+		if err := l.Extend(ctx, 0); !errors.Is(err, redlock.ErrReleased) {
+			t.Errorf("round %d: Extend after Release = %v, want ErrReleased", round, err)
+		}
+		for i, cl := range admins {
+			if v := get(t, cl, rkey(key)); v != "" {
+				t.Errorf("round %d: node%d holds %q after the releases", round, i, v)
+			}
+		}
+	}
+}
+
+// releaseAfterExpiry: the Release of a lock that expired with nobody else
+// holding it matches ErrNotHeld with no node confirming, a second one
+// ErrReleased, and nothing is left on the nodes.
+func (m *misuseTest) releaseAfterExpiry(t *testing.T) {
+	ctx, admins, a := m.ctx, m.admins, m.a
+	const key = "misuse-expired"
+	l, err := a.TryLock(ctx, key, redlock.WithTTL(300*time.Millisecond), redlock.WithNodeTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	eventuallyGone(t, admins, key) // expired on the servers too
+	err = l.Release(ctx)
+	if !errors.Is(err, redlock.ErrNotHeld) {
+		t.Fatalf("Release after expiry = %v, want ErrNotHeld", err)
+	}
+	if qe := asQuorumError(t, err); qe.Agreed() != 0 {
+		t.Errorf("Release after expiry: %d nodes confirmed: %v", qe.Agreed(), err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, redlock.ErrReleased) {
+		t.Errorf("second Release = %v, want ErrReleased", err)
+	}
+	if err := l.Extend(ctx, 0); !errors.Is(err, redlock.ErrReleased) && !errors.Is(err, redlock.ErrLockLost) {
+		t.Errorf("Extend after expiry and Release = %v, want ErrReleased or ErrLockLost", err)
+	}
+	for i, cl := range admins {
+		if v := get(t, cl, rkey(key)); v != "" {
+			t.Errorf("node%d holds %q after a Release of an expired lock", i, v)
+		}
+	}
+}
+
+// closedClient: the handle of a lock whose Client was closed (and whose
+// key b holds now) can neither release nor extend anything of b's.
+func (m *misuseTest) closedClient(t *testing.T) {
+	ctx, admins, b, c, opts := m.ctx, m.admins, m.b, m.c, m.opts
+	const key = "misuse-closed"
+	x := c.newLockClient(t, "closing", c.direct, opts...)
+	l, err := x.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Close(); err != nil {
+		t.Fatalf("Close with a held lock: %v", err)
+	}
+	lb, err := b.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("TryLock after the holder's Client closed: %v", err)
+	}
+	eventuallyAll(t, admins, key, lb.Token())
+	before := snapshot(t, admins, rkey(key))
+	closed := func(op string, err error) {
+		t.Helper()
+		if !errors.Is(err, redlock.ErrReleased) && !errors.Is(err, redlock.ErrClosed) {
+			t.Errorf("%s of a lock of a closed Client = %v, want ErrReleased or ErrClosed", op, err)
+		}
+	}
+	closed("Release", l.Release(ctx))
+	closed("Extend", l.Extend(ctx, 0))
+	if ok, err := l.Held(ctx); ok || (err != nil && !errors.Is(err, redlock.ErrClosed)) {
+		t.Errorf("Held of a lock of a closed Client = %v, %v; want false", ok, err)
+	}
+	if on := checkIntact(t, admins, before, lb.Token(), "the closed Client's lock handle"); len(on) != nodes {
+		t.Errorf("b's token was on nodes %v, want all", on)
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// foreignCopies: the lock's copies on nodes 3 and 4 are replaced by another
+// token, as if they had expired there and another client had taken them (a
+// minority: it does not hold the lock). The lock still holds a quorum; its
+// Extend and Release must leave the other copies exactly as they are.
+func (m *misuseTest) foreignCopies(t *testing.T) {
+	ctx, admins, a := m.ctx, m.admins, m.a
+	const key = "misuse-foreign"
+	rk := rkey(key)
+	l, err := a.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventuallyAll(t, admins, key, l.Token())
+	const foreign = "another-holder"
+	for _, i := range []int{3, 4} {
+		if err := admins[i].Set(ctx, rk, foreign, 4*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
 		for _, i := range []int{3, 4} {
-			if err := admins[i].Set(ctx, rk, foreign, 4*time.Second).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		t.Cleanup(func() {
-			for _, i := range []int{3, 4} {
-				_ = admins[i].Del(context.Background(), rk).Err()
-			}
-		})
-		before := snapshot(t, admins, rk)
-		if err := l.Extend(ctx, 0); err != nil {
-			t.Fatalf("Extend with the token on 3 nodes: %v", err)
-		}
-		checkIntact(t, admins, before, foreign, "Extend")
-		if ok, err := l.Held(ctx); !ok || err != nil {
-			t.Fatalf("Held with the token on 3 nodes = %v, %v", ok, err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatalf("Release with the token on 3 nodes: %v", err)
-		}
-		if on := checkIntact(t, admins, before, foreign, "Release"); !slices.Equal(on, []int{3, 4}) {
-			t.Errorf("the foreign token was on nodes %v, want [3 4]", on)
-		}
-		if on := tokensOn(t, admins, rk, l.Token()); len(on) != 0 {
-			t.Errorf("the released token is still on nodes %v", on)
+			_ = admins[i].Del(context.Background(), rk).Err()
 		}
 	})
+	before := snapshot(t, admins, rk)
+	if err := l.Extend(ctx, 0); err != nil {
+		t.Fatalf("Extend with the token on 3 nodes: %v", err)
+	}
+	checkIntact(t, admins, before, foreign, "Extend")
+	if ok, err := l.Held(ctx); !ok || err != nil {
+		t.Fatalf("Held with the token on 3 nodes = %v, %v", ok, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release with the token on 3 nodes: %v", err)
+	}
+	if on := checkIntact(t, admins, before, foreign, "Release"); !slices.Equal(on, []int{3, 4}) {
+		t.Errorf("the foreign token was on nodes %v, want [3 4]", on)
+	}
+	if on := tokensOn(t, admins, rk, l.Token()); len(on) != 0 {
+		t.Errorf("the released token is still on nodes %v", on)
+	}
 }
 
 // scriptCacheLoss: 4 goroutines on 2 Clients take one key with fencing (so
@@ -450,77 +469,22 @@ func refused(t *testing.T, what string, err error, k int) {
 // permissions releases: the release notification is refused, the release
 // must still succeed.
 func errorReplies(t *testing.T, c *cluster) {
-	const (
-		ttl         = 2 * time.Second
-		nodeTimeout = patient
-	)
 	ctx := ctxT(t, 30*time.Second)
 	admins := c.admins(t)
 	for k := 1; k <= nodes; k++ {
-		user := fmt.Sprintf("noset%d", k)
-		for i, cl := range admins {
-			rules := []any{"ACL", "SETUSER", user, "reset", "on", ">pw", "~*", "&*", "+@all"}
-			if i < k {
-				rules = append(rules, "-set")
-			}
-			if err := cl.Do(ctx, rules...).Err(); err != nil {
-				t.Fatalf("ACL SETUSER %s on node%d: %v", user, i, err)
-			}
-		}
-		t.Cleanup(func() {
-			for _, cl := range admins {
-				_ = cl.Do(context.Background(), "ACL", "DELUSER", user).Err()
-			}
-		})
-		denied := make([]int, k)
-		for i := range denied {
-			denied[i] = i
-		}
-		lc := c.newLockClient(t, user, func(i int) *redis.Options {
-			return &redis.Options{Addr: c.Node(i).Addr(), Username: user, Password: "pw"}
-		}, redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout))
-		for _, fencing := range []bool{false, true} {
-			key := fmt.Sprintf("noset%d-fencing-%v", k, fencing)
-			what := fmt.Sprintf("SET refused on nodes %v, fencing %v", denied, fencing)
-			l, err := lc.TryLock(ctx, key, redlock.WithFencing(fencing))
-			if k <= nodes-nodes/2-1 {
-				if err != nil {
-					t.Fatalf("%s: TryLock: %v", what, err)
-				}
-				if on := tokensOn(t, admins, rkey(key), l.Token()); len(on) < nodes/2+1 || slices.ContainsFunc(on, func(i int) bool { return i < k }) {
-					t.Errorf("%s: the token is on nodes %v", what, on)
-				}
-				if err := l.Extend(ctx, 0); err != nil {
-					t.Errorf("%s: Extend: %v", what, err)
-				}
-				if ok, err := l.Held(ctx); !ok || err != nil {
-					t.Errorf("%s: Held = %v, %v", what, ok, err)
-				}
-				if err := l.Release(ctx); err != nil {
-					t.Errorf("%s: Release: %v", what, err)
-				}
-				eventuallyGone(t, admins, key)
-				continue
-			}
-			refused(t, what, err, k)
-			if k == 3 {
-				t.Logf("%s: %v", what, err)
-			}
-			_, err = lc.Lock(ctx, key, redlock.WithFencing(fencing), redlock.WithMaxWait(100*time.Millisecond))
-			refused(t, what+", Lock", err, k)
-		}
-		// Close joins every roll-back; then none of the failed tokens may
-		// be on any node.
-		lc.closeAndCheck(t)
+		setRefused(t, ctx, c, admins, k)
 	}
+	releaseWithoutChannels(t, ctx, c, admins)
+}
 
-	// A user without pub/sub channel permissions (Redis 7's default for
-	// new users, acl-pubsub-default resetchannels): the release script's
-	// notification (PUBLISH) is refused with an error reply, after its
-	// DEL ran. The release did happen, and must be reported so.
-	const user = "nochannels"
+// aclClient creates the Redis user on every node (password "pw", every key,
+// and rules(i) on node i), deleted at the end of the test, and returns a
+// client that connects as it.
+func aclClient(t *testing.T, ctx context.Context, c *cluster, admins []*redis.Client, user string, rules func(i int) []any) *lockClient {
+	t.Helper()
 	for i, cl := range admins {
-		if err := cl.Do(ctx, "ACL", "SETUSER", user, "reset", "on", ">pw", "~*", "resetchannels", "+@all").Err(); err != nil {
+		cmd := append([]any{"ACL", "SETUSER", user, "reset", "on", ">pw", "~*"}, rules(i)...)
+		if err := cl.Do(ctx, cmd...).Err(); err != nil {
 			t.Fatalf("ACL SETUSER %s on node%d: %v", user, i, err)
 		}
 	}
@@ -529,10 +493,62 @@ func errorReplies(t *testing.T, c *cluster) {
 			_ = cl.Do(context.Background(), "ACL", "DELUSER", user).Err()
 		}
 	})
-	lc := c.newLockClient(t, user, func(i int) *redis.Options {
+	return c.newLockClient(t, user, func(i int) *redis.Options {
 		return &redis.Options{Addr: c.Node(i).Addr(), Username: user, Password: "pw"}
-	}, redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout))
-	const key = "nochannels"
+	}, redlock.WithTTL(2*time.Second), redlock.WithNodeTimeout(patient))
+}
+
+// setRefused connects as a user that may not run SET on nodes 0..k-1. With
+// fewer than a quorum of them, locks work on the others, with and without
+// fencing; else acquisitions fail (refused) and leave nothing behind.
+func setRefused(t *testing.T, ctx context.Context, c *cluster, admins []*redis.Client, k int) {
+	t.Helper()
+	user := fmt.Sprintf("noset%d", k)
+	lc := aclClient(t, ctx, c, admins, user, func(i int) []any {
+		if i < k {
+			return []any{"&*", "+@all", "-set"}
+		}
+		return []any{"&*", "+@all"}
+	})
+	denied := make([]int, k)
+	for i := range denied {
+		denied[i] = i
+	}
+	for _, fencing := range []bool{false, true} {
+		key := fmt.Sprintf("noset%d-fencing-%v", k, fencing)
+		what := fmt.Sprintf("SET refused on nodes %v, fencing %v", denied, fencing)
+		l, err := lc.TryLock(ctx, key, redlock.WithFencing(fencing))
+		if k <= nodes-nodes/2-1 {
+			if err != nil {
+				t.Fatalf("%s: TryLock: %v", what, err)
+			}
+			if on := tokensOn(t, admins, rkey(key), l.Token()); len(on) < nodes/2+1 || slices.ContainsFunc(on, func(i int) bool { return i < k }) {
+				t.Errorf("%s: the token is on nodes %v", what, on)
+			}
+			heldAndReleased(t, ctx, what, l)
+			eventuallyGone(t, admins, key)
+			continue
+		}
+		refused(t, what, err, k)
+		if k == 3 {
+			t.Logf("%s: %v", what, err)
+		}
+		_, err = lc.Lock(ctx, key, redlock.WithFencing(fencing), redlock.WithMaxWait(100*time.Millisecond))
+		refused(t, what+", Lock", err, k)
+	}
+	// Close joins every roll-back; then none of the failed tokens may be
+	// on any node.
+	lc.closeAndCheck(t)
+}
+
+// releaseWithoutChannels: a user without pub/sub channel permissions (Redis
+// 7's default for new users, acl-pubsub-default resetchannels): the release
+// script's notification (PUBLISH) is refused with an error reply, after its
+// DEL ran. The release did happen, and must be reported so; and Close
+// releases a held lock just as well.
+func releaseWithoutChannels(t *testing.T, ctx context.Context, c *cluster, admins []*redis.Client) {
+	const user, key = "nochannels", "nochannels"
+	lc := aclClient(t, ctx, c, admins, user, func(int) []any { return []any{"resetchannels", "+@all"} })
 	l, err := lc.TryLock(ctx, key)
 	if err != nil {
 		t.Fatalf("%s: TryLock: %v", user, err)
@@ -544,13 +560,11 @@ func errorReplies(t *testing.T, c *cluster) {
 		t.Errorf("%s: Release = %v; want nil: the key was deleted, only the release notification was refused", user, err)
 	}
 	eventuallyGone(t, admins, key)
-	held, err := lc.TryLock(ctx, key)
-	if err != nil {
+	if _, err := lc.TryLock(ctx, key); err != nil {
 		t.Fatalf("%s: TryLock: %v", user, err)
 	}
 	if err := lc.Close(); err != nil {
 		t.Errorf("%s: Close with a held lock = %v; want nil", user, err)
 	}
 	eventuallyGone(t, admins, key)
-	_ = held
 }

@@ -2,8 +2,6 @@ package integration
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,64 +79,13 @@ func probe(ctx context.Context, admins []*redis.Client, h *hist.History, l *redl
 
 // getPTTL reads key's value ("" when absent) and PTTL in one transaction.
 func getPTTL(ctx context.Context, cl *redis.Client, key string) (string, int64, error) {
-	vals, ms, err := getPTTLs(ctx, cl, []string{key})
+	vals, ms, err := hist.GetPTTLs(ctx, cl, []string{key})
 	if err != nil {
 		return "", 0, err
 	}
 	return vals[0], ms[0], nil
 }
 
-// getPTTLs reads the value ("" when absent) and PTTL of each key in one
-// transaction, so that they agree.
-func getPTTLs(ctx context.Context, cl *redis.Client, keys []string) (vals []string, pttls []int64, err error) {
-	gets := make([]*redis.StringCmd, len(keys))
-	ttls := make([]*redis.Cmd, len(keys))
-	_, err = cl.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for j, k := range keys {
-			gets[j] = p.Get(ctx, k)
-			ttls[j] = p.Do(ctx, "PTTL", k)
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, nil, err
-	}
-	vals, pttls = make([]string, len(keys)), make([]int64, len(keys))
-	for j := range keys {
-		vals[j] = gets[j].Val()
-		pttls[j], _ = ttls[j].Int64()
-	}
-	return vals, pttls, nil
-}
-
-// addSessionState fills in, for each key found that holds a session lock's
-// value, what its session key holds and its PTTL (read right after, in one
-// transaction: a session key only moves on by renewals, which make a held
-// lock look held a little longer, never the reverse).
-func addSessionState(ctx context.Context, cl *redis.Client, found []hist.Leftover) error {
-	idx, keys := []int{}, []string{}
-	for j, l := range found {
-		if _, _, sk, ok := node.ParseSession(l.Key, l.Token); ok {
-			idx, keys = append(idx, j), append(keys, sk)
-		}
-	}
-	if len(keys) == 0 {
-		return nil
-	}
-	vals, pttls, err := getPTTLs(ctx, cl, keys)
-	if err != nil {
-		return err
-	}
-	for j, i := range idx {
-		found[i].SessionInc, found[i].SessionPTTL = vals[j], pttls[j]
-	}
-	return nil
-}
-
-// sweep reads our lock keys on nodes, directly, right after a late
-// delivery and then every 200 ms until every key it can have set has
-// expired (TTL + allowance), or the faulter stops (the final scan takes
-// over), and records what it finds (L2).
 func (f *faulter) sweep(nodes []int) {
 	d := f.sweepFor
 	if d == 0 {
@@ -168,24 +115,12 @@ func (f *faulter) sweep(nodes []int) {
 func readLockKeys(cl *redis.Client, h *hist.History, i int, keys []string) (found []hist.Leftover, ok bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer cancel()
-	at := h.Now()
 	rkeys := make([]string, len(keys))
 	for j, k := range keys {
 		rkeys[j] = rkey(k)
 	}
-	vals, pttls, err := getPTTLs(ctx, cl, rkeys)
-	if err != nil {
-		return nil, false
-	}
-	for j, k := range rkeys {
-		if vals[j] != "" {
-			found = append(found, hist.Leftover{Node: i, Key: k, Token: vals[j], PTTL: pttls[j], At: at})
-		}
-	}
-	if addSessionState(ctx, cl, found) != nil {
-		return nil, false
-	}
-	return found, true
+	found, err := hist.ReadLeftovers(ctx, cl, i, rkeys, h.Now())
+	return found, err == nil
 }
 
 // scanLeftovers records every lock key and session key (not the counters of
@@ -193,20 +128,10 @@ func readLockKeys(cl *redis.Client, h *hist.History, i int, keys []string) (foun
 // must be up.
 func scanLeftovers(t *testing.T, admins []*redis.Client, h *hist.History) {
 	t.Helper()
-	for i, cl := range admins {
-		var found []hist.Leftover
-		for _, k := range lockKeys(t, cl) {
-			if strings.HasSuffix(k, ":fence") || k == sessionSeq {
-				continue // counters, without a TTL by design
-			}
-			found = append(found, hist.Leftover{Node: i, Key: k, Token: get(t, cl, k), PTTL: pttl(t, cl, k), At: h.Now()})
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := addSessionState(ctx, cl, found); err != nil {
-			t.Errorf("node%d: reading session keys: %v", i, err)
-		}
-		cancel()
-		h.AddLeftovers(found...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.Scan(ctx, admins, ""); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -233,7 +233,8 @@ func cmpOr(a, b time.Duration) time.Duration {
 // TokenLog is a token generator that remembers what it generated: give
 // Generate to redlock.WithTokenGenerator and the TokenLog to WithTokens.
 // Tokens are "prefix-n-random" (n counts from 1), so that a leftover names
-// its client and no two runs share a token. It is safe for concurrent use; the zero value has no prefix.
+// its client and no two runs share a token. It is safe for concurrent use;
+// the zero value has no prefix.
 type TokenLog struct {
 	Prefix string
 

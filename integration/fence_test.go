@@ -345,19 +345,7 @@ func TestStaleWriterRejected(t *testing.T) {
 		t.Fatalf("A: write while holding the lock: %v", err)
 	}
 
-	// A is paused past its validity: it does nothing until its deadline
-	// has passed on the local clock (Done closes then).
-	select {
-	case <-la.Done():
-	case <-time.After(4 * ttlA):
-		t.Fatalf("A's lease did not end within %v of a %v TTL", 4*ttlA, ttlA)
-	}
-	if now := time.Now(); now.Before(la.Deadline()) {
-		t.Fatalf("A's lease ended %v before its deadline", la.Deadline().Sub(now))
-	}
-	if !errors.Is(la.Err(), redlock.ErrLockLost) {
-		t.Fatalf("A: Err = %v, want ErrLockLost", la.Err())
-	}
+	pausedPastValidity(t, la, ttlA)
 
 	// B waits for the lock (A's keys expire on the nodes) and writes.
 	lb, err := b.Lock(ctx, key)
@@ -370,26 +358,50 @@ func TestStaleWriterRejected(t *testing.T) {
 	if err := fence.Write(ctx, res, resource, lb.Fence(), "B"); err != nil {
 		t.Fatalf("B: write: %v", err)
 	}
-	// Where B's lock lives: on a quorum at least. A node whose copy of A's
-	// key had not expired yet when B's winning round reached it said
-	// "taken" and stays empty (Redlock does not retry it), so B need not
-	// be on all five. Wait until no node holds A's token any more.
-	var bNodes []int
-	eventually(t, 2*time.Second, 5*time.Millisecond, "A's keys gone and B's token on a quorum", func() bool {
-		bNodes = bNodes[:0]
-		for i, cl := range admins {
-			switch get(t, cl, rkey(key)) {
-			case lb.Token():
-				bNodes = append(bNodes, i)
-			case "":
-			default:
-				return false
-			}
-		}
-		return len(bNodes) >= nodes/2+1
-	})
+	bNodes := soleHolder(t, admins, key, lb.Token())
+	rerr := staleWriterRefused(t, ctx, res, resource, la, lb)
 
-	// A wakes up and acts on its old lock.
+	// B's keys are intact on every node that held them, no node holds
+	// anything but B's token, and B still holds the lock.
+	c.mustHoldAll(t, admins, bNodes, key, lb.Token(), 0, ttlB.Milliseconds())
+	for i, cl := range admins {
+		if v := get(t, cl, rkey(key)); v != "" && v != lb.Token() {
+			t.Errorf("node%d: %s = %q after A's attempts, want B's token %q or nothing", i, rkey(key), v, lb.Token())
+		}
+	}
+	if ok, err := lb.Held(ctx); !ok || err != nil {
+		t.Fatalf("B: Held = %v, %v after A's attempts; want true", ok, err)
+	}
+	t.Logf("A's fence %d, B's fence %d (B's lock on nodes %v); A's stale write refused; A's Release: %v", la.Fence(), lb.Fence(), bNodes, rerr)
+	if err := lb.Release(ctx); err != nil {
+		t.Fatalf("B: Release: %v", err)
+	}
+}
+
+// pausedPastValidity waits, as holder A paused past its validity would,
+// until A's lock la has passed its deadline on the local clock (its Done
+// closes then, within 4 TTLs), and checks that A learns it lost the lock.
+func pausedPastValidity(t *testing.T, la *redlock.Lock, ttlA time.Duration) {
+	t.Helper()
+	select {
+	case <-la.Done():
+	case <-time.After(4 * ttlA):
+		t.Fatalf("A's lease did not end within %v of a %v TTL", 4*ttlA, ttlA)
+	}
+	if now := time.Now(); now.Before(la.Deadline()) {
+		t.Fatalf("A's lease ended %v before its deadline", la.Deadline().Sub(now))
+	}
+	if !errors.Is(la.Err(), redlock.ErrLockLost) {
+		t.Fatalf("A: Err = %v, want ErrLockLost", la.Err())
+	}
+}
+
+// staleWriterRefused: A wakes up and acts on its old lock la after B took
+// it (lb) and wrote the fenced resource. The resource refuses A's write and
+// keeps B's value and fence; A's Extend reports the lock lost, and its
+// Release, which it returns, matches ErrNotHeld with no node confirming.
+func staleWriterRefused(t *testing.T, ctx context.Context, res *redis.Client, resource string, la, lb *redlock.Lock) error {
+	t.Helper()
 	if err := fence.Write(ctx, res, resource, la.Fence(), "A, after its lock passed to B"); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("A: stale write returned %v, want fence.ErrStale", err)
 	}
@@ -410,22 +422,7 @@ func TestStaleWriterRejected(t *testing.T) {
 	if qe := asQuorumError(t, rerr); qe.Agreed() != 0 {
 		t.Errorf("A: Release: %d nodes confirmed A's token, want 0: %v", qe.Agreed(), rerr)
 	}
-
-	// B's keys are intact on every node that held them, no node holds
-	// anything but B's token, and B still holds the lock.
-	c.mustHoldAll(t, admins, bNodes, key, lb.Token(), 0, ttlB.Milliseconds())
-	for i, cl := range admins {
-		if v := get(t, cl, rkey(key)); v != "" && v != lb.Token() {
-			t.Errorf("node%d: %s = %q after A's attempts, want B's token %q or nothing", i, rkey(key), v, lb.Token())
-		}
-	}
-	if ok, err := lb.Held(ctx); !ok || err != nil {
-		t.Fatalf("B: Held = %v, %v after A's attempts; want true", ok, err)
-	}
-	t.Logf("A's fence %d, B's fence %d (B's lock on nodes %v); A's stale write refused; A's Release: %v", la.Fence(), lb.Fence(), bNodes, rerr)
-	if err := lb.Release(ctx); err != nil {
-		t.Fatalf("B: Release: %v", err)
-	}
+	return rerr
 }
 
 // TestFencingCost measures, without asserting on the numbers, what fencing

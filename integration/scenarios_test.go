@@ -230,6 +230,29 @@ func valuesOn(t *testing.T, admins []*redis.Client, key string) map[string][]int
 	return out
 }
 
+// soleHolder waits until the nodes hold no token of key but token, on a
+// quorum at least, and returns those nodes. (A node whose copy of the
+// previous holder's key had not expired yet when the winning round reached
+// it said "taken" and stays empty: Redlock does not retry it.)
+func soleHolder(t *testing.T, admins []*redis.Client, key, token string) []int {
+	t.Helper()
+	var on []int
+	eventually(t, 2*time.Second, 5*time.Millisecond, "other tokens gone and "+token+" on a quorum", func() bool {
+		on = on[:0]
+		for i, cl := range admins {
+			switch get(t, cl, rkey(key)) {
+			case token:
+				on = append(on, i)
+			case "":
+			default:
+				return false
+			}
+		}
+		return len(on) >= nodes/2+1
+	})
+	return on
+}
+
 // heldAndReleased fails the test unless who's lock l is still held (Held
 // says so and an Extend succeeds), and releases it.
 func heldAndReleased(t *testing.T, ctx context.Context, who string, l *redlock.Lock) {

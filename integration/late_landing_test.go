@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -572,13 +573,6 @@ func TestLateAttemptOfDepartedWaiter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	line := func(i int) []string {
-		w, err := admins[i].ZRange(ctx, rkey(key)+"\x1fq", 0, -1).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return w
-	}
 	waitCtx, giveUp := context.WithCancel(ctx)
 	defer giveUp()
 	gaveUp := make(chan error, 1)
@@ -588,8 +582,8 @@ func TestLateAttemptOfDepartedWaiter(t *testing.T) {
 	}()
 	var waiter string
 	eventually(t, 5*time.Second, 5*time.Millisecond, "a's waiter in the line of every node", func() bool {
-		for i := range admins {
-			w := line(i)
+		for _, cl := range admins {
+			w := waiters(t, ctx, cl, key)
 			if len(w) != 1 || (waiter != "" && w[0] != waiter) {
 				return false
 			}
@@ -601,25 +595,43 @@ func TestLateAttemptOfDepartedWaiter(t *testing.T) {
 		p.Hold(testkit.HoldOpen)
 	}
 	eventually(t, 5*time.Second, 5*time.Millisecond, "a's next attempt held on every link", func() bool {
-		for _, p := range ps {
-			if p.Held() == 0 {
-				return false
-			}
-		}
-		return true
+		return !slices.ContainsFunc(ps, func(p *testkit.Proxy) bool { return p.Held() == 0 })
 	})
 	giveUp()
 	if err := <-gaveUp; !errors.Is(err, redlock.ErrNotAcquired) {
 		t.Fatalf("a.Lock after giving up: %v; want ErrNotAcquired", err)
 	}
 	eventually(t, 5*time.Second, 10*time.Millisecond, "a's waiter out of every node's line", func() bool {
-		for i := range admins {
-			if len(line(i)) != 0 {
-				return false
-			}
-		}
-		return true
+		return !slices.ContainsFunc(admins, func(cl *redis.Client) bool { return len(waiters(t, ctx, cl, key)) != 0 })
 	})
+	heldAttemptsLand(t, ctx, admins, ps, key)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	handedToNobody(t, admins, key)
+	b := c.newLockClient(t, "b", c.direct, redlock.WithTTL(lateTTL))
+	l, err := b.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("another client's TryLock right after the release: %v", err)
+	}
+	_ = l.Release(ctx)
+}
+
+// waiters returns the waiters in key's line on the node of cl.
+func waiters(t *testing.T, ctx context.Context, cl *redis.Client, key string) []string {
+	t.Helper()
+	w, err := cl.ZRange(ctx, rkey(key)+"\x1fq", 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// heldAttemptsLand delivers what the proxies ps held, waits until each
+// node ran it (a script call more), and checks that no node put the
+// departed waiter back in key's line.
+func heldAttemptsLand(t *testing.T, ctx context.Context, admins []*redis.Client, ps []*testkit.Proxy, key string) {
+	t.Helper()
 	before := make([]int64, len(admins))
 	for i, cl := range admins {
 		before[i] = scriptCalls(t, cl)
@@ -637,16 +649,18 @@ func TestLateAttemptOfDepartedWaiter(t *testing.T) {
 		}
 		return true
 	})
-	for i := range admins {
-		if w := line(i); len(w) != 0 {
+	for i, cl := range admins {
+		if w := waiters(t, ctx, cl, key); len(w) != 0 {
 			t.Errorf("node%d: the line holds %v after the departed waiter's held attempt landed; want it empty", i, w)
 		}
 	}
-	if err := held.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// Release returns once a quorum released: the other nodes' deletes may
-	// still be on their way. Each node must end free, never handed.
+}
+
+// handedToNobody waits until key is free on every node after its release,
+// failing at once if a node hands it to a waiter. Release returns once a
+// quorum released: the other nodes' deletes may still be on their way.
+func handedToNobody(t *testing.T, admins []*redis.Client, key string) {
+	t.Helper()
 	eventually(t, 5*time.Second, 5*time.Millisecond, "the key free on every node after its release", func() bool {
 		free := true
 		for i, cl := range admins {
@@ -659,12 +673,6 @@ func TestLateAttemptOfDepartedWaiter(t *testing.T) {
 		}
 		return free
 	})
-	b := c.newLockClient(t, "b", c.direct, redlock.WithTTL(lateTTL))
-	l, err := b.TryLock(ctx, key)
-	if err != nil {
-		t.Fatalf("another client's TryLock right after the release: %v", err)
-	}
-	_ = l.Release(ctx)
 }
 
 // scriptCalls returns how many scripts the node has run (EVALSHA calls).

@@ -96,34 +96,21 @@ func TestSessionLocksOnRealRedis(t *testing.T) {
 		held = append(held, l)
 	}
 	time.Sleep(ttl) // past the TTL: the session's renewals keep them
-	for i, cl := range admins {
-		sk, ok := sessionOf(rkey(keys[0]), get(t, cl, rkey(keys[0])))
-		if !ok {
-			t.Fatalf("node%d: not a session lock's value: %q", i, get(t, cl, rkey(keys[0])))
-		}
-		if ms := pttl(t, cl, sk); ms <= 0 || ms > ttl.Milliseconds() {
-			t.Errorf("node%d: session key PTTL %dms, want (0, %d]", i, ms, ttl.Milliseconds())
-		}
-		if ms := pttl(t, cl, rkey(keys[0])); ms <= ttl.Milliseconds() {
-			t.Errorf("node%d: session lock key PTTL %dms, want its long TTL", i, ms)
-		}
-	}
+	sessionTTLs(t, admins, keys[0], ttl)
 	other := c.newLockClient(t, "other", c.direct, redlock.WithTTL(ttl))
 	scripted := c.newLockClient(t, "scripted", func(i int) *redis.Options {
 		o := c.direct(i)
 		o.MaxRetries = 1 // a client that may retry runs the acquire script
 		return o
 	}, redlock.WithTTL(ttl))
-	try := func(lc *lockClient, key string, opts ...redlock.Option) (*redlock.Lock, error) {
-		return lc.TryLock(ctx, key, opts...)
+	// The acquire paths, one per key: bare SET NX, script, fenced script.
+	paths := []func() (*redlock.Lock, error){
+		func() (*redlock.Lock, error) { return other.TryLock(ctx, keys[0]) },
+		func() (*redlock.Lock, error) { return scripted.TryLock(ctx, keys[1]) },
+		func() (*redlock.Lock, error) { return other.TryLock(ctx, keys[2], redlock.WithFencing(true)) },
 	}
-	fenced := redlock.WithFencing(true)
-	for i, f := range []func() error{
-		func() error { _, err := try(other, keys[0]); return err },
-		func() error { _, err := try(scripted, keys[1]); return err },
-		func() error { _, err := try(other, keys[2], fenced); return err },
-	} {
-		if err := f(); !errors.Is(err, redlock.ErrNotAcquired) {
+	for i, try := range paths {
+		if _, err := try(); !errors.Is(err, redlock.ErrNotAcquired) {
 			t.Fatalf("%s while its session lives: %v, want taken", keys[i], err)
 		}
 		if locked, err := other.Locked(ctx, keys[i]); !locked || err != nil {
@@ -134,35 +121,53 @@ func TestSessionLocksOnRealRedis(t *testing.T) {
 		}
 	}
 	endSession(t, admins, held[0])
-	for _, k := range keys {
-		if locked, err := other.Locked(ctx, k); locked || err != nil {
-			t.Fatalf("Locked(%s) = %v, %v after its session ended", k, locked, err)
+	for i, try := range paths {
+		if locked, err := other.Locked(ctx, keys[i]); locked || err != nil {
+			t.Fatalf("Locked(%s) = %v, %v after its session ended", keys[i], locked, err)
 		}
-	}
-	got := []func() (*redlock.Lock, error){
-		func() (*redlock.Lock, error) { return try(other, keys[0]) },
-		func() (*redlock.Lock, error) { return try(scripted, keys[1]) },
-		func() (*redlock.Lock, error) { return try(other, keys[2], fenced) },
-	}
-	for i, f := range got {
-		l, err := f()
+		l, err := try()
 		if err != nil {
 			t.Fatalf("%s after its session ended: %v", keys[i], err)
 		}
 		defer l.Release(context.Background())
 	}
 	for _, l := range held {
-		select {
-		case <-l.Done():
-		case <-time.After(2 * ttl):
-			t.Fatalf("%s: not lost %v after its session ended", l.Key(), 2*ttl)
+		lostWithSession(t, ctx, l, 2*ttl)
+	}
+}
+
+// sessionTTLs checks, on every node, that the session lock key's session
+// key carries the lock's TTL (at most ttl) and the key itself a longer one.
+func sessionTTLs(t *testing.T, admins []*redis.Client, key string, ttl time.Duration) {
+	t.Helper()
+	for i, cl := range admins {
+		sk, ok := sessionOf(rkey(key), get(t, cl, rkey(key)))
+		if !ok {
+			t.Fatalf("node%d: not a session lock's value: %q", i, get(t, cl, rkey(key)))
 		}
-		if !errors.Is(l.Err(), redlock.ErrLockLost) {
-			t.Fatalf("%s: Err %v", l.Key(), l.Err())
+		if ms := pttl(t, cl, sk); ms <= 0 || ms > ttl.Milliseconds() {
+			t.Errorf("node%d: session key PTTL %dms, want (0, %d]", i, ms, ttl.Milliseconds())
 		}
-		if err := l.Release(ctx); !errors.Is(err, redlock.ErrReleased) && !errors.Is(err, redlock.ErrNotHeld) {
-			t.Fatalf("%s: Release of a lost session lock: %v", l.Key(), err)
+		if ms := pttl(t, cl, rkey(key)); ms <= ttl.Milliseconds() {
+			t.Errorf("node%d: session lock key PTTL %dms, want its long TTL", i, ms)
 		}
+	}
+}
+
+// lostWithSession checks that the session lock l, whose session ended, is
+// lost within bound, and that its Release says it is no longer held.
+func lostWithSession(t *testing.T, ctx context.Context, l *redlock.Lock, bound time.Duration) {
+	t.Helper()
+	select {
+	case <-l.Done():
+	case <-time.After(bound):
+		t.Fatalf("%s: not lost %v after its session ended", l.Key(), bound)
+	}
+	if !errors.Is(l.Err(), redlock.ErrLockLost) {
+		t.Fatalf("%s: Err %v", l.Key(), l.Err())
+	}
+	if err := l.Release(ctx); !errors.Is(err, redlock.ErrReleased) && !errors.Is(err, redlock.ErrNotHeld) {
+		t.Fatalf("%s: Release of a lost session lock: %v", l.Key(), err)
 	}
 }
 

@@ -130,31 +130,13 @@ func TestKillMajority(t *testing.T) {
 		}
 	}
 
-	// The holder can no longer confirm its lock, and Close reports the
-	// release that the dead nodes made fail (their copies expire with the
-	// TTL, or come back with it after a restart that keeps the data).
-	if ok, err := held.Held(ctx); ok {
-		t.Errorf("Held with 3 of 5 nodes dead = true, %v", err)
-	}
-	start := time.Now()
-	err = holder.Close()
-	if el := time.Since(start); el >= bound {
-		t.Errorf("Close took %v, want < %v", el, bound)
-	}
-	if !errors.Is(err, redlock.ErrNotHeld) || !strings.Contains(err.Error(), "held-when-killed") {
-		t.Errorf("Close with a lock on dead nodes = %v; want the failed release (ErrNotHeld, naming the key)", err)
-	} else {
-		t.Logf("Close: %v", err)
-	}
-	if _, err := holder.TryLock(ctx, "after-close"); !errors.Is(err, redlock.ErrClosed) {
-		t.Errorf("TryLock after Close = %v, want ErrClosed", err)
-	}
+	closedOnDeadNodes(t, ctx, holder, held, bound)
 	took := failingAttempts(t, ctx, lc, attempts, "majority-dead", bound, dead, redlock.OutcomeError, redlock.OutcomeTimeout)
 	t.Logf("TryLock with 3 of 5 nodes killed failed in %s (node timeout %v, bound %v)", durations(took), nodeTimeout, bound)
 
 	// Lock retries, and gives up within its budget (plus one attempt).
 	const wait = 400 * time.Millisecond
-	start = time.Now()
+	start := time.Now()
 	_, err = lc.Lock(ctx, "majority-dead", redlock.WithMaxWait(wait))
 	el := time.Since(start)
 	checkFailedRound(t, err, dead, redlock.OutcomeError, redlock.OutcomeTimeout)
@@ -176,6 +158,31 @@ func TestKillMajority(t *testing.T) {
 	for _, x := range []*lockClient{lc, fresh} {
 		took, tries := acquiresAgain(t, ctx, x, "majority-dead", "after restart")
 		t.Logf("%s: acquired again %v after the restarts, in %d attempts", x.name, took, tries)
+	}
+}
+
+// closedOnDeadNodes: holder, whose lock held is on nodes a majority of
+// which died, can no longer confirm it, and its Close (within bound)
+// reports the release that the dead nodes made fail (their copies expire
+// with the TTL, or come back with it after a restart that keeps the data);
+// the closed Client acquires nothing more.
+func closedOnDeadNodes(t *testing.T, ctx context.Context, holder *lockClient, held *redlock.Lock, bound time.Duration) {
+	t.Helper()
+	if ok, err := held.Held(ctx); ok {
+		t.Errorf("Held with 3 of 5 nodes dead = true, %v", err)
+	}
+	start := time.Now()
+	err := holder.Close()
+	if el := time.Since(start); el >= bound {
+		t.Errorf("Close took %v, want < %v", el, bound)
+	}
+	if !errors.Is(err, redlock.ErrNotHeld) || !strings.Contains(err.Error(), held.Key()) {
+		t.Errorf("Close with a lock on dead nodes = %v; want the failed release (ErrNotHeld, naming the key)", err)
+	} else {
+		t.Logf("Close: %v", err)
+	}
+	if _, err := holder.TryLock(ctx, "after-close"); !errors.Is(err, redlock.ErrClosed) {
+		t.Errorf("TryLock after Close = %v, want ErrClosed", err)
 	}
 }
 

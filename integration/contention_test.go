@@ -78,22 +78,29 @@ func TestKillMinorityUnderContention(t *testing.T) {
 		t.Fatalf("Release of the lock held across the kills: %v", err)
 	}
 
+	checkContention(t, h, &tl, counters, history.Config{NodeTimeout: nodeTimeout})
+	for _, lc := range lcs {
+		lc.closeAndCheck(t)
+	}
+}
+
+// checkContention gives h the final value of each key's counter and checks
+// it, with every critical section the workers completed counted by S5.
+func checkContention(t *testing.T, h *history.History, tl *workerTally, counters map[string]*atomic.Int64, cfg history.Config) {
+	t.Helper()
 	for k, ctr := range counters {
 		h.SetCounter(k, ctr.Load())
 	}
-	r := checkHistory(t, h, history.Config{NodeTimeout: nodeTimeout})
+	r := checkHistory(t, h, cfg)
+	if r.Checked[history.S5] != tl.done() || r.Sections != tl.done() {
+		t.Errorf("S5 checked %d of %d critical sections (%d recorded)", r.Checked[history.S5], tl.done(), r.Sections)
+	}
 	perKey := map[string]int{}
 	for _, op := range tl.acquired() {
 		perKey[op.Key]++
 	}
-	if r.Checked[history.S5] != tl.done() || r.Sections != tl.done() {
-		t.Errorf("S5 checked %d of %d critical sections (%d recorded)", r.Checked[history.S5], tl.done(), r.Sections)
-	}
-	t.Logf("%d critical sections on %d keys (%v), %d failed attempts, %d releases short of a quorum after a kill",
-		tl.done(), len(keys), perKey, tl.failed.Load(), tl.relFailed.Load())
-	for _, lc := range lcs {
-		lc.closeAndCheck(t)
-	}
+	t.Logf("%d critical sections on %d keys (%v), %d failed attempts, %d releases short of a quorum",
+		tl.done(), len(counters), perKey, tl.failed.Load(), tl.relFailed.Load())
 }
 
 // contendForKeys starts n workers on the clients lcs (in turn) that take

@@ -113,25 +113,9 @@ func TestFencingUnderKillsAndRestarts(t *testing.T) {
 	h := history.New()
 	var tl workerTally
 	guarded := new(atomic.Int64)
-	reached := make(chan struct{})
-	reachedOnce := sync.OnceFunc(func() { close(reached) })
-	wctx, stopWork := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	stopWorkers := sync.OnceFunc(func() { stopWork(); wg.Wait() })
-	t.Cleanup(stopWorkers)
 	begin := time.Now()
-	for w := range clients * perClient {
-		lc := lcs[w%clients]
-		wk := newWorker(h, lc, fmt.Sprintf("worker%d/%s", w, lc.name), ttl, w, 7, -1)
-		wg.Go(func() {
-			for wctx.Err() == nil {
-				pause := time.Duration(100+wk.rng.IntN(300)) * time.Microsecond
-				if wk.turn(t, wctx, fencedKey, guarded, pause, &tl, releaseFailedByNode) && tl.done() >= want {
-					reachedOnce()
-				}
-			}
-		})
-	}
+	reached, stopWorkers := fencedWorkers(t, ctx, h, lcs, perClient, ttl, guarded, &tl, want)
+	t.Cleanup(stopWorkers)
 	faults := startKillSchedule(t, c, h.Now)
 	t.Cleanup(faults.stop)
 
@@ -151,6 +135,30 @@ func TestFencingUnderKillsAndRestarts(t *testing.T) {
 	checkFencedRun(t, c, h, tl.acquired(), faults, history.Config{NodeTimeout: nodeTimeout, Fencing: true}, ttl)
 	t.Logf("%d fenced acquisitions by %d goroutines on %d Clients in %v (%.0f/s); %d Lock calls failed, %d releases short of a quorum",
 		tl.done(), clients*perClient, clients, took.Round(time.Millisecond), float64(tl.done())/took.Seconds(), tl.failed.Load(), tl.relFailed.Load())
+}
+
+// fencedWorkers starts perClient workers on each of lcs that wait in Lock
+// for fencedKey and increment guarded under it, until the function it
+// returns is called (which waits for them); the channel it returns closes
+// once want critical sections are done.
+func fencedWorkers(t *testing.T, ctx context.Context, h *history.History, lcs []*lockClient, perClient int, ttl time.Duration, guarded *atomic.Int64, tl *workerTally, want int) (<-chan struct{}, func()) {
+	reached := make(chan struct{})
+	reachedOnce := sync.OnceFunc(func() { close(reached) })
+	wctx, stopWork := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for w := range len(lcs) * perClient {
+		lc := lcs[w%len(lcs)]
+		wk := newWorker(h, lc, fmt.Sprintf("worker%d/%s", w, lc.name), ttl, w, 7, -1)
+		wg.Go(func() {
+			for wctx.Err() == nil {
+				pause := time.Duration(100+wk.rng.IntN(300)) * time.Microsecond
+				if wk.turn(t, wctx, fencedKey, guarded, pause, tl, releaseFailedByNode) && tl.done() >= want {
+					reachedOnce()
+				}
+			}
+		})
+	}
+	return reached, sync.OnceFunc(func() { stopWork(); wg.Wait() })
 }
 
 // fencedKey is the key of TestFencingUnderKillsAndRestarts.
@@ -425,6 +433,32 @@ func staleWriterRefused(t *testing.T, ctx context.Context, res *redis.Client, re
 	return rerr
 }
 
+// costCycle is one TryLock+Release of key by lc, fenced if lastFence is
+// not nil (the fence must then rise above *lastFence, which it updates),
+// and returns how long TryLock took.
+func costCycle(t *testing.T, ctx context.Context, lc *lockClient, key string, lastFence *uint64) time.Duration {
+	t.Helper()
+	start := time.Now()
+	l, err := lc.TryLock(ctx, key, redlock.WithFencing(lastFence != nil))
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("TryLock %s: %v", key, err)
+	}
+	switch {
+	case lastFence == nil && l.Fence() != 0:
+		t.Errorf("fence %d without fencing, want 0", l.Fence())
+	case lastFence != nil && l.Fence() <= *lastFence:
+		t.Errorf("sequential fenced acquisitions: fence %d after %d", l.Fence(), *lastFence)
+	}
+	if lastFence != nil {
+		*lastFence = l.Fence()
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release %s: %v", key, err)
+	}
+	return took
+}
+
 // TestFencingCost measures, without asserting on the numbers, what fencing
 // costs an acquisition on real Redis: 200 sequential TryLock+Release cycles
 // without fencing and 200 with, on one Client, interleaved in blocks of 20
@@ -442,52 +476,25 @@ func TestFencingCost(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	lc := c.newLockClient(t, "cost", c.direct, redlock.WithTTL(ttl), redlock.WithNodeTimeout(nodeTimeout))
 	// Each mode on its own key: a key's clients must all use one setting.
-	plainKey, fencedKey := "cost-plain", "cost-fenced"
 	var (
 		plain, fenced []time.Duration
 		lastFence     uint64
 	)
-	cycle := func(key string, opts ...redlock.Option) time.Duration {
-		t.Helper()
-		start := time.Now()
-		l, err := lc.TryLock(ctx, key, opts...)
-		took := time.Since(start)
-		if err != nil {
-			t.Fatalf("TryLock %s: %v", key, err)
-		}
-		if key == fencedKey {
-			if l.Fence() <= lastFence {
-				t.Errorf("sequential fenced acquisitions: fence %d after %d", l.Fence(), lastFence)
-			}
-			lastFence = l.Fence()
-		} else if l.Fence() != 0 {
-			t.Errorf("fence %d without fencing, want 0", l.Fence())
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatalf("Release %s: %v", key, err)
-		}
-		return took
-	}
+	runPlain := func() { plain = append(plain, costCycle(t, ctx, lc, "cost-plain", nil)) }
+	runFenced := func() { fenced = append(fenced, costCycle(t, ctx, lc, "cost-fenced", &lastFence)) }
 	// Warm up both paths (identity check, script loading), not measured.
-	cycle(plainKey)
-	cycle(fencedKey, redlock.WithFencing(true))
+	costCycle(t, ctx, lc, "cost-plain", nil)
+	costCycle(t, ctx, lc, "cost-fenced", &lastFence)
 	for b := range cycles / block {
-		runPlain := func() {
-			for range block {
-				plain = append(plain, cycle(plainKey))
-			}
+		first, second := runPlain, runFenced
+		if b%2 == 1 {
+			first, second = runFenced, runPlain
 		}
-		runFenced := func() {
-			for range block {
-				fenced = append(fenced, cycle(fencedKey, redlock.WithFencing(true)))
-			}
+		for range block {
+			first()
 		}
-		if b%2 == 0 {
-			runPlain()
-			runFenced()
-		} else {
-			runFenced()
-			runPlain()
+		for range block {
+			second()
 		}
 	}
 	if len(plain) != cycles || len(fenced) != cycles {

@@ -178,29 +178,9 @@ func extendRacingExpiry(t *testing.T, c *cluster) {
 	rh := record(h, holder, "holder", ttl)
 	outcomes := map[string]int{}
 	for n, tc := range cases {
-		l, _, err := rh.acquire(ctx, key, -1)
-		if err != nil {
-			t.Fatalf("case %d: holder: Lock: %v", n, err)
-		}
-		d0 := l.Deadline()
-		time.Sleep(time.Until(d0.Add(-tc.lead)))
-		for i := range tc.slow {
-			ps[i].SetLatency(latency)
-		}
-		eStart := time.Now()
-		// The holder never releases: it lets the lock run out at its
-		// deadline, the one it had or the one the extend gave it.
-		err = rh.extend(ctx, l)
-		for i := range tc.slow {
-			ps[i].SetLatency(0)
-		}
-		if outcome := extendOutcome(err); outcome != "" {
-			outcomes[outcome]++
-		} else {
-			t.Errorf("case %d (%d slow nodes, called %v before the deadline): Extend = %v; want success or ErrLockLost", n, tc.slow, d0.Sub(eStart), err)
-		}
-		<-l.Done() // the lock runs out; the contender takes it
+		outcomes[extendAround(t, ctx, rh, key, ps[:tc.slow], tc.lead, latency, n)]++
 	}
+	delete(outcomes, "")
 	stop()
 	won := <-done
 	r := checkHistory(t, h, history.Config{NodeTimeout: nodeTimeout})
@@ -214,6 +194,36 @@ func extendRacingExpiry(t *testing.T, c *cluster) {
 	if won == 0 {
 		t.Error("the contender never acquired the key: the race was not tested")
 	}
+}
+
+// extendAround is case n of extendRacingExpiry: the holder r takes key,
+// waits until lead before its deadline, and extends the lock with latency
+// on the links slow. It returns the outcome (extendOutcome; "" for a
+// failure of the test). The holder never releases: it lets the lock run
+// out at its deadline, the one it had or the one the extend gave it, and
+// extendAround returns once it did.
+func extendAround(t *testing.T, ctx context.Context, r *recorded, key string, slow []*testkit.Proxy, lead, latency time.Duration, n int) string {
+	t.Helper()
+	l, _, err := r.acquire(ctx, key, -1)
+	if err != nil {
+		t.Fatalf("case %d: holder: Lock: %v", n, err)
+	}
+	d0 := l.Deadline()
+	time.Sleep(time.Until(d0.Add(-lead)))
+	for _, p := range slow {
+		p.SetLatency(latency)
+	}
+	eStart := time.Now()
+	err = r.extend(ctx, l)
+	for _, p := range slow {
+		p.SetLatency(0)
+	}
+	outcome := extendOutcome(err)
+	if outcome == "" {
+		t.Errorf("case %d (%d slow nodes, called %v before the deadline): Extend = %v; want success or ErrLockLost", n, len(slow), d0.Sub(eStart), err)
+	}
+	<-l.Done() // the lock runs out; the contender takes it
+	return outcome
 }
 
 // contend makes r try key until ctx ends, releasing it at once whenever it

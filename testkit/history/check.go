@@ -372,10 +372,10 @@ func checkS2(s snapshot, cfg Config, r *Report) {
 		}
 		earned := op.Deadline - (op.TTL - allowance(op.TTL, cfg)) // the round's start, as the deadline implies
 		if earned < op.Start {
-			r.add(S2, op.Key, "%s by %s (token %s): deadline %v is more than TTL − allowance after the call started (%v)", op.Kind, op.Client, op.Token, op.Deadline, op.Start)
+			r.add(S2, op.Key, "%s by %s (token %s): deadline %v is less than TTL − allowance after the call started (%v)", op.Kind, op.Client, op.Token, op.Deadline, op.Start)
 		}
 		if op.Session == "" && earned > op.End {
-			r.add(S2, op.Key, "%s by %s (token %s): deadline %v is less than TTL − allowance after the call returned (%v): its validity was counted from after its round", op.Kind, op.Client, op.Token, op.Deadline, op.End)
+			r.add(S2, op.Key, "%s by %s (token %s): deadline %v is more than TTL − allowance after the call returned (%v): its validity was counted from after its round", op.Kind, op.Client, op.Token, op.Deadline, op.End)
 		}
 		if !cfg.Replies {
 			continue

@@ -8,9 +8,9 @@ import (
 	"github.com/quorumlock/quorumlock/testkit/history"
 )
 
-// TestHistoryChecker shows that the checker reports
-// what the scenarios rely on it to report: two holders of one key inside
-// one window (S1), deadlines outside their bounds (S2), fences that do not
+// TestHistoryChecker shows that the checker reports what the integration
+// scenarios rely on it to report: two holders of one key inside one window
+// (S1), deadlines outside their bounds (S2), fences that do not
 // increase or are 0 (S4), a counter that lost an increment (S5), and two
 // critical sections that overlap because one ran past its lock's deadline
 // (SEC).

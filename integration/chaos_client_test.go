@@ -28,7 +28,7 @@ type chaosClient struct {
 	rec     *hist.Recorder
 	proxies []*testkit.Proxy
 
-	// A session client (newSessionClient) takes auto-extended locks with
+	// A session client (makeChaosClient with session) takes auto-extended locks with
 	// the library's own tokens: it learns them from its pools (sent), and
 	// watchers record the deadlines of its locks (leases).
 	session bool
@@ -37,26 +37,12 @@ type chaosClient struct {
 	dead    atomic.Bool // cut off from every node for good (die)
 }
 
-// newChaosClient makes a client with fenced locks, its tokens from its
-// token log, through new proxies, with poolOpts and lockOpts; a t.Cleanup
-// closes it (before the proxies, registered earlier).
-func newChaosClient(t *testing.T, c *cluster, h *hist.History, name string, ttl time.Duration, poolOpts []pool.Option, lockOpts ...redlock.Option) *chaosClient {
-	t.Helper()
-	cc, err := makeChaosClient(t, c, h, name, ttl, false, poolOpts, lockOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cc
-}
-
-// newSessionClient is newChaosClient for a Client whose locks are session
-// locks: auto-extended, with the library's random tokens, no fencing. It
-// returns an error rather than failing the test, so that a worker
-// goroutine may call it.
-func newSessionClient(t *testing.T, c *cluster, h *hist.History, name string, ttl time.Duration, poolOpts []pool.Option, lockOpts ...redlock.Option) (*chaosClient, error) {
-	return makeChaosClient(t, c, h, name, ttl, true, poolOpts, lockOpts...)
-}
-
+// makeChaosClient makes a client through new proxies, with poolOpts and
+// lockOpts; a t.Cleanup closes it (before the proxies, registered
+// earlier). Its locks are fenced, with tokens from its token log, or with
+// session true session locks: auto-extended, with the library's random
+// tokens, no fencing. It returns an error rather than failing the test, so
+// that a worker goroutine may call it.
 func makeChaosClient(t *testing.T, c *cluster, h *hist.History, name string, ttl time.Duration, session bool, poolOpts []pool.Option, lockOpts ...redlock.Option) (*chaosClient, error) {
 	cc := &chaosClient{h: h, session: session}
 	proxies, viaProxy := c.proxyEach(t)

@@ -205,105 +205,111 @@ func (s *sink) conn(i int) net.Conn {
 	return s.conns[i].c
 }
 
+// quiet is long enough for a stray byte to arrive.
+const quiet = 150 * time.Millisecond
+
 // TestProxyHold checks late delivery: while held, what the client writes is
 // kept and reaches the node only on Deliver, also after the client closed
 // the connection; replies flow; HoldOpen lets new connections through,
 // HoldAll does not.
 func TestProxyHold(t *testing.T) {
-	const quiet = 150 * time.Millisecond // long enough for a stray byte to arrive
+	t.Run("open", testHoldOpen)
+	t.Run("all", testHoldAll)
+	t.Run("reset-discards", testHoldResetDiscards)
+	t.Run("close-while-held", testCloseWhileHeld)
+}
 
-	t.Run("open", func(t *testing.T) {
-		s, p, a := linkedHeld(t, HoldOpen)
-		s.stays(0, "a1", false, quiet)
+func testHoldOpen(t *testing.T) {
+	s, p, a := linkedHeld(t, HoldOpen)
+	s.stays(0, "a1", false, quiet)
 
-		// Replies flow while held.
-		nodeSide := s.conn(0)
-		write(t, nodeSide, "r1")
-		if got := readN(t, a, 2); got != "r1" {
-			t.Fatalf("reply through a held link: %q, want r1", got)
-		}
+	// Replies flow while held.
+	nodeSide := s.conn(0)
+	write(t, nodeSide, "r1")
+	if got := readN(t, a, 2); got != "r1" {
+		t.Fatalf("reply through a held link: %q, want r1", got)
+	}
 
-		// A connection opened after Hold(HoldOpen) is not held.
-		b := dial(t, p)
-		write(t, b, "b1")
-		s.want(1, "b1", false)
+	// A connection opened after Hold(HoldOpen) is not held.
+	b := dial(t, p)
+	write(t, b, "b1")
+	s.want(1, "b1", false)
 
-		// The client gives up on a: its held bytes must still land.
-		write(t, a, "a3")
-		waitHeld(t, p, 4)
-		a.Close()
-		s.stays(0, "a1", false, quiet)
+	// The client gives up on a: its held bytes must still land.
+	write(t, a, "a3")
+	waitHeld(t, p, 4)
+	a.Close()
+	s.stays(0, "a1", false, quiet)
 
-		if n := p.Deliver(); n != 4 {
-			t.Fatalf("Deliver wrote %d bytes, want 4", n)
-		}
-		s.want(0, "a1a2a3", true) // landed, then closed like the client did
-		if p.Held() != 0 {
-			t.Fatalf("Held after Deliver: %d", p.Held())
-		}
-		if n := p.Deliver(); n != 0 {
-			t.Fatalf("second Deliver wrote %d bytes, want 0", n)
-		}
+	if n := p.Deliver(); n != 4 {
+		t.Fatalf("Deliver wrote %d bytes, want 4", n)
+	}
+	s.want(0, "a1a2a3", true) // landed, then closed like the client did
+	if p.Held() != 0 {
+		t.Fatalf("Held after Deliver: %d", p.Held())
+	}
+	if n := p.Deliver(); n != 0 {
+		t.Fatalf("second Deliver wrote %d bytes, want 0", n)
+	}
 
-		// After Deliver, b works as before.
-		write(t, b, "b2")
-		s.want(1, "b1b2", false)
-	})
+	// After Deliver, b works as before.
+	write(t, b, "b2")
+	s.want(1, "b1b2", false)
+}
 
-	t.Run("all", func(t *testing.T) {
-		s, p, a := linked(t)
+func testHoldAll(t *testing.T) {
+	s, p, a := linked(t)
 
-		p.Hold(HoldAll)
-		write(t, a, "a2")
-		b := dial(t, p) // opened while held: held too
-		if !s.waitFor(2*time.Second, func() bool { return len(s.conns) == 2 }) {
-			t.Fatal("the proxy did not connect the new connection to the node")
-		}
-		write(t, b, "b1")
-		waitHeld(t, p, 4)
-		b.Close()
-		// The node writes to b after the client closed it: the proxy's
-		// writes to the client fail, and b's held bytes must survive that.
-		nodeSide := s.conn(1)
-		for range 3 {
-			write(t, nodeSide, "push")
-			time.Sleep(20 * time.Millisecond)
-		}
-		write(t, a, "a3")
-		waitHeld(t, p, 6)
-		s.stays(0, "a1", false, quiet)
-		s.stays(1, "", false, 0)
+	p.Hold(HoldAll)
+	write(t, a, "a2")
+	b := dial(t, p) // opened while held: held too
+	if !s.waitFor(2*time.Second, func() bool { return len(s.conns) == 2 }) {
+		t.Fatal("the proxy did not connect the new connection to the node")
+	}
+	write(t, b, "b1")
+	waitHeld(t, p, 4)
+	b.Close()
+	// The node writes to b after the client closed it: the proxy's
+	// writes to the client fail, and b's held bytes must survive that.
+	nodeSide := s.conn(1)
+	for range 3 {
+		write(t, nodeSide, "push")
+		time.Sleep(20 * time.Millisecond)
+	}
+	write(t, a, "a3")
+	waitHeld(t, p, 6)
+	s.stays(0, "a1", false, quiet)
+	s.stays(1, "", false, 0)
 
-		if n := p.Deliver(); n != 6 {
-			t.Fatalf("Deliver wrote %d bytes, want 6", n)
-		}
-		s.want(0, "a1a2a3", false)
-		s.want(1, "b1", true)
+	if n := p.Deliver(); n != 6 {
+		t.Fatalf("Deliver wrote %d bytes, want 6", n)
+	}
+	s.want(0, "a1a2a3", false)
+	s.want(1, "b1", true)
 
-		// Data written after Deliver goes through at once.
-		write(t, a, "a4")
-		s.want(0, "a1a2a3a4", false)
-	})
+	// Data written after Deliver goes through at once.
+	write(t, a, "a4")
+	s.want(0, "a1a2a3a4", false)
+}
 
-	t.Run("reset-discards", func(t *testing.T) {
-		s, p, _ := linkedHeld(t, HoldOpen)
-		p.Reset()
-		if n := p.Deliver(); n != 0 {
-			t.Fatalf("Deliver after Reset wrote %d bytes, want 0", n)
-		}
-		s.want(0, "a1", true)
-	})
+func testHoldResetDiscards(t *testing.T) {
+	s, p, _ := linkedHeld(t, HoldOpen)
+	p.Reset()
+	if n := p.Deliver(); n != 0 {
+		t.Fatalf("Deliver after Reset wrote %d bytes, want 0", n)
+	}
+	s.want(0, "a1", true)
+}
 
-	t.Run("close-while-held", func(t *testing.T) {
-		_, p, a := linkedHeld(t, HoldAll)
-		a.Close()
-		// Close must not wait for a Deliver that never comes.
-		done := make(chan struct{})
-		go func() { p.Close(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Fatal("Close hung with data held")
-		}
-	})
+func testCloseWhileHeld(t *testing.T) {
+	_, p, a := linkedHeld(t, HoldAll)
+	a.Close()
+	// Close must not wait for a Deliver that never comes.
+	done := make(chan struct{})
+	go func() { p.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close hung with data held")
+	}
 }

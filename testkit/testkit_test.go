@@ -61,6 +61,12 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// faultRun is the fault scenario on one cluster: each step a subtest.
+type faultRun struct {
+	c   *Cluster
+	cls []*redis.Client
+}
+
 func scenario(t *testing.T, c *Cluster, backend string) {
 	if c.Backend() != backend || c.Len() != 5 {
 		t.Fatalf("Backend()=%q Len()=%d, want %q 5", c.Backend(), c.Len(), backend)
@@ -81,186 +87,216 @@ func scenario(t *testing.T, c *Cluster, backend string) {
 		t.Fatalf("PING without password: err = %v, want NOAUTH", err)
 	}
 
-	t.Run("kill-restart-keeps-data", func(t *testing.T) {
-		n, cl := c.Node(1), cls[1]
-		addr := n.Addr()
-		mustSet(t, cl, "k1", "v1")
-		if err := n.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		if err := cl.Ping(ctxT(t, time.Second)).Err(); err == nil {
-			t.Fatal("PING succeeded on a killed node")
-		}
-		if err := n.Restart(false); err != nil {
-			t.Fatal(err)
-		}
-		if n.Addr() != addr {
-			t.Fatalf("address changed: %s -> %s", addr, n.Addr())
-		}
-		wantGet(t, cl, "k1", "v1")
-	})
+	r := faultRun{c: c, cls: cls}
+	t.Run("kill-restart-keeps-data", r.killRestartKeepsData)
+	t.Run("stop-restart-keeps-data", r.stopRestartKeepsData)
+	t.Run("restart-amnesia", r.restartAmnesia)
+	t.Run("pause-resume", r.pauseResume)
+	t.Run("proxy", r.proxyFaults)
+	t.Run("proxy-late", r.proxyLate)
+	t.Run("proxy-kill", r.proxyKill)
+}
 
-	t.Run("stop-restart-keeps-data", func(t *testing.T) {
-		n, cl := c.Node(2), cls[2]
-		mustSet(t, cl, "k2", "v2")
-		if err := n.Stop(); err != nil {
-			t.Fatal(err)
-		}
-		if err := n.Stop(); err != nil { // idempotent
-			t.Fatal(err)
-		}
-		if err := n.Pause(); !errors.Is(err, ErrNotRunning) {
-			t.Fatalf("Pause of stopped node: %v, want ErrNotRunning", err)
-		}
-		if err := n.Restart(false); err != nil {
-			t.Fatal(err)
-		}
-		wantGet(t, cl, "k2", "v2")
-	})
+// killRestartKeepsData: a killed node comes back on its address with its data.
+func (r faultRun) killRestartKeepsData(t *testing.T) {
+	n, cl := r.c.Node(1), r.cls[1]
+	addr := n.Addr()
+	mustSet(t, cl, "k1", "v1")
+	if err := n.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Ping(ctxT(t, time.Second)).Err(); err == nil {
+		t.Fatal("PING succeeded on a killed node")
+	}
+	if err := n.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	if n.Addr() != addr {
+		t.Fatalf("address changed: %s -> %s", addr, n.Addr())
+	}
+	wantGet(t, cl, "k1", "v1")
+}
 
-	t.Run("restart-amnesia", func(t *testing.T) {
-		n, cl := c.Node(1), cls[1]
-		mustSet(t, cl, "k3", "v3")
-		if err := n.Restart(true); err != nil { // running: killed first
-			t.Fatal(err)
-		}
-		for _, k := range []string{"k1", "k3"} {
-			if err := cl.Get(ctxT(t, 2*time.Second), k).Err(); err != redis.Nil {
-				t.Fatalf("GET %s after Restart(true): %v, want redis.Nil", k, err)
-			}
-		}
-		// Still persistent afterwards.
-		mustSet(t, cl, "k4", "v4")
-		if err := n.Restart(false); err != nil {
-			t.Fatal(err)
-		}
-		wantGet(t, cl, "k4", "v4")
-	})
+// stopRestartKeepsData: a stopped node (stopping twice is harmless; a stopped node cannot be paused) comes back with its data.
+func (r faultRun) stopRestartKeepsData(t *testing.T) {
+	n, cl := r.c.Node(2), r.cls[2]
+	mustSet(t, cl, "k2", "v2")
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Stop(); err != nil { // idempotent
+		t.Fatal(err)
+	}
+	if err := n.Pause(); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("Pause of stopped node: %v, want ErrNotRunning", err)
+	}
+	if err := n.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	wantGet(t, cl, "k2", "v2")
+}
 
-	t.Run("pause-resume", func(t *testing.T) {
-		n, cl := c.Node(3), cls[3]
-		mustSet(t, cl, "k5", "v5")
-		if err := n.Pause(); err != nil {
-			t.Fatal(err)
+// restartAmnesia: a node restarted with amnesia comes back empty, and persistent again.
+func (r faultRun) restartAmnesia(t *testing.T) {
+	n, cl := r.c.Node(1), r.cls[1]
+	mustSet(t, cl, "k3", "v3")
+	if err := n.Restart(true); err != nil { // running: killed first
+		t.Fatal(err)
+	}
+	for _, k := range []string{"k1", "k3"} {
+		if err := cl.Get(ctxT(t, 2*time.Second), k).Err(); err != redis.Nil {
+			t.Fatalf("GET %s after Restart(true): %v, want redis.Nil", k, err)
 		}
-		start := time.Now()
-		err := cl.Get(ctxT(t, 200*time.Millisecond), "k5").Err()
-		if err == nil {
-			t.Fatal("GET on a paused node succeeded")
-		}
-		t.Logf("GET on paused node: %v after %v", err, time.Since(start).Round(time.Millisecond))
-		if err := n.Resume(); err != nil {
-			t.Fatal(err)
-		}
-		wantGet(t, cl, "k5", "v5")
+	}
+	// Still persistent afterwards.
+	mustSet(t, cl, "k4", "v4")
+	if err := n.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	wantGet(t, cl, "k4", "v4")
+}
 
-		// A paused node can be killed and restarted.
-		if err := n.Pause(); err != nil {
-			t.Fatal(err)
-		}
-		if err := n.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		if err := n.Restart(false); err != nil {
-			t.Fatal(err)
-		}
-		wantGet(t, cl, "k5", "v5")
-	})
+// pauseResume: a paused node answers nothing until resumed, and can be killed and restarted.
+func (r faultRun) pauseResume(t *testing.T) {
+	n, cl := r.c.Node(3), r.cls[3]
+	mustSet(t, cl, "k5", "v5")
+	if err := n.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := cl.Get(ctxT(t, 200*time.Millisecond), "k5").Err()
+	if err == nil {
+		t.Fatal("GET on a paused node succeeded")
+	}
+	t.Logf("GET on paused node: %v after %v", err, time.Since(start).Round(time.Millisecond))
+	if err := n.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	wantGet(t, cl, "k5", "v5")
 
-	t.Run("proxy", func(t *testing.T) {
-		n := c.Node(4)
-		p := n.Proxy(t)
-		if p.Addr() == n.Addr() {
-			t.Fatal("proxy address equals node address")
-		}
-		pc := NewClient(p.Addr(), testPassword)
-		t.Cleanup(func() { pc.Close() })
-		if err := pc.Ping(ctxT(t, 2*time.Second)).Err(); err != nil {
-			t.Fatalf("PING via proxy: %v", err)
-		}
+	// A paused node can be killed and restarted.
+	if err := n.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	wantGet(t, cl, "k5", "v5")
+}
 
-		const lat = 100 * time.Millisecond
-		p.SetLatency(lat)
-		start := time.Now()
-		if err := pc.Ping(ctxT(t, 5*time.Second)).Err(); err != nil {
-			t.Fatalf("PING with latency: %v", err)
-		}
-		if took := time.Since(start); took < 2*lat {
-			t.Fatalf("PING with %v latency each way took %v, want >= %v", lat, took, 2*lat)
-		}
-		p.SetLatency(0)
+// proxied returns node 4, a new proxy to it and a client through the
+// proxy, which answers PING.
+func (r faultRun) proxied(t *testing.T) (*Node, *Proxy, *redis.Client) {
+	n := r.c.Node(4)
+	p := n.Proxy(t)
+	if p.Addr() == n.Addr() {
+		t.Fatal("proxy address equals node address")
+	}
+	pc := NewClient(p.Addr(), testPassword)
+	t.Cleanup(func() { pc.Close() })
+	if err := pc.Ping(ctxT(t, 2*time.Second)).Err(); err != nil {
+		t.Fatalf("PING via proxy: %v", err)
+	}
+	return n, p, pc
+}
 
-		p.Blackhole(true)
-		err := pc.Ping(ctxT(t, 300*time.Millisecond)).Err()
-		if err == nil {
-			t.Fatal("PING through a blackhole succeeded")
-		}
-		if !isTimeout(err) {
-			t.Fatalf("PING through a blackhole: %v, want a timeout", err)
-		}
-		p.Blackhole(false)
-		if err := pc.Ping(ctxT(t, 2*time.Second)).Err(); err != nil {
-			t.Fatalf("PING after blackhole: %v", err)
-		}
+// proxyFaults: a proxy adds latency, blackholes and resets connections.
+func (r faultRun) proxyFaults(t *testing.T) {
+	_, p, pc := r.proxied(t)
+	const lat = 100 * time.Millisecond
+	p.SetLatency(lat)
+	start := time.Now()
+	if err := pc.Ping(ctxT(t, 5*time.Second)).Err(); err != nil {
+		t.Fatalf("PING with latency: %v", err)
+	}
+	if took := time.Since(start); took < 2*lat {
+		t.Fatalf("PING with %v latency each way took %v, want >= %v", lat, took, 2*lat)
+	}
+	p.SetLatency(0)
 
-		conn := pc.Conn()
-		defer conn.Close()
-		if err := conn.Ping(ctxT(t, 2*time.Second)).Err(); err != nil {
-			t.Fatal(err)
-		}
-		p.Reset()
-		if err := conn.Ping(ctxT(t, 2*time.Second)).Err(); err == nil {
-			t.Fatal("PING on a reset connection succeeded")
-		} else {
-			t.Logf("PING on reset connection: %v", err)
-		}
-		if err := pc.Ping(ctxT(t, 2*time.Second)).Err(); err != nil {
-			t.Fatalf("PING on a new connection after Reset: %v", err)
-		}
+	p.Blackhole(true)
+	err := pc.Ping(ctxT(t, 300*time.Millisecond)).Err()
+	if err == nil {
+		t.Fatal("PING through a blackhole succeeded")
+	}
+	if !isTimeout(err) {
+		t.Fatalf("PING through a blackhole: %v, want a timeout", err)
+	}
+	p.Blackhole(false)
+	if err := pc.Ping(ctxT(t, 2*time.Second)).Err(); err != nil {
+		t.Fatalf("PING after blackhole: %v", err)
+	}
 
-		// Late delivery: a SET written while the link is held times out
-		// for the client, which drops the connection; a new connection
-		// works meanwhile (HoldOpen); the SET lands on Deliver.
-		direct := cls[4]
-		p.Hold(HoldOpen)
-		if err := pc.Set(ctxT(t, 200*time.Millisecond), "late", "v", 0).Err(); !isTimeout(err) {
-			t.Fatalf("SET through a held link: %v, want a timeout", err)
-		}
-		if err := pc.Ping(ctxT(t, 2*time.Second)).Err(); err != nil {
-			t.Fatalf("PING on a new connection while the old one is held: %v", err)
-		}
-		if n, err := direct.Exists(ctxT(t, 2*time.Second), "late").Result(); err != nil || n != 0 {
-			t.Fatalf("EXISTS late before Deliver = %d, %v; want 0", n, err)
-		}
-		if n := p.Deliver(); n == 0 {
-			t.Fatal("Deliver wrote nothing: the timed-out SET was not held")
-		}
-		deadline := time.Now().Add(2 * time.Second)
-		for {
-			got, err := direct.Get(ctxT(t, 2*time.Second), "late").Result()
-			if err == nil && got == "v" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("GET late after Deliver = %q, %v; want the late SET's v", got, err)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+	conn := pc.Conn()
+	defer conn.Close()
+	if err := conn.Ping(ctxT(t, 2*time.Second)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.Reset()
+	if err := conn.Ping(ctxT(t, 2*time.Second)).Err(); err == nil {
+		t.Fatal("PING on a reset connection succeeded")
+	} else {
+		t.Logf("PING on reset connection: %v", err)
+	}
+	if err := pc.Ping(ctxT(t, 2*time.Second)).Err(); err != nil {
+		t.Fatalf("PING on a new connection after Reset: %v", err)
+	}
 
-		// A killed node refuses through the proxy too.
-		if err := n.Kill(); err != nil {
-			t.Fatal(err)
+}
+
+// proxyLate: what a proxy holds lands on Deliver.
+func (r faultRun) proxyLate(t *testing.T) {
+	_, p, pc := r.proxied(t)
+	// Late delivery: a SET written while the link is held times out
+	// for the client, which drops the connection; a new connection
+	// works meanwhile (HoldOpen); the SET lands on Deliver.
+	direct := r.cls[4]
+	p.Hold(HoldOpen)
+	if err := pc.Set(ctxT(t, 200*time.Millisecond), "late", "v", 0).Err(); !isTimeout(err) {
+		t.Fatalf("SET through a held link: %v, want a timeout", err)
+	}
+	if err := pc.Ping(ctxT(t, 2*time.Second)).Err(); err != nil {
+		t.Fatalf("PING on a new connection while the old one is held: %v", err)
+	}
+	if n, err := direct.Exists(ctxT(t, 2*time.Second), "late").Result(); err != nil || n != 0 {
+		t.Fatalf("EXISTS late before Deliver = %d, %v; want 0", n, err)
+	}
+	if n := p.Deliver(); n == 0 {
+		t.Fatal("Deliver wrote nothing: the timed-out SET was not held")
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		got, err := direct.Get(ctxT(t, 2*time.Second), "late").Result()
+		if err == nil && got == "v" {
+			break
 		}
-		if err := pc.Ping(ctxT(t, time.Second)).Err(); err == nil {
-			t.Fatal("PING via proxy to a killed node succeeded")
+		if time.Now().After(deadline) {
+			t.Fatalf("GET late after Deliver = %q, %v; want the late SET's v", got, err)
 		}
-		if err := n.Restart(false); err != nil {
-			t.Fatal(err)
-		}
-		if err := pc.Ping(ctxT(t, 2*time.Second)).Err(); err != nil {
-			t.Fatalf("PING via proxy after restart: %v", err)
-		}
-	})
+		time.Sleep(5 * time.Millisecond)
+	}
+
+}
+
+// proxyKill: a proxy follows its node through a kill and a restart.
+func (r faultRun) proxyKill(t *testing.T) {
+	n, _, pc := r.proxied(t)
+	// A killed node refuses through the proxy too.
+	if err := n.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.Ping(ctxT(t, time.Second)).Err(); err == nil {
+		t.Fatal("PING via proxy to a killed node succeeded")
+	}
+	if err := n.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.Ping(ctxT(t, 2*time.Second)).Err(); err != nil {
+		t.Fatalf("PING via proxy after restart: %v", err)
+	}
 }
 
 func isTimeout(err error) bool {

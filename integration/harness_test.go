@@ -286,10 +286,11 @@ type clientOpts struct {
 	lock          []redlock.Option
 }
 
-// dialClient dials one pool per node with redisOpts(i), named "node<i>",
-// with the cluster's poolOpts and o.pool, and returns a lockClient over them
-// with o.lock (after the token log's generator). On an error it closes what
-// it dialed. It registers no clean-up: the caller closes the client.
+// dialClient makes a lockClient through the kit's DialClient: one pool
+// per node with redisOpts(i), named "node<i>", with the cluster's poolOpts
+// and o.pool, wrapped by o.wrap, and a Client with o.lock (after the token
+// log's generator). On an error it closes what it dialed. It registers no
+// clean-up: the caller closes the client.
 func (c *cluster) dialClient(name string, redisOpts func(i int) *redis.Options, o clientOpts) (*lockClient, error) {
 	lc := &lockClient{name: name, c: c}
 	lockOpts := o.lock
@@ -297,27 +298,16 @@ func (c *cluster) dialClient(name string, redisOpts func(i int) *redis.Options, 
 		lc.tokens = newTokenLog(name)
 		lockOpts = append([]redlock.Option{redlock.WithTokenGenerator(lc.tokens.Generate)}, lockOpts...)
 	}
-	for i := range c.Len() {
-		p, err := pool.Dial(redisOpts(i), slices.Concat([]pool.Option{pool.WithName(fmt.Sprintf("node%d", i))}, c.poolOpts, o.pool)...)
-		if err == nil && o.wrap != nil {
-			w, werr := o.wrap(i, p)
-			if werr != nil {
-				_ = p.Close()
-			}
-			p, err = w, werr
-		}
-		if err != nil {
-			lc.closePools(nil)
-			return nil, fmt.Errorf("%s: pool of node%d: %w", name, i, err)
-		}
-		lc.pools = append(lc.pools, p)
-	}
-	cl, err := redlock.New(lc.pools, lockOpts...)
+	cl, pools, err := c.DialClient(testkit.ClientOptions{
+		Redis: func(i int, ro *redis.Options) { *ro = *redisOpts(i) },
+		Pool:  slices.Concat(c.poolOpts, o.pool),
+		Wrap:  o.wrap,
+		Lock:  lockOpts,
+	})
 	if err != nil {
-		lc.closePools(nil)
-		return nil, fmt.Errorf("%s: redlock.New: %w", name, err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	lc.Client = cl
+	lc.Client, lc.pools = cl, pools
 	return lc, nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/node"
-	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 	"github.com/quorumlock/quorumlock/testkit"
 )
@@ -35,27 +34,13 @@ func sessionOf(k, v string) (string, bool) {
 // sessions (random tokens, queued pools), over pools made with redisOpts.
 func sessionClient(t *testing.T, c *cluster, redisOpts func(i int) *redis.Options, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
-	pools := make([]pool.Pool, c.Len())
-	for i := range pools {
-		p, err := pool.Dial(redisOpts(i), append([]pool.Option{pool.WithName(fmt.Sprintf("node%d", i))}, c.poolOpts...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pools[i] = p
-	}
-	cl, err := redlock.New(pools, append([]redlock.Option{redlock.WithAutoExtend(true)}, opts...)...)
+	lc, err := c.dialClient("session client", redisOpts, clientOpts{libraryTokens: true,
+		lock: append([]redlock.Option{redlock.WithAutoExtend(true)}, opts...)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := cl.Close(); err != nil && !errors.Is(err, redlock.ErrClosed) {
-			t.Errorf("session client: Close: %v", err)
-		}
-		for _, p := range pools {
-			_ = p.Close()
-		}
-	})
-	return cl
+	t.Cleanup(func() { lc.closeAndCheck(t) }) // Close errors fail the test; no token log to check
+	return lc.Client
 }
 
 // endSession deletes the session key of lock l on every node, as its

@@ -89,9 +89,10 @@ type keyWaiters struct {
 	next          int                    // the slot of recent to reuse
 	named         [recentReleases]string // waiters a release named before they registered
 	nextNamed     int
-	confirmed     int    // confirmations of the key's channel
-	confirmedHand int    // confirmations of its hand-off channel (Client.handoff)
-	idle          uint64 // not 0: the linger timer running since the last waiter left
+	confirmed     int         // confirmations of the key's channel
+	confirmedHand int         // confirmations of its hand-off channel (Client.handoff)
+	idle          uint64      // not 0: the linger timer running since the last waiter left
+	linger        *time.Timer // that timer (nil before the first); stopped by add and close
 }
 
 type tally struct {
@@ -128,6 +129,9 @@ func (n *notifier) add(rkey, id string) *waiter {
 		n.changedLocked(rkey)
 	}
 	k.idle = 0
+	if k.linger != nil {
+		k.linger.Stop()
+	}
 	k.waiters = append(k.waiters, w)
 	if i := slices.Index(k.named[:], id); id != "" && i >= 0 {
 		k.named[i] = ""
@@ -158,7 +162,7 @@ func (n *notifier) remove(rkey string, w *waiter) {
 	n.lingers++
 	gen := n.lingers
 	k.idle = gen
-	time.AfterFunc(n.linger, func() {
+	k.linger = time.AfterFunc(n.linger, func() {
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		if n.keys[rkey] == k && k.idle == gen {
@@ -547,6 +551,11 @@ func (n *notifier) close() {
 	n.mu.Lock()
 	n.closed = true
 	subs := n.subs
+	for _, k := range n.keys {
+		if k.linger != nil {
+			k.linger.Stop()
+		}
+	}
 	n.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, s := range subs {

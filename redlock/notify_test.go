@@ -136,3 +136,30 @@ func TestDelayedWakeCutShort(t *testing.T) {
 		t.Fatal("the sleep ended with its context, not with the release")
 	}
 }
+
+// TestLingerTimersEndWithClose: the timer that keeps a key subscribed after
+// its last waiter left is stopped when a waiter comes back, and Close stops
+// those still running: nothing of a closed Client waits to run.
+func TestLingerTimersEndWithClose(t *testing.T) {
+	c, err := New(asPools(newMemPools(5)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &c.notes
+	n.remove("k", n.add("k", ""))
+	first := n.keys["k"].linger
+	n.remove("k", n.add("k", "")) // a waiter came back, and left again
+	if first == nil || first.Stop() {
+		t.Fatal("the first linger timer was still running after a waiter came back")
+	}
+	n.remove("j", n.add("j", ""))
+	timers := []*time.Timer{n.keys["k"].linger, n.keys["j"].linger}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, tm := range timers {
+		if tm.Stop() {
+			t.Errorf("linger timer %d still running after Close", i)
+		}
+	}
+}

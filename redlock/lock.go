@@ -388,7 +388,9 @@ func (l *Lock) settleRelease(rd *round) {
 		// is a waiter of this Client, it tries now.
 		c.notes.releasing(l.rkey, l.token)
 		var handed handTally
-		rd.settle(&handed)
+		for rep, yes, ok := rd.next(); ok; rep, yes, ok = rd.next() {
+			handed.vote(rep, yes)
+		}
 		if w := handed.most(); w != "" {
 			c.notes.handedTo(l.rkey, l.token, w)
 		}

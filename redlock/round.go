@@ -142,33 +142,47 @@ type voter interface {
 // replies could prove the lock gone), or the round ended. each, if not nil,
 // sees every reply settle takes.
 func (rd *round) settle(each voter) {
-	n, pending := len(rd.res), rd.r.Pending()
-	for pending > 0 && rd.yes < rd.q && rd.no <= n-rd.q {
-		if rd.yes+pending < rd.q && (!rd.spec.decisive || rd.no+pending <= n-rd.q) {
-			break
-		}
-		rep, ok := rd.r.Next()
+	for {
+		rep, yes, ok := rd.next()
 		if !ok {
-			break
-		}
-		pending--
-		rd.out[rep.Node] = false
-		yes := rep.Err == nil && rd.spec.yes(rep, rd.l)
-		switch {
-		case rep.Err != nil:
-			rd.res[rep.Node] = failed(rep.Node, rd.c, rep.Err, rep.Latency)
-			rd.fail++
-		case yes:
-			rd.res[rep.Node] = NodeResult{Node: rd.res[rep.Node].Node, Outcome: OutcomeOK, Latency: rep.Latency}
-			rd.yes++
-		default:
-			rd.res[rep.Node] = NodeResult{Node: rd.res[rep.Node].Node, Outcome: rd.spec.no, Latency: rep.Latency}
-			rd.no++
+			return
 		}
 		if each != nil {
 			each.vote(rep, yes)
 		}
 	}
+}
+
+// next takes and counts the next reply while the outcome is not certain
+// (see settle), and says whether it confirmed; ok is false once the
+// outcome is certain or the round has ended. A caller that tallies the
+// replies itself loops on next rather than passing settle a voter: a voter
+// on the stack escapes through the interface call.
+func (rd *round) next() (rep quorum.Reply, yes, ok bool) {
+	n, pending := len(rd.res), rd.r.Pending()
+	if pending == 0 || rd.yes >= rd.q || rd.no > n-rd.q {
+		return rep, false, false
+	}
+	if rd.yes+pending < rd.q && (!rd.spec.decisive || rd.no+pending <= n-rd.q) {
+		return rep, false, false
+	}
+	if rep, ok = rd.r.Next(); !ok {
+		return rep, false, false
+	}
+	rd.out[rep.Node] = false
+	yes = rep.Err == nil && rd.spec.yes(rep, rd.l)
+	switch {
+	case rep.Err != nil:
+		rd.res[rep.Node] = failed(rep.Node, rd.c, rep.Err, rep.Latency)
+		rd.fail++
+	case yes:
+		rd.res[rep.Node] = NodeResult{Node: rd.res[rep.Node].Node, Outcome: OutcomeOK, Latency: rep.Latency}
+		rd.yes++
+	default:
+		rd.res[rep.Node] = NodeResult{Node: rd.res[rep.Node].Node, Outcome: rd.spec.no, Latency: rep.Latency}
+		rd.no++
+	}
+	return rep, yes, true
 }
 
 // won reports whether a quorum confirmed; gone whether so many nodes said

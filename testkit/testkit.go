@@ -68,10 +68,6 @@ const (
 	BackendProcess = "process"
 )
 
-// startTries is the number of attempts (each on a new port) to start a
-// server in Start.
-const startTries = 3
-
 // ErrNotRunning is returned by Pause and Resume when the node is stopped.
 var ErrNotRunning = errors.New("testkit: node is not running")
 
@@ -260,30 +256,12 @@ func (c *Cluster) startNodes(n int, newSrv func(i, port int) (server, error)) er
 	var g errgroup.Group
 	for i := range n {
 		g.Go(func() error {
-			var lastErr error
-			for range startTries {
-				port, err := redisproc.PickPort()
-				if err != nil {
-					return err
-				}
-				srv, err := newSrv(i, port)
-				if err == nil {
-					err = srv.Launch(false)
-				}
-				if err == nil {
-					node := &Node{index: i, addr: redisproc.Addr(port), password: c.password, srv: srv}
-					err = node.waitReady()
-					if err == nil {
-						c.nodes[i] = node
-						return nil
-					}
-				}
-				if srv != nil {
-					_ = srv.Remove()
-				}
-				lastErr = fmt.Errorf("node %d on port %d: %w", i, port, err)
+			srv, port, err := redisproc.StartOnFreePort(func(port int) (server, error) { return newSrv(i, port) }, c.password)
+			if err != nil {
+				return fmt.Errorf("node %d: %w", i, err)
 			}
-			return lastErr
+			c.nodes[i] = &Node{index: i, addr: redisproc.Addr(port), password: c.password, srv: srv}
+			return nil
 		})
 	}
 	err := g.Wait()

@@ -34,31 +34,56 @@ func Start(t testing.TB, n int) Servers {
 		_ = os.RemoveAll(dir)
 	})
 	for i := range n {
-		s, err := startOne(bin, filepath.Join(dir, fmt.Sprint("node", i)))
-		if s != nil {
-			out = append(out, s)
-		}
+		s, _, err := StartOnFreePort(func(port int) (*Server, error) {
+			return New(bin, filepath.Join(dir, fmt.Sprintf("node%d-port%d", i, port)), port, Args("", nil))
+		}, "")
 		if err != nil {
 			t.Fatalf("redisproc: node %d: %v", i, err)
 		}
+		out = append(out, s)
 	}
 	return out
 }
 
-// startOne launches a server on a fresh port and waits for it.
-func startOne(bin, dir string) (*Server, error) {
-	port, err := PickPort()
-	if err != nil {
-		return nil, err
+// Launcher is a server StartOnFreePort can start: a process, or the test
+// kit's container.
+type Launcher interface {
+	Process
+	Launch(amnesia bool) error
+	Remove() error
+}
+
+// StartTries is how many ports StartOnFreePort tries.
+const StartTries = 3
+
+// StartOnFreePort makes a server on a free port with newSrv, launches it
+// and waits until it answers PING (with password), trying up to StartTries
+// ports: another process may take a port between its pick and the server's
+// bind. It returns the server and its port. On failure it has removed every
+// server it made, and returns the last error, naming the port.
+func StartOnFreePort[S Launcher](newSrv func(port int) (S, error), password string) (S, int, error) {
+	var zero S
+	var lastErr error
+	for range StartTries {
+		port, err := PickPort()
+		if err != nil {
+			return zero, 0, err
+		}
+		srv, err := newSrv(port)
+		if err != nil {
+			return zero, 0, fmt.Errorf("port %d: %w", port, err)
+		}
+		err = srv.Launch(false)
+		if err == nil {
+			err = WaitReady(srv, Addr(port), password)
+		}
+		if err == nil {
+			return srv, port, nil
+		}
+		_ = srv.Remove()
+		lastErr = fmt.Errorf("port %d: %w", port, err)
 	}
-	s, err := New(bin, dir, port, Args("", nil))
-	if err != nil {
-		return nil, err
-	}
-	if err := s.Launch(false); err != nil {
-		return s, err
-	}
-	return s, WaitReady(s, s.Addr(), "")
+	return zero, 0, lastErr
 }
 
 // Restart kills the server if it runs, starts it again on its address (with

@@ -28,6 +28,13 @@ func memServers(t *testing.T) []string {
 // memClient returns a Client over the servers at addrs with opts.
 func memClient(t *testing.T, addrs []string, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
+	return wrappedMemClient(t, addrs, nil, opts...)
+}
+
+// wrappedMemClient is memClient with node i's Pool wrapped by wrap (if not
+// nil) before the Client gets it.
+func wrappedMemClient(t *testing.T, addrs []string, wrap func(i int, p pool.Pool) (pool.Pool, error), opts ...redlock.Option) *redlock.Client {
+	t.Helper()
 	var pools []pool.Pool
 	for i, addr := range addrs {
 		rdb := redis.NewClient(&redis.Options{Addr: addr})
@@ -36,7 +43,13 @@ func memClient(t *testing.T, addrs []string, opts ...redlock.Option) *redlock.Cl
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = p.Close(); _ = rdb.Close() })
-		pools = append(pools, p)
+		var wrapped pool.Pool = p
+		if wrap != nil {
+			if wrapped, err = wrap(i, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pools = append(pools, wrapped)
 	}
 	c, err := redlock.New(pools, opts...)
 	if err != nil {

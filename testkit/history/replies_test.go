@@ -2,11 +2,8 @@ package history_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -21,25 +18,8 @@ func TestRecordReplies(t *testing.T) {
 	h := history.New()
 	addrs := memServers(t)
 	sent := &history.SentTokens{}
-	var pools []pool.Pool
-	for i, addr := range addrs {
-		rdb := redis.NewClient(&redis.Options{Addr: addr})
-		p, err := pool.New(rdb, pool.WithName(fmt.Sprint("mem", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = p.Close(); _ = rdb.Close() })
-		rp, err := h.RecordReplies("a", i, p, sent)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pools = append(pools, rp)
-	}
-	c, err := redlock.New(pools, redlock.WithFencing(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	record := func(i int, p pool.Pool) (pool.Pool, error) { return h.RecordReplies("a", i, p, sent) }
+	c := wrappedMemClient(t, addrs, record, redlock.WithFencing(true))
 	a := h.Recorder("a", c, history.WithTokens(sent), history.WithSessionKey(sent.SessionKey))
 	b := h.Recorder("b", memClient(t, addrs))
 

@@ -148,35 +148,49 @@ func (r *Recorder) Release(ctx context.Context, l *redlock.Lock) (Op, error) {
 }
 
 // Section runs fn as a critical section under l and records when it ran
-// (a Section: SEC checks that no two overlap); it returns fn's error.
-func (r *Recorder) Section(l *redlock.Lock, fn func() error) error {
+// (a Section: SEC checks that no two overlap), also when fn panics; it
+// returns fn's error.
+func (r *Recorder) Section(l *redlock.Lock, fn func() error) (err error) {
 	sec := Section{Client: r.name, Key: l.Key(), Token: l.Token(), Fence: l.Fence(), Start: r.h.Now()}
-	err := fn()
-	sec.End = r.h.Now()
-	if err != nil {
-		sec.Err = err.Error()
-	}
-	r.h.AddSection(sec)
-	return err
+	defer func() {
+		sec.End = r.h.Now()
+		if err != nil {
+			sec.Err = err.Error()
+		}
+		r.h.AddSection(sec)
+	}()
+	return fn()
 }
 
-// Do is Client.Do, recorded: it waits for the lock with Lock (opts apply),
-// runs fn under it as a recorded Section with a context that ends when the
-// lock is lost, and releases it. It returns the acquisition's error, else
-// fn's error joined with Release's.
-func (r *Recorder) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...redlock.Option) error {
-	l, err := r.Lock(ctx, key, opts...)
+// Do is Client.Do, recorded, without auto-extension: the lock lives for
+// its TTL. It waits for the lock with Lock (opts apply, then
+// WithAutoExtend(false)), runs fn under it as a recorded Section with a
+// context that ends when the lock is lost or released, and releases the
+// lock when fn returns or panics. It returns fn's error, joined with one
+// matching redlock.ErrLockLost if the lock was lost while fn ran, or else
+// with Release's error; Lock's error without calling fn; and an error for a
+// nil fn.
+func (r *Recorder) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...redlock.Option) (err error) {
+	if fn == nil {
+		return fmt.Errorf("history: Do %q: fn is nil", key)
+	}
+	l, err := r.Lock(ctx, key, slices.Concat(opts, []redlock.Option{redlock.WithAutoExtend(false)})...)
 	if err != nil {
 		return err
 	}
 	lctx, cancel := l.Context(ctx)
-	err = r.Section(l, func() error { return fn(lctx) })
-	cancel()
-	_, rerr := r.Release(context.WithoutCancel(ctx), l)
-	if errors.Is(rerr, redlock.ErrReleased) {
-		rerr = nil
-	}
-	return errors.Join(err, rerr)
+	defer func() {
+		cancel()
+		lost := l.Err()
+		_, rerr := r.Release(context.WithoutCancel(ctx), l)
+		switch {
+		case errors.Is(lost, redlock.ErrLockLost):
+			err = errors.Join(err, fmt.Errorf("history: Do %q: the lock was lost while fn ran: %w", key, redlock.ErrLockLost))
+		case rerr != nil:
+			err = errors.Join(err, rerr)
+		}
+	}()
+	return r.Section(l, func() error { return fn(lctx) })
 }
 
 // finish sets the outcome and error of op from the call's error.

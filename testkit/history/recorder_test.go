@@ -118,3 +118,43 @@ func ExampleCheck() {
 	// 0 1
 	// SEC
 }
+
+// TestRecorderDo: Do records the lock's acquisition, its section (also when
+// fn panics: the lock is released and the panic goes on) and its release,
+// and the lock is not auto-extended even on a Client that extends.
+func TestRecorderDo(t *testing.T) {
+	ctx := context.Background()
+	h := history.New()
+	addrs := memServers(t)
+	rec := h.Recorder("a", memClient(t, addrs, redlock.WithAutoExtend(true)))
+	node0 := redis.NewClient(&redis.Options{Addr: addrs[0]})
+	t.Cleanup(func() { _ = node0.Close() })
+	err := rec.Do(ctx, "k", func(ctx context.Context) error {
+		// A session lock's value names its session after a 0x1f.
+		if v := node0.Get(ctx, "quorumlock:{k}").Val(); v == "" || strings.Contains(v, "\x1f") {
+			t.Errorf("the lock's value is %q: not a plain lock's", v)
+		}
+		return errors.New("job failed")
+	})
+	if err == nil || err.Error() != "job failed" {
+		t.Fatalf("Do returned %v, want fn's error", err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the panic did not go on")
+			}
+		}()
+		_ = rec.Do(ctx, "k", func(ctx context.Context) error { panic("boom") })
+	}()
+	if err := rec.Do(ctx, "k", nil); err == nil {
+		t.Fatal("Do with a nil fn: no error")
+	}
+	r := history.Check(h, history.Config{Nodes: 5})
+	if r.Total() != 0 || r.Acquired != 2 || r.Releases != 2 || r.Sections != 2 {
+		t.Fatalf("report:\n%v", r)
+	}
+	if _, err := rec.TryLock(ctx, "k"); err != nil { // released after the panic
+		t.Fatalf("TryLock after the panicking Do: %v", err)
+	}
+}

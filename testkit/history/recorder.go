@@ -1,6 +1,7 @@
 package history
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +17,11 @@ import (
 // redlock.Client in a History, on the History's clock. Make one with
 // History.Recorder. Its methods are safe for concurrent use; several
 // goroutines may share one Recorder (their operations carry one client
-// name, and Check tells holders apart by token).
+// name, and Check tells holders apart by token). Locks of a Client with
+// redlock.WithAutoExtend are session locks, whose deadlines move with their
+// session: give such a Recorder WithSessionKey and record the deadlines its
+// holders read (History.AddLease), or Check judges them as plain locks that
+// end at their first deadline.
 type Recorder struct {
 	h      *History
 	name   string
@@ -125,7 +130,7 @@ func (r *Recorder) Acquire(ctx context.Context, key string, wait time.Duration, 
 // Extend calls l.Extend(ctx, ttl) (ttl 0: the lock's own TTL), records the
 // call and returns the record and Extend's error.
 func (r *Recorder) Extend(ctx context.Context, l *redlock.Lock, ttl time.Duration) (Op, error) {
-	op := Op{Client: r.name, Key: l.Key(), Kind: Extend, TTL: cmpOr(ttl, r.ttl), Token: l.Token(), Fence: l.Fence(),
+	op := Op{Client: r.name, Key: l.Key(), Kind: Extend, TTL: cmp.Or(ttl, r.ttl), Token: l.Token(), Fence: l.Fence(),
 		Start: r.h.Now(), Session: r.sessionKey(l)}
 	err := l.Extend(ctx, ttl)
 	deadline := l.Deadline() // as the call returned (see Acquire)
@@ -235,13 +240,6 @@ func (r *Recorder) sessionKey(l *redlock.Lock) string {
 		return ""
 	}
 	return r.session(l)
-}
-
-func cmpOr(a, b time.Duration) time.Duration {
-	if a != 0 {
-		return a
-	}
-	return b
 }
 
 // TokenLog is a token generator that remembers what it generated: give

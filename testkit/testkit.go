@@ -8,8 +8,9 @@
 // resumed. A Proxy between one client and one node adds latency, holds
 // traffic back and delivers it late (a command the client gave up on lands
 // after all), cuts the link (blackhole) or resets its connections: faults
-// between one client and one node, the others unaffected. Pools and
-// LockClient make quorumlock Pools and Clients over a Cluster.
+// between one client and one node, the others unaffected. DialClient,
+// LockClient, ProxiedLockClient and Pools make quorumlock Clients and Pools
+// over a Cluster.
 //
 // Package testkit/history records what the clients did (lock calls and
 // critical sections) and checks the record: no two holders at once,

@@ -111,14 +111,14 @@ func (s *sleeper) delay(attempt int, err error) time.Duration {
 		// yes that comes late wakes the waiter the same way: splitLate).
 		// The hand-offs lapse within handGrace: try again by then,
 		// whatever the retry delays.
-		return jitter(handGrace(s.cfg))
+		return s.cfg.jitter(handGrace(s.cfg))
 	case s.woken:
 		return s.cfg.retryDelay(0)
 	case s.ln != nil && s.ln.joined:
 		// In the line, a release names this waiter when its turn
 		// comes: polling only covers lost messages, and keeps its
 		// entry from lapsing (lineTTL).
-		return jitter(s.cfg.retryMax)
+		return s.cfg.jitter(s.cfg.retryMax)
 	}
 	return s.cfg.retryDelay(attempt)
 }

@@ -27,7 +27,7 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 			c.releaseUnsure(cfg, rep.Node, rkey, token, rep.Err)
 		}
 		if rep.Int > 0 && rd.op.Waiter != "" {
-			c.notes.splitLate(rkey, rd.op.Waiter, jitter(handGrace(cfg)))
+			c.notes.splitLate(rkey, rd.op.Waiter, cfg.jitter(handGrace(cfg)))
 		}
 	})
 	rel := c.run(context.WithoutCancel(ctx), cfg, opRelease, nil, node.Op{Key: rkey, Token: token, KeyArg: rd.op.KeyArg, TokenArg: rd.op.TokenArg, Grace: c.grace(cfg)}, nil, func(i int) bool { return said[i] })

@@ -90,7 +90,7 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	}
 	c.handoff = c.queued && !c.slotted
 	if c.handoff {
-		c.lines.init()
+		c.lines.init(cfg.rnd)
 	}
 	c.call = c.callPool
 	c.notes.c, c.notes.linger = c, subscriptionLinger

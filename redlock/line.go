@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	crand "crypto/rand"
 	"encoding/base64"
 	"strconv"
 	"sync/atomic"
@@ -34,9 +33,9 @@ type lines struct {
 	n      atomic.Uint64
 }
 
-func (ls *lines) init() {
+func (ls *lines) init(rnd *random) {
 	var b [12]byte
-	_, _ = crand.Read(b[:]) // never fails (crypto/rand's documented contract)
+	rnd.read(b[:])
 	ls.client = base64.RawURLEncoding.EncodeToString(b[:])
 	ls.suffix = handChannel("", ls.client)
 }

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -316,7 +315,7 @@ func (n *notifier) published(rkey, msg string) {
 		n.handLocked(k, id)
 		return
 	}
-	n.wakeOneLocked(k, 1+rand.N(notifySpread))
+	n.wakeOneLocked(k, 1+n.c.cfg.rnd.duration(notifySpread))
 }
 
 // wakeAgainLocked makes waiter id of k, woken by a release already, try

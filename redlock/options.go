@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/quorumlock/quorumlock/drift"
@@ -41,6 +40,7 @@ type config struct {
 	quorum      int // 0: a majority of the pools
 	logger      *slog.Logger
 	now         func() time.Time
+	rnd         *random       // nil: math/rand/v2 and crypto/rand
 	recheck     time.Duration // how often unverified nodes are asked for their run_id
 	autoExtend  bool
 	renewEvery  time.Duration // 0: TTL/3
@@ -130,11 +130,8 @@ func (c *config) retryDelay(attempt int) time.Duration {
 	if attempt < 62 && c.retryBase <= d>>attempt { // no overflow: base·2^attempt ≤ max
 		d = c.retryBase << attempt
 	}
-	return jitter(d)
+	return c.jitter(d)
 }
-
-// jitter returns a random duration in [d/2, d].
-func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
 
 // WithTTL sets how long the lock lives on each Redis node (default 10 s),
 // rounded down to whole milliseconds because Redis counts milliseconds. The

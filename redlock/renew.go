@@ -3,7 +3,6 @@ package redlock
 import (
 	"container/heap"
 	"context"
-	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -66,10 +65,10 @@ func (h *lockHeap) Pop() any {
 func firstRenewal(l *Lock, now time.Time) time.Time {
 	if l.sess != nil { // its key's refresh, every half key TTL
 		iv := keyTTL(l.cfg) / 2
-		return now.Add(iv/2 + rand.N(iv/2+1))
+		return now.Add(iv/2 + l.cfg.rnd.duration(iv/2+1))
 	}
 	iv := l.cfg.renewInterval()
-	return now.Add(min(iv/2+rand.N(iv/2+1), l.maxWait(now)))
+	return now.Add(min(iv/2+l.cfg.rnd.duration(iv/2+1), l.maxWait(now)))
 }
 
 // maxWait is the longest a renewal may wait at now: never so long that it

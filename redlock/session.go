@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	crand "crypto/rand"
 	"encoding/base64"
 	"fmt"
 	"slices"
@@ -78,7 +77,7 @@ func (c *Client) sessionFor(cfg *config) *session {
 		return s
 	}
 	var b [12]byte
-	_, _ = crand.Read(b[:]) // never fails (crypto/rand's documented contract)
+	cfg.rnd.read(b[:])
 	sid := base64.RawURLEncoding.EncodeToString(b[:])
 	s := &session{c: c, cfg: cfg, sid: sid, skey: cfg.prefix + "s:" + sid, seq: cfg.prefix + "s:seq",
 		nodes: make([]sessionNode, len(c.pools)), locks: map[*Lock]struct{}{}}

@@ -1,0 +1,44 @@
+package redlock
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/simhook"
+)
+
+// TestSimhookRandomRepeats: a Client given a seeded generator through
+// internal/simhook (the simulator's) draws the same retry delays, waiter
+// names and session names on every run; the default draws stay in range.
+func TestSimhookRandomRepeats(t *testing.T) {
+	draw := func(seed uint64) (delays []time.Duration, waiter string) {
+		c, err := New(asPools(newMemPools(3)), simhook.Random(rand.New(rand.NewPCG(seed, 1)).Uint64).(Option))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for a := range 8 {
+			delays = append(delays, c.cfg.retryDelay(a))
+		}
+		var ls lines // as a Client over queued Pools names its waiters
+		ls.init(c.cfg.rnd)
+		return delays, ls.client
+	}
+	d1, w1 := draw(7)
+	d2, w2 := draw(7)
+	d3, w3 := draw(8)
+	if w1 != w2 || !slices.Equal(d1, d2) {
+		t.Fatalf("one seed, two runs: waiters %q and %q, delays %v and %v", w1, w2, d1, d2)
+	}
+	if w1 == w3 || slices.Equal(d1, d3) {
+		t.Fatalf("two seeds drew the same: waiter %q, delays %v", w1, d1)
+	}
+	cfg := defaultConfig()
+	for range 100 {
+		if d := cfg.jitter(100 * time.Millisecond); d < 50*time.Millisecond || d > 100*time.Millisecond {
+			t.Fatalf("default jitter(100ms) = %v, want within [50ms, 100ms]", d)
+		}
+	}
+}

@@ -15,8 +15,6 @@ import (
 var (
 	//go:embed release.lua
 	releaseSrc string
-	//go:embed extend.lua
-	extendSrc string
 	//go:embed acquire.lua
 	acquireSrc string
 	//go:embed acquire_fenced.lua

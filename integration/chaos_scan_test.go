@@ -18,32 +18,6 @@ import (
 // probe of a dead holder's lock (L1), the sweeps after a late delivery and
 // the scan at the end (L2), and the MONITOR audit (S3).
 
-// cleanupBound is the bound docs/design.md states for the clean-up of a
-// failed acquire call or a Release ("Deciding early, cleaning up late"): a
-// node's reply may come up to one node timeout after the call returned; its
-// background release gets min(TTL, max(10 × node timeout, 2 s)); when that
-// release finds nothing, it is sent once more after min(node timeout,
-// 100 ms), with the same time. After this, no key of the call may be left
-// (L2 sweeps).
-func cleanupBound(ttl, nodeTimeout time.Duration) time.Duration {
-	bg := min(ttl, max(10*nodeTimeout, 2*time.Second))
-	return nodeTimeout + bg + min(nodeTimeout, 100*time.Millisecond) + bg
-}
-
-// recheckBounds are the library's statement about late SETs of a token it
-// no longer wants (docs/design.md, the leftover bound): it re-sends the
-// release at least once a second for TTL + the background budget after the
-// SET's fate became unknown, which is after the call returned (for session
-// locks, 10 × TTL, their keys' own TTL, instead of TTL); a SET that lands
-// within that horizon is gone a re-send (and its round trip) later.
-func recheckBounds(ttl, nodeTimeout time.Duration, sessions bool) (horizon, recheck time.Duration) {
-	bg := min(ttl, max(10*nodeTimeout, 2*time.Second))
-	if sessions {
-		return 10*ttl + bg, time.Second + 4*nodeTimeout
-	}
-	return ttl + bg, time.Second + 4*nodeTimeout
-}
-
 // probe reads the dead lock's key on every node, directly (L1). For a
 // session lock, the node holds it while the key names its token and the
 // session key holds the incarnation the key names, until the earlier of

@@ -323,8 +323,8 @@ func (r *chaosRun) closeClients() {
 // stalls (docs/chaos.md, SEC): such overlaps are noted, not reported.
 func (r *chaosRun) check() *hist.Report {
 	start := time.Now()
-	horizon, recheck := recheckBounds(chaosTTL, chaosNodeTimeout, r.sessions)
-	rep := hist.Check(r.h, hist.Config{Nodes: nodes, NodeTimeout: chaosNodeTimeout, Cleanup: cleanupBound(chaosTTL, chaosNodeTimeout),
+	horizon, recheck := hist.RecheckBounds(chaosTTL, chaosNodeTimeout, r.sessions)
+	rep := hist.Check(r.h, hist.Config{Nodes: nodes, NodeTimeout: chaosNodeTimeout, Cleanup: hist.CleanupBound(chaosTTL, chaosNodeTimeout),
 		Horizon: horizon, Recheck: recheck, Fencing: !r.sessions, Replies: true, Audit: r.audit, TolerateOverruns: true})
 	r.t.Logf("checked in %v:\n%s", time.Since(start).Round(time.Millisecond), rep)
 	for _, v := range rep.Violations {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -44,10 +43,7 @@ func lockKeys(ctx context.Context, cl *redis.Client, prefix string) ([]string, e
 	var keys []string
 	iter := cl.Scan(ctx, 0, prefix+"*", 1000).Iterator()
 	for iter.Next(ctx) {
-		k := iter.Val()
-		counter := strings.HasSuffix(k, ":fence") || k == prefix+"s:seq"
-		line := strings.HasSuffix(k, "\x1fq") || strings.HasSuffix(k, "\x1fx")
-		if !counter && !line {
+		if k := iter.Val(); LockKey(prefix, k) {
 			keys = append(keys, k)
 		}
 	}

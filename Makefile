@@ -9,16 +9,30 @@ ALL := GOWORK=$(CURDIR)/modules.work
 PKGS := ./... ./testkit/... ./integration/...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test lint fuzz demo bench bench-go chaos
+.PHONY: test lint fuzz demo bench bench-go chaos simulate
 
 # demo runs 5 embedded Redis servers in one process, contending workers, and
 # kills and revives nodes; it needs nothing but Go.
 demo:
 	$(GO) run ./cmd/quorumlock demo
 
+# test also runs the deterministic simulator without the race detector (a
+# fixed budget of 3,000 schedules; under -race it plays 300), and against
+# the extend script from before the late-landings fix, which it must catch.
+SIM := ./testkit/internal/sim
 test:
 	$(ALL) $(GO) test -race -count=1 -timeout 9m $(PKGS)
+	$(ALL) $(GO) test -count=1 -run '^TestSimulate$$' $(SIM)
+	$(ALL) $(GO) test -count=1 -tags quorumlock_oldextend -run '^TestFindsTheOldExtendBug$$' -v $(SIM)
 	cd bench && GOWORK=off $(GO) vet ./...
+
+# simulate plays SEEDS schedules (default 100,000) from seed FIRST (default 1)
+# in the deterministic simulator and prints schedules per second; a failing
+# seed prints the command that replays it with its trace (docs/chaos.md).
+SEEDS ?= 100000
+FIRST ?= 1
+simulate:
+	$(ALL) $(GO) test -count=1 -timeout 0 -run '^TestSimulate$$' -v $(SIM) -sim.seeds $(SEEDS) -sim.first $(FIRST)
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -1,0 +1,27 @@
+// Package sim is quorumlock's deterministic simulator: it runs real
+// redlock.Clients against simulated Redis masters on testing/synctest's
+// virtual clock, with every fault drawn from a seed, and checks each
+// schedule's history with the test kit's checker (testkit/history).
+//
+// What is real: the Clients (rounds, roll-backs, late replies, re-sent
+// releases, waiters' lines and hand-offs, fencing) and the library's Lua
+// scripts, which each simulated node runs with gopher-lua on a store that
+// answers as Redis does (TestScriptsAgreeWithRedis compares the two). What
+// is simulated: the nodes' Pools (node.Sender, as package pool's are), the
+// network (latency, commands that land after their caller gave up, lost
+// replies, resets, commands queued past their deadline), the nodes (pauses,
+// kills and restarts with or without their data, clocks that run at their
+// own rate) and time.
+//
+// A schedule replays from its seed: faults are drawn per link (client and
+// node) from generators seeded from it, the Clients' own random choices
+// come from seeded generators (internal/simhook), and the commands sent in
+// one virtual instant are dispatched in an order of their content, not of
+// the goroutines that sent them. docs/chaos.md, "Deterministic simulation",
+// describes the fault model, the workloads and the figures.
+//
+// Run it with make test (a fixed budget of seeds), make simulate SEEDS=N,
+// and replay a seed with its trace:
+//
+//	cd testkit && go test ./internal/sim -run 'TestReplay$' -v -sim.seed N
+package sim

@@ -1,0 +1,155 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/simhook"
+	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/testkit/history"
+)
+
+// outcome is what one schedule produced.
+type outcome struct {
+	report   *history.Report
+	trace    *tracer
+	failures []string // the simulator's own failures (a script error...)
+}
+
+// violated reports whether the checker found a violation or the simulator
+// failed.
+func (o outcome) violated() bool { return o.report.Total() > 0 || len(o.failures) > 0 }
+
+// run plays s: it must be called inside a testing/synctest bubble, whose
+// virtual clock it runs on. With trace, the outcome carries the trace.
+func (s schedule) run(trace bool) outcome {
+	t0 := time.Now()
+	tr := &tracer{on: trace, t0: t0}
+	tr.add("%s", s)
+	nodes := make([]*simNode, s.nodes)
+	for i := range nodes {
+		nodes[i] = newNode(i, s.rates[i], t0, tr)
+		go nodes[i].serve()
+	}
+	defer func() {
+		for _, n := range nodes {
+			close(n.exec)
+		}
+	}()
+	nw := &network{cfg: s.net, seed: s.seed, links: map[link]*linkState{}, d: newDispatcher()}
+	go nw.d.run()
+	defer nw.d.stop()
+	h := history.New()
+	ws := make([]*worker, s.clients)
+	for i := range ws {
+		ws[i] = s.newWorker(i, nodes, nw, h, tr)
+	}
+	end := s.startEvents(nodes)
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Go(w.run)
+	}
+	wg.Wait()
+	// Heal: every node fault over, every late command landed, every
+	// client's re-sends of releases over; then close the clients and scan.
+	time.Sleep(max(time.Until(end), 0) + s.net.maxLate + 3*s.nodeTimeout + s.ttl + 2*time.Second)
+	for _, w := range ws {
+		err := w.c.Close() // it releases the abandoned locks: their errors are expected
+		tr.add("%s closed: %v", w.name, errString(err))
+	}
+	time.Sleep(s.net.maxLate + s.ttl) // what Close sent lands
+	for _, n := range nodes {
+		h.AddLeftovers(n.leftovers(redlock.DefaultKeyPrefix, h.Now())...)
+	}
+	rep := history.Check(h, s.checkConfig())
+	return outcome{report: rep, trace: tr, failures: tr.failures()}
+}
+
+func (s schedule) checkConfig() history.Config {
+	horizon, recheck := history.RecheckBounds(s.ttl, s.nodeTimeout, false)
+	return history.Config{Nodes: s.nodes, NodeTimeout: s.nodeTimeout, Cleanup: history.CleanupBound(s.ttl, s.nodeTimeout),
+		Horizon: horizon, Recheck: recheck, Fencing: s.fencing}
+}
+
+// startEvents schedules the node faults and returns when the last ends.
+func (s schedule) startEvents(nodes []*simNode) time.Time {
+	end := time.Now()
+	for _, e := range s.events {
+		n := nodes[e.node]
+		if e.kill {
+			time.AfterFunc(e.at, n.kill)
+			time.AfterFunc(e.at+e.dur, func() { n.restart(e.amnesia) })
+		} else {
+			time.AfterFunc(e.at, n.pause)
+			time.AfterFunc(e.at+e.dur, n.resume)
+		}
+		end = later(end, time.Now().Add(e.at+e.dur))
+	}
+	return end
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// leftovers lists the lock keys under prefix the node holds, as the
+// end-of-run scan reads them (history.Scan).
+func (n *simNode) leftovers(prefix string, at time.Duration) []history.Leftover {
+	n.lock()
+	defer n.unlock()
+	now := n.now()
+	var out []history.Leftover
+	for k := range n.st.keys {
+		v := n.st.live(k, now)
+		if v == nil || v.zset != nil || !strings.HasPrefix(k, prefix) || !history.LockKey(prefix, k) {
+			continue
+		}
+		l := history.Leftover{Node: n.id, Key: k, Token: v.str, PTTL: pttlOf(v, now), At: at}
+		if _, _, sk, ok := node.ParseSession(k, v.str); ok {
+			if sv := n.st.live(sk, now); sv != nil {
+				l.SessionInc, l.SessionPTTL = sv.str, pttlOf(sv, now)
+			} else {
+				l.SessionPTTL = -2
+			}
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func pttlOf(v *value, now int64) int64 {
+	if v.exp == 0 {
+		return -1
+	}
+	return (v.exp - now) / 1e6
+}
+
+// newWorker makes client i: a redlock.Client over its own Pools of the
+// nodes, recorded in h.
+func (s schedule) newWorker(i int, nodes []*simNode, nw *network, h *history.History, tr *tracer) *worker {
+	name := fmt.Sprintf("c%d", i)
+	pools := make([]pool.Pool, len(nodes))
+	for j, n := range nodes {
+		pools[j] = &simPool{client: name, n: n, net: nw, tr: tr}
+	}
+	toks := &tokens{prefix: fmt.Sprintf("%s-%d", name, s.seed)}
+	c, err := redlock.New(pools, redlock.WithTTL(s.ttl), redlock.WithNodeTimeout(s.nodeTimeout),
+		redlock.WithFencing(s.fencing), redlock.WithTokenGenerator(toks.Generate),
+		redlock.WithLogger(slog.New(slog.DiscardHandler)),
+		simhook.Random(rand.New(rand.NewPCG(s.seed, uint64(i)+2000)).Uint64).(redlock.Option))
+	if err != nil {
+		panic(fmt.Sprintf("sim: a schedule's client options are invalid: %v (%s)", err, s))
+	}
+	return &worker{name: name, s: s, c: c, rec: h.Recorder(name, c, history.WithTokens(toks), history.WithTTL(s.ttl)), tr: tr,
+		r: rand.New(rand.NewPCG(s.seed, uint64(i)+1000)), ctx: context.Background()}
+}

@@ -1,0 +1,117 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/quorumlock/quorumlock/drift"
+)
+
+// control names a fault the library does not claim to survive, injected
+// on purpose: the checker must catch it (its violations are expected).
+type control string
+
+const (
+	none     control = ""
+	driftOut control = "drift"   // some nodes' clocks run faster than the drift factor allows
+	amnesia  control = "amnesia" // nodes restart without their data
+)
+
+// schedule is everything a seed decides: the cluster, the clients'
+// configuration and workload, the network's fault rates, the nodes' clock
+// rates and the node faults' timeline.
+type schedule struct {
+	seed    uint64
+	control control
+
+	nodes       int
+	ttl         time.Duration
+	nodeTimeout time.Duration
+	fencing     bool
+	clients     int
+	keys        int
+	ops         int // per client
+	net         netConfig
+	rates       []float64
+	events      []nodeEvent
+}
+
+// nodeEvent is one node fault: a pause, or a kill followed by a restart.
+type nodeEvent struct {
+	at, dur time.Duration
+	node    int
+	kill    bool
+	amnesia bool
+}
+
+func (e nodeEvent) String() string {
+	what := "pause"
+	if e.kill {
+		what = "kill+restart"
+		if e.amnesia {
+			what += " (amnesia)"
+		}
+	}
+	return fmt.Sprintf("n%d %s at %v for %v", e.node, what, e.at, e.dur)
+}
+
+// newSchedule draws seed's schedule.
+func newSchedule(seed uint64, c control) schedule {
+	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	s := schedule{seed: seed, control: c}
+	s.nodes = []int{3, 3, 5}[r.IntN(3)]
+	s.ttl = time.Duration(100+r.IntN(400)) * time.Millisecond
+	s.nodeTimeout = time.Duration(5+r.IntN(20)) * time.Millisecond
+	s.fencing = r.IntN(2) == 0
+	s.clients = 2 + r.IntN(3)
+	s.keys = 1 + r.IntN(2)
+	s.ops = 3 + r.IntN(6)
+	s.net = netConfig{
+		latency:     time.Duration(100+r.IntN(2000)) * time.Microsecond,
+		pSlow:       r.Float64() * 0.1,
+		pLate:       r.Float64() * 0.15,
+		maxLate:     2 * s.ttl,
+		pDrop:       r.Float64() * 0.05,
+		pReset:      r.Float64() * 0.05,
+		pQueue:      r.Float64() * 0.03,
+		nodeTimeout: s.nodeTimeout,
+	}
+	s.rates = make([]float64, s.nodes)
+	for i := range s.rates {
+		s.rates[i] = 1 + (2*r.Float64()-1)*drift.DefaultFactor
+	}
+	if c == driftOut {
+		for i := range (s.nodes + 1) / 2 {
+			s.rates[i] = 1 + drift.DefaultFactor*(2+8*r.Float64()) // 2 to 10 times the factor
+		}
+	}
+	s.events = drawEvents(r, s, c == amnesia)
+	return s
+}
+
+// span is about how long the workload runs: the window node faults fall in.
+func (s schedule) span() time.Duration { return time.Duration(s.ops) * s.ttl }
+
+func drawEvents(r *rand.Rand, s schedule, amnesia bool) []nodeEvent {
+	var evs []nodeEvent
+	for range r.IntN(4) {
+		e := nodeEvent{
+			at:   time.Duration(r.Int64N(int64(s.span()))),
+			dur:  time.Duration(r.Int64N(int64(2 * s.ttl))),
+			node: r.IntN(s.nodes),
+			kill: r.IntN(3) == 0,
+		}
+		e.amnesia = e.kill && amnesia
+		evs = append(evs, e)
+	}
+	if amnesia { // at least one restart without data, while locks are held
+		evs = append(evs, nodeEvent{at: time.Duration(r.Int64N(int64(s.span()))), dur: s.ttl / 10, node: r.IntN(s.nodes), kill: true, amnesia: true})
+	}
+	return evs
+}
+
+func (s schedule) String() string {
+	return fmt.Sprintf("seed %d: %d nodes, %d clients × %d ops on %d keys, ttl %v, node timeout %v, fencing %v; net %+v; clock rates %.4f; node faults %v",
+		s.seed, s.nodes, s.clients, s.ops, s.keys, s.ttl, s.nodeTimeout, s.fencing, s.net, s.rates, s.events)
+}

@@ -1,0 +1,119 @@
+package sim
+
+import (
+	"flag"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+var (
+	seeds   = flag.Int("sim.seeds", defaultSeeds, "how many schedules TestSimulate runs")
+	first   = flag.Uint64("sim.first", 1, "the first seed TestSimulate runs")
+	replay  = flag.Uint64("sim.seed", 0, "replay this one seed with its trace (TestReplay)")
+	ctlFlag = flag.String("sim.control", "", "TestReplay: the control the seed ran under (drift, amnesia)")
+)
+
+// play runs seed's schedule in a synctest bubble of its own.
+func play(t *testing.T, seed uint64, c control, trace bool) (o outcome) {
+	synctest.Test(t, func(*testing.T) { o = newSchedule(seed, c).run(trace) })
+	return o
+}
+
+// replayLine is the command that replays seed with its trace.
+func replayLine(seed uint64, c control) string {
+	ctl := ""
+	if c != none {
+		ctl = " -sim.control " + string(c)
+	}
+	return fmt.Sprintf("go test ./internal/sim -run 'TestReplay$' -v -sim.seed %d%s   (in testkit/)", seed, ctl)
+}
+
+// sweep plays seeds [from, from+n) on every core, calling bad (one call at
+// a time) for each schedule that violated a property or failed the
+// simulator, until bad says stop. It returns how many violated and how many
+// were played.
+func sweep(t *testing.T, from uint64, n int, c control, bad func(seed uint64, o outcome) (stop bool)) (found, played int) {
+	defer debug.SetGCPercent(debug.SetGCPercent(400)) // schedules allocate much and keep little
+	var next, done atomic.Uint64
+	next.Store(from)
+	var stopped atomic.Bool
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for !stopped.Load() {
+				seed := next.Add(1) - 1
+				if seed >= from+uint64(n) {
+					return
+				}
+				o := play(t, seed, c, false)
+				done.Add(1)
+				if o.violated() {
+					mu.Lock()
+					found++
+					if bad(seed, o) {
+						stopped.Store(true)
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return found, int(done.Load())
+}
+
+// TestSimulate plays -sim.seeds schedules of the real Client against
+// simulated nodes and checks each history: no violation is allowed.
+func TestSimulate(t *testing.T) {
+	start := time.Now()
+	found, played := sweep(t, *first, *seeds, none, func(seed uint64, o outcome) bool {
+		t.Errorf("seed %d: %d violations, simulator failures %q:\n%s\nreplay: %s", seed, o.report.Total(), o.failures, o.report, replayLine(seed, none))
+		return false
+	})
+	d := time.Since(start)
+	t.Logf("%d schedules in %v: %.0f schedules/s (%.0f per hour), %d violated", played, d.Round(time.Millisecond), float64(played)/d.Seconds(), float64(played)/d.Hours(), found)
+}
+
+// TestControlsAreCaught breaks the library's assumptions on purpose
+// (docs/safety.md): clocks that run faster than the drift factor allows,
+// and nodes that restart without their data. The checker must catch each
+// within a few hundred schedules, or it could not catch a real bug either.
+func TestControlsAreCaught(t *testing.T) {
+	for _, c := range []control{driftOut, amnesia} {
+		t.Run(string(c), func(t *testing.T) {
+			first := uint64(0)
+			var what string
+			_, played := sweep(t, 1, 600, c, func(seed uint64, o outcome) bool {
+				if first == 0 || seed < first {
+					first, what = seed, o.report.String()
+				}
+				return true
+			})
+			if first == 0 {
+				t.Fatalf("no violation in %d schedules with %s: the simulator cannot see what the control breaks", played, c)
+			}
+			t.Logf("caught after %d schedules (first at seed %d; replay: %s):\n%s", played, first, replayLine(first, c), what)
+		})
+	}
+}
+
+// TestReplay replays -sim.seed with its trace.
+func TestReplay(t *testing.T) {
+	if *replay == 0 {
+		t.Skip("give -sim.seed")
+	}
+	c := control(*ctlFlag)
+	o := play(t, *replay, c, true)
+	t.Logf("trace:\n%s", o.trace)
+	t.Logf("%s", o.report)
+	if o.violated() {
+		t.Errorf("seed %d violates: %d violations, simulator failures %q", *replay, o.report.Total(), o.failures)
+	}
+}

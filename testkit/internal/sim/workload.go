@@ -1,0 +1,139 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/quorumlock/redlock"
+	"github.com/quorumlock/quorumlock/testkit/history"
+)
+
+// worker is one client's workload: a redlock.Client whose calls are
+// recorded, playing s.ops operations drawn from its own generator on a few
+// keys: TryLock and Lock (waiting up to 2 TTLs), critical sections, Extend
+// with TTLs shorter and longer than the lock's, Release, abandoning a lock
+// to its TTL, and Do.
+type worker struct {
+	name string
+	s    schedule
+	c    *redlock.Client
+	rec  *history.Recorder
+	tr   *tracer
+	r    *rand.Rand
+	ctx  context.Context
+}
+
+func (w *worker) run() {
+	time.Sleep(w.upTo(w.s.ttl / 4)) // the clients start apart
+	for range w.s.ops {
+		key := fmt.Sprintf("k%d", w.r.IntN(w.s.keys))
+		if w.r.IntN(6) == 0 {
+			w.do(key)
+		} else {
+			w.hold(key)
+		}
+		time.Sleep(w.upTo(w.s.ttl / 2))
+	}
+}
+
+// upTo is a random duration in (0, d].
+func (w *worker) upTo(d time.Duration) time.Duration {
+	return time.Duration(w.r.Int64N(int64(max(d, 1)))) + 1
+}
+
+// hold takes key, uses it a few times and releases or abandons it.
+func (w *worker) hold(key string) {
+	wait := []time.Duration{0, w.s.ttl, 2 * w.s.ttl}[w.r.IntN(3)]
+	l, _, err := w.rec.Acquire(w.ctx, key, wait)
+	w.tr.add("%s acquire %q (wait %v): %v", w.name, key, wait, errString(err))
+	if l == nil {
+		return
+	}
+	for range w.r.IntN(4) {
+		switch w.r.IntN(3) {
+		case 0:
+			w.section(l)
+		case 1:
+			// A TTL shorter or longer than the lock's: a late extend of a
+			// shorter one must not cut a later, longer one short.
+			ttl := max(time.Duration(float64(w.s.ttl)*(0.3+3*w.r.Float64())), 2*w.s.nodeTimeout+10*time.Millisecond)
+			_, err := w.rec.Extend(w.ctx, l, ttl.Truncate(time.Millisecond))
+			w.tr.add("%s extend %q token %s by %v: %v", w.name, key, short(l.Token()), ttl, errString(err))
+		default:
+			time.Sleep(w.upTo(w.s.ttl / 3))
+		}
+	}
+	if w.r.IntN(8) == 0 {
+		w.tr.add("%s abandons %q token %s", w.name, key, short(l.Token()))
+		return
+	}
+	_, err = w.rec.Release(w.ctx, l)
+	w.tr.add("%s release %q token %s: %v", w.name, key, short(l.Token()), errString(err))
+}
+
+// section runs a critical section that ends before the lock's deadline.
+func (w *worker) section(l *redlock.Lock) {
+	left := time.Until(l.Deadline())
+	if left <= 0 {
+		return
+	}
+	d := w.upTo(left * 9 / 10)
+	w.rec.Section(l, func() error {
+		time.Sleep(d)
+		return nil
+	})
+}
+
+// do runs a critical section with Do, waiting up to 3 TTLs for the lock.
+func (w *worker) do(key string) {
+	ctx, cancel := context.WithTimeout(w.ctx, 3*w.s.ttl)
+	defer cancel()
+	d := w.upTo(w.s.ttl / 2)
+	err := w.rec.Do(ctx, key, func(context.Context) error {
+		time.Sleep(d)
+		return nil
+	})
+	w.tr.add("%s do %q: %v", w.name, key, errString(err))
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
+}
+
+// tokens makes a client's lock tokens, prefix-n, and remembers them for
+// the Recorder (history.Tokens): the same in every replay of a seed, so
+// that traces compare.
+type tokens struct {
+	prefix string
+
+	mu  sync.Mutex
+	all []string
+}
+
+var _ history.Tokens = (*tokens)(nil)
+
+func (t *tokens) Generate() (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tok := fmt.Sprintf("%s-%06d", t.prefix, len(t.all)+1)
+	t.all = append(t.all, tok)
+	return tok, nil
+}
+
+func (t *tokens) Count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.all)
+}
+
+func (t *tokens) Since(n int) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]string(nil), t.all[min(n, len(t.all)):]...)
+}

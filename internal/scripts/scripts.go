@@ -85,11 +85,24 @@ var (
 func script(parts ...string) *redis.Script {
 	var b strings.Builder
 	for _, p := range parts {
-		for line := range strings.Lines(p) {
-			if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "--") {
-				b.WriteString(line)
-			}
-		}
+		b.WriteString(strip(p))
 	}
 	return redis.NewScript(b.String())
 }
+
+// strip drops p's comment lines and blank lines.
+func strip(p string) string {
+	var b strings.Builder
+	for line := range strings.Lines(p) {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "--") {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
+// Lib is the text every script that reads a lock key begins with: the
+// functions of lib.lua, as the scripts carry them. The simulator
+// (testkit/internal/sim) defines them once per Lua state instead of once per
+// call.
+func Lib() string { return strip(lib) }

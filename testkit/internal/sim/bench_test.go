@@ -46,3 +46,10 @@ func srcOf(s *redis.Script) string {
 	s.Eval(context.Background(), c, nil)
 	return c.src
 }
+
+func BenchmarkNewEngine(b *testing.B) {
+	for b.Loop() {
+		e := newEngine(newStore())
+		e.L.Close()
+	}
+}

@@ -90,10 +90,12 @@ func (n *simNode) arrive(c *call) {
 func (n *simNode) runLocked(c *call) {
 	r := n.execLocked(c.op)
 	late := ""
-	if c.isDone() {
+	if n.tr.on && c.isDone() {
 		late = " LATE (its caller gave up)"
 	}
-	n.tr.add("%s ran on %s%s: %s", c, n.name, late, resultString(r))
+	if n.tr.on {
+		n.tr.add("%s ran on %s%s: %s", c, n.name, late, resultString(r))
+	}
 	c.ran(r)
 }
 
@@ -192,7 +194,14 @@ type scripter struct{ n *simNode }
 func (s scripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
 	argv := make([]string, len(args))
 	for i, a := range args {
-		argv[i] = fmt.Sprint(a)
+		switch v := a.(type) {
+		case string:
+			argv[i] = v
+		case int64:
+			argv[i] = strconv.FormatInt(v, 10)
+		default:
+			argv[i] = fmt.Sprint(a)
+		}
 	}
 	cmd := redis.NewCmd(ctx)
 	v, err := s.n.eng.eval(s.n.now(), script, keys, argv)

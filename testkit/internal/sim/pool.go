@@ -77,7 +77,9 @@ func (p *simPool) write(c *call, deadline time.Time) {
 		c.finish(node.Result{Err: err})
 		return
 	}
-	p.tr.add("%s: sent, lands in %v%s", c, c.fate.up, c.fate)
+	if p.tr.on {
+		p.tr.add("%s: sent, lands in %v%s", c, c.fate.up, c.fate)
+	}
 	c.mu.Lock()
 	c.landing = time.AfterFunc(c.fate.up, func() { p.n.land(c) })
 	c.mu.Unlock()

@@ -41,6 +41,7 @@ func (s schedule) run(trace bool) outcome {
 	defer func() {
 		for _, n := range nodes {
 			close(n.exec)
+			n.eng.release()
 		}
 	}()
 	nw := &network{cfg: s.net, seed: s.seed, links: map[link]*linkState{}, d: newDispatcher()}
@@ -62,7 +63,7 @@ func (s schedule) run(trace bool) outcome {
 	time.Sleep(max(time.Until(end), 0) + s.net.maxLate + 3*s.nodeTimeout + s.ttl + 2*time.Second)
 	for _, w := range ws {
 		err := w.c.Close() // it releases the abandoned locks: their errors are expected
-		tr.add("%s closed: %v", w.name, errString(err))
+		w.trace("%s closed: %v", w.name, errOf(err))
 	}
 	time.Sleep(s.net.maxLate + s.ttl) // what Close sent lands
 	for _, n := range nodes {

@@ -67,14 +67,17 @@ func newSchedule(seed uint64, c control) schedule {
 	s.clients = 2 + r.IntN(3)
 	s.keys = 1 + r.IntN(2)
 	s.ops = 3 + r.IntN(6)
+	// Fault rates per command, skewed towards calm: most schedules have
+	// a few faults, some are storms.
+	rate := func(max float64) float64 { x := r.Float64(); return max * x * x }
 	s.net = netConfig{
 		latency:     time.Duration(100+r.IntN(2000)) * time.Microsecond,
-		pSlow:       r.Float64() * 0.1,
-		pLate:       r.Float64() * 0.15,
+		pSlow:       rate(0.1),
+		pLate:       rate(0.15),
 		maxLate:     2 * s.ttl,
-		pDrop:       r.Float64() * 0.05,
-		pReset:      r.Float64() * 0.05,
-		pQueue:      r.Float64() * 0.03,
+		pDrop:       rate(0.05),
+		pReset:      rate(0.05),
+		pQueue:      rate(0.03),
 		nodeTimeout: s.nodeTimeout,
 	}
 	s.rates = make([]float64, s.nodes)

@@ -39,13 +39,14 @@ func replayLine(seed uint64, c control) string {
 // simulator, until bad says stop. It returns how many violated and how many
 // were played.
 func sweep(t *testing.T, from uint64, n int, c control, bad func(seed uint64, o outcome) (stop bool)) (found, played int) {
-	defer debug.SetGCPercent(debug.SetGCPercent(400)) // schedules allocate much and keep little
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))          // schedules allocate much and keep little:
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(1 << 30)) // collect only at 1 GiB
 	var next, done atomic.Uint64
 	next.Store(from)
 	var stopped atomic.Bool
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for range runtime.GOMAXPROCS(0) {
+	for range 2 * runtime.GOMAXPROCS(0) { // two per core: a schedule waits on its dispatcher at each instant
 		wg.Go(func() {
 			for !stopped.Load() {
 				seed := next.Add(1) - 1

@@ -48,7 +48,7 @@ func (w *worker) upTo(d time.Duration) time.Duration {
 func (w *worker) hold(key string) {
 	wait := []time.Duration{0, w.s.ttl, 2 * w.s.ttl}[w.r.IntN(3)]
 	l, _, err := w.rec.Acquire(w.ctx, key, wait)
-	w.tr.add("%s acquire %q (wait %v): %v", w.name, key, wait, errString(err))
+	w.trace("%s acquire %q (wait %v): %v", w.name, key, wait, errOf(err))
 	if l == nil {
 		return
 	}
@@ -61,7 +61,7 @@ func (w *worker) hold(key string) {
 			// shorter one must not cut a later, longer one short.
 			ttl := max(time.Duration(float64(w.s.ttl)*(0.3+3*w.r.Float64())), 2*w.s.nodeTimeout+10*time.Millisecond)
 			_, err := w.rec.Extend(w.ctx, l, ttl.Truncate(time.Millisecond))
-			w.tr.add("%s extend %q token %s by %v: %v", w.name, key, short(l.Token()), ttl, errString(err))
+			w.trace("%s extend %q token %s by %v: %v", w.name, key, short(l.Token()), ttl, errOf(err))
 		default:
 			time.Sleep(w.upTo(w.s.ttl / 3))
 		}
@@ -71,7 +71,7 @@ func (w *worker) hold(key string) {
 		return
 	}
 	_, err = w.rec.Release(w.ctx, l)
-	w.tr.add("%s release %q token %s: %v", w.name, key, short(l.Token()), errString(err))
+	w.trace("%s release %q token %s: %v", w.name, key, short(l.Token()), errOf(err))
 }
 
 // section runs a critical section that ends before the lock's deadline.
@@ -96,14 +96,23 @@ func (w *worker) do(key string) {
 		time.Sleep(d)
 		return nil
 	})
-	w.tr.add("%s do %q: %v", w.name, key, errString(err))
+	w.trace("%s do %q: %v", w.name, key, errOf(err))
 }
 
-func errString(err error) string {
+// trace adds a line to the trace when it is on (the arguments are not
+// formatted otherwise: an error's text costs as much as a command).
+func (w *worker) trace(format string, args ...any) {
+	if w.tr.on {
+		w.tr.add(format, args...)
+	}
+}
+
+// errOf is err for the trace, "ok" when nil.
+func errOf(err error) any {
 	if err == nil {
 		return "ok"
 	}
-	return err.Error()
+	return err
 }
 
 // tokens makes a client's lock tokens, prefix-n, and remembers them for

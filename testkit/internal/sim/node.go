@@ -38,6 +38,7 @@ type simNode struct {
 	down    bool    // killed: refuses connections until restarted
 	epoch   int     // counts restarts: a connection belongs to one epoch
 	calls   map[*call]struct{}
+	subs    []*subscription // in the order they were opened
 
 	exec chan *call // commands landing, to serve
 }
@@ -89,6 +90,7 @@ func (n *simNode) arrive(c *call) {
 
 func (n *simNode) runLocked(c *call) {
 	r := n.execLocked(c.op)
+	n.publishLocked()
 	late := ""
 	if n.tr.on && c.isDone() {
 		late = " LATE (its caller gave up)"
@@ -166,6 +168,9 @@ func (n *simNode) restart(amnesia bool) {
 		n.st.keys = map[string]*value{}
 	}
 	n.tr.add("%s restarted (amnesia %v)", n.name, amnesia)
+	for _, s := range n.subs {
+		s.resubscribe()
+	}
 }
 
 // connect registers c on the node's current connections, or fails when

@@ -194,8 +194,19 @@ type link struct {
 }
 
 type linkState struct {
-	r   *rand.Rand
-	seq int // commands sent on the link
+	r   *rand.Rand // the commands' fates
+	sub *rand.Rand // the notifications' (notice)
+	seq int        // commands sent on the link
+}
+
+// link returns a link's state, made on first use. nw.mu must be held.
+func (nw *network) link(client string, nodeID int) *linkState {
+	ls := nw.links[link{client, nodeID}]
+	if ls == nil {
+		ls = &linkState{r: rand.New(rand.NewPCG(nw.seed, hash(client, nodeID)))}
+		nw.links[link{client, nodeID}] = ls
+	}
+	return ls
 }
 
 // netConfig is a schedule's network: probabilities per command.
@@ -214,11 +225,7 @@ type netConfig struct {
 func (nw *network) draw(client string, nodeID int) (int, fate) {
 	nw.mu.Lock()
 	defer nw.mu.Unlock()
-	ls := nw.links[link{client, nodeID}]
-	if ls == nil {
-		ls = &linkState{r: rand.New(rand.NewPCG(nw.seed, hash(client, nodeID)))}
-		nw.links[link{client, nodeID}] = ls
-	}
+	ls := nw.link(client, nodeID)
 	ls.seq++
 	r := ls.r
 	cfg := nw.cfg

@@ -16,9 +16,11 @@ import (
 // using a new command fails the simulation instead of passing silently.
 // It is used by one node's goroutine at a time (the node's mutex).
 type store struct {
-	keys      map[string]*value
-	published int // PUBLISH calls (release notices)
+	keys map[string]*value
+	pubs []message // published by the script running, for the node to send
 }
+
+type message struct{ channel, message string }
 
 type value struct {
 	str  string
@@ -215,8 +217,11 @@ func (s *store) time(now int64, _ []string) (any, error) {
 	return []any{strconv.FormatInt(sec, 10), strconv.FormatInt(us, 10)}, nil
 }
 
-func (s *store) publish(int64, []string) (any, error) {
-	s.published++
+// publish queues the message; the node sends it to the subscribers once
+// the script is over. The reply (receivers) is not what Redis would say,
+// but no script reads it.
+func (s *store) publish(_ int64, a []string) (any, error) {
+	s.pubs = append(s.pubs, message{a[0], a[1]})
 	return int64(0), nil
 }
 

@@ -1,0 +1,151 @@
+package sim
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
+)
+
+// The release notifications: a simPool is a node.Subscriber, as the Pools
+// of package pool are, so that the Clients' waiters are woken by releases
+// and hand-offs (and poll only for what is lost), as in production. A
+// subscription confirms its channels a round trip after Add; each message
+// a script publishes reaches the subscriptions of its channel after a
+// latency, or is lost at the link's drop rate; a node that is down
+// publishes nothing, and when it restarts every subscription to it is
+// confirmed anew (the Client then retries: it may have missed messages).
+// Latencies and losses come from a generator per link apart from the
+// commands', so that when a Client subscribes does not change the fates of
+// its commands.
+
+var _ node.Subscriber = (*simPool)(nil)
+
+// Subscribe opens a subscription of the pool's client to its node.
+func (p *simPool) Subscribe(h node.Handler, _ time.Duration) node.Subscription {
+	s := &subscription{p: p, h: h, channels: map[string]bool{}}
+	p.n.lock()
+	p.n.subs = append(p.n.subs, s)
+	p.n.unlock()
+	return s
+}
+
+type subscription struct {
+	p *simPool
+	h node.Handler
+
+	mu       sync.Mutex
+	channels map[string]bool
+	closed   bool
+}
+
+func (s *subscription) Add(_ context.Context, channels ...string) error {
+	s.mu.Lock()
+	for _, ch := range channels {
+		s.channels[ch] = true
+	}
+	s.mu.Unlock()
+	s.p.n.lock()
+	up := !s.p.n.down
+	s.p.n.unlock()
+	if up {
+		s.confirm(channels)
+	}
+	return nil
+}
+
+// confirm tells the Client, a round trip from now, that channels are
+// subscribed (those still wanted then).
+func (s *subscription) confirm(channels []string) {
+	d := s.p.net.notice(s.p.client, s.p.n.id, false)
+	time.AfterFunc(d, func() {
+		for _, ch := range channels {
+			if s.has(ch) {
+				s.h.Subscribed(ch)
+			}
+		}
+	})
+}
+
+func (s *subscription) has(ch string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.closed && s.channels[ch]
+}
+
+func (s *subscription) Remove(_ context.Context, channels ...string) error {
+	s.mu.Lock()
+	for _, ch := range channels {
+		delete(s.channels, ch)
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *subscription) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	n := s.p.n
+	n.lock()
+	n.subs = slices.DeleteFunc(n.subs, func(x *subscription) bool { return x == s })
+	n.unlock()
+	return nil
+}
+
+// resubscribe confirms every channel of s again: its node restarted.
+func (s *subscription) resubscribe() {
+	s.mu.Lock()
+	chs := make([]string, 0, len(s.channels))
+	for ch := range s.channels {
+		chs = append(chs, ch)
+	}
+	s.mu.Unlock()
+	slices.Sort(chs)
+	s.confirm(chs)
+}
+
+// publishLocked sends what the last script published to the subscriptions
+// of each channel. n's lock is held.
+func (n *simNode) publishLocked() {
+	for _, m := range n.st.pubs {
+		for _, s := range n.subs {
+			if !s.has(m.channel) {
+				continue
+			}
+			d := s.p.net.notice(s.p.client, n.id, true)
+			if d < 0 {
+				n.tr.add("message %q on %s to %s lost", short(m.message), printable(m.channel), s.p.client)
+				continue
+			}
+			time.AfterFunc(d, func() {
+				if s.has(m.channel) {
+					n.tr.add("message %q on %s from %s reaches %s", short(m.message), printable(m.channel), n.name, s.p.client)
+					s.h.Published(m.channel, m.message)
+				}
+			})
+		}
+	}
+	n.st.pubs = n.st.pubs[:0]
+}
+
+func printable(s string) string { return strings.NewReplacer("\x1f", "\\x1f").Replace(s) }
+
+// notice draws the latency of a subscription's confirmation or message on
+// the link, or −1 for a message lost.
+func (nw *network) notice(client string, nodeID int, message bool) time.Duration {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	ls := nw.link(client, nodeID)
+	if ls.sub == nil {
+		ls.sub = rand.New(rand.NewPCG(nw.seed^0x5b5b, hash(client, nodeID)))
+	}
+	if message && ls.sub.Float64() < nw.cfg.pDrop {
+		return -1
+	}
+	return time.Duration(ls.sub.ExpFloat64()*float64(nw.cfg.latency)) + 50*time.Microsecond
+}

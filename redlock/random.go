@@ -2,6 +2,7 @@ package redlock
 
 import (
 	crand "crypto/rand"
+	"encoding/base64"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -22,6 +23,9 @@ func init() {
 	simhook.Random = func(next func() uint64) any {
 		return Option(func(c *config) error {
 			c.rnd = &random{next: next}
+			if !c.customToken {
+				c.token = c.rnd.token // still the library's tokens: sessions apply
+			}
 			return nil
 		})
 	}
@@ -52,3 +56,10 @@ func (x *random) read(b []byte) {
 
 // jitter returns a random duration in [d/2, d].
 func (c *config) jitter(d time.Duration) time.Duration { return d/2 + c.rnd.duration(d/2+1) }
+
+// token is randomToken drawn from x.
+func (x *random) token() (string, error) {
+	var b [16]byte
+	x.read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}

@@ -11,7 +11,7 @@ import (
 
 // TestSimhookRandomRepeats: a Client given a seeded generator through
 // internal/simhook (the simulator's) draws the same retry delays, waiter
-// names and session names on every run; the default draws stay in range.
+// names and tokens on every run; the default draws stay in range.
 func TestSimhookRandomRepeats(t *testing.T) {
 	draw := func(seed uint64) (delays []time.Duration, waiter string) {
 		c, err := New(asPools(newMemPools(3)), simhook.Random(rand.New(rand.NewPCG(seed, 1)).Uint64).(Option))
@@ -24,7 +24,11 @@ func TestSimhookRandomRepeats(t *testing.T) {
 		}
 		var ls lines // as a Client over queued Pools names its waiters
 		ls.init(c.cfg.rnd)
-		return delays, ls.client
+		tok, err := c.cfg.token()
+		if err != nil || len(tok) != 22 {
+			t.Fatalf("token %q, %v: want 22 characters, as randomToken's", tok, err)
+		}
+		return delays, ls.client + " " + tok
 	}
 	d1, w1 := draw(7)
 	d2, w2 := draw(7)

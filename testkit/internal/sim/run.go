@@ -74,9 +74,9 @@ func (s schedule) run(trace bool) outcome {
 }
 
 func (s schedule) checkConfig() history.Config {
-	horizon, recheck := history.RecheckBounds(s.ttl, s.nodeTimeout, false)
+	horizon, recheck := history.RecheckBounds(s.ttl, s.nodeTimeout, s.sessions)
 	return history.Config{Nodes: s.nodes, NodeTimeout: s.nodeTimeout, Cleanup: history.CleanupBound(s.ttl, s.nodeTimeout),
-		Horizon: horizon, Recheck: recheck, Fencing: s.fencing}
+		Horizon: horizon, Recheck: recheck, Fencing: s.fencing && !s.sessions, Replies: true}
 }
 
 // startEvents schedules the node faults and returns when the last ends.
@@ -136,21 +136,37 @@ func pttlOf(v *value, now int64) int64 {
 }
 
 // newWorker makes client i: a redlock.Client over its own Pools of the
-// nodes, recorded in h.
+// nodes, whose yes-replies are recorded (S2 counts quorums), recorded in h.
+// In a schedule of sessions its locks are auto-extended session locks with
+// the library's tokens; otherwise plain locks with tokens that name the
+// client, fenced when the schedule says so.
 func (s schedule) newWorker(i int, nodes []*simNode, nw *network, h *history.History, tr *tracer) *worker {
 	name := fmt.Sprintf("c%d", i)
+	sent := &history.SentTokens{}
 	pools := make([]pool.Pool, len(nodes))
 	for j, n := range nodes {
-		pools[j] = &simPool{client: name, n: n, net: nw, tr: tr}
+		p, err := h.RecordReplies(name, j, &simPool{client: name, n: n, net: nw, tr: tr}, sent)
+		if err != nil {
+			panic(err)
+		}
+		pools[j] = p
 	}
-	toks := &tokens{prefix: fmt.Sprintf("%s-%d", name, s.seed)}
-	c, err := redlock.New(pools, redlock.WithTTL(s.ttl), redlock.WithNodeTimeout(s.nodeTimeout),
-		redlock.WithFencing(s.fencing), redlock.WithTokenGenerator(toks.Generate),
+	opts := []redlock.Option{redlock.WithTTL(s.ttl), redlock.WithNodeTimeout(s.nodeTimeout),
 		redlock.WithLogger(slog.New(slog.DiscardHandler)),
-		simhook.Random(rand.New(rand.NewPCG(s.seed, uint64(i)+2000)).Uint64).(redlock.Option))
+		simhook.Random(rand.New(rand.NewPCG(s.seed, uint64(i)+2000)).Uint64).(redlock.Option)}
+	recOpts := []history.RecorderOption{history.WithTTL(s.ttl)}
+	if s.sessions {
+		opts = append(opts, redlock.WithAutoExtend(true))
+		recOpts = append(recOpts, history.WithTokens(sent), history.WithSessionKey(sent.SessionKey))
+	} else {
+		toks := &tokens{prefix: fmt.Sprintf("%s-%d", name, s.seed)}
+		opts = append(opts, redlock.WithFencing(s.fencing), redlock.WithTokenGenerator(toks.Generate))
+		recOpts = append(recOpts, history.WithTokens(toks))
+	}
+	c, err := redlock.New(pools, opts...)
 	if err != nil {
 		panic(fmt.Sprintf("sim: a schedule's client options are invalid: %v (%s)", err, s))
 	}
-	return &worker{name: name, s: s, c: c, rec: h.Recorder(name, c, history.WithTokens(toks), history.WithTTL(s.ttl)), tr: tr,
+	return &worker{name: name, s: s, c: c, h: h, rec: h.Recorder(name, c, recOpts...), tr: tr,
 		r: rand.New(rand.NewPCG(s.seed, uint64(i)+1000)), ctx: context.Background()}
 }

@@ -29,6 +29,7 @@ type schedule struct {
 	ttl         time.Duration
 	nodeTimeout time.Duration
 	fencing     bool
+	sessions    bool // auto-extended session locks (then no fencing)
 	clients     int
 	keys        int
 	ops         int // per client
@@ -64,6 +65,7 @@ func newSchedule(seed uint64, c control) schedule {
 	s.ttl = time.Duration(100+r.IntN(400)) * time.Millisecond
 	s.nodeTimeout = time.Duration(5+r.IntN(20)) * time.Millisecond
 	s.fencing = r.IntN(2) == 0
+	s.sessions = r.IntN(3) == 0
 	s.clients = 2 + r.IntN(3)
 	s.keys = 1 + r.IntN(2)
 	s.ops = 3 + r.IntN(6)
@@ -115,6 +117,6 @@ func drawEvents(r *rand.Rand, s schedule, amnesia bool) []nodeEvent {
 }
 
 func (s schedule) String() string {
-	return fmt.Sprintf("seed %d: %d nodes, %d clients × %d ops on %d keys, ttl %v, node timeout %v, fencing %v; net %+v; clock rates %.4f; node faults %v",
-		s.seed, s.nodes, s.clients, s.ops, s.keys, s.ttl, s.nodeTimeout, s.fencing, s.net, s.rates, s.events)
+	return fmt.Sprintf("seed %d: %d nodes, %d clients × %d ops on %d keys, ttl %v, node timeout %v, fencing %v, sessions %v; net %+v; clock rates %.4f; node faults %v",
+		s.seed, s.nodes, s.clients, s.ops, s.keys, s.ttl, s.nodeTimeout, s.fencing && !s.sessions, s.sessions, s.net, s.rates, s.events)
 }

@@ -20,6 +20,7 @@ type worker struct {
 	name string
 	s    schedule
 	c    *redlock.Client
+	h    *history.History
 	rec  *history.Recorder
 	tr   *tracer
 	r    *rand.Rand
@@ -52,6 +53,7 @@ func (w *worker) hold(key string) {
 	if l == nil {
 		return
 	}
+	w.deadline(l)
 	for range w.r.IntN(4) {
 		switch w.r.IntN(3) {
 		case 0:
@@ -66,17 +68,40 @@ func (w *worker) hold(key string) {
 			time.Sleep(w.upTo(w.s.ttl / 3))
 		}
 	}
-	if w.r.IntN(8) == 0 {
-		w.tr.add("%s abandons %q token %s", w.name, key, short(l.Token()))
+	if !w.s.sessions && w.r.IntN(8) == 0 { // a session lock would be renewed on
+		w.trace("%s abandons %q token %s", w.name, key, short(l.Token()))
 		return
 	}
 	_, err = w.rec.Release(w.ctx, l)
 	w.trace("%s release %q token %s: %v", w.name, key, short(l.Token()), errOf(err))
+	if w.s.sessions {
+		select {
+		case <-l.Done():
+			w.lease(l, l.Deadline(), true)
+		case <-time.After(10 * w.s.ttl):
+			w.tr.fail("%s: Release of %q returned (%v) and Done has not closed %v later", w.name, key, err, 10*w.s.ttl)
+		}
+	}
+}
+
+// deadline reads l's deadline, as a holder does before it acts; for a
+// session lock, whose deadline moves with its session, it records what it
+// read (history.Lease).
+func (w *worker) deadline(l *redlock.Lock) time.Time {
+	d := l.Deadline()
+	if w.s.sessions {
+		w.lease(l, d, false)
+	}
+	return d
+}
+
+func (w *worker) lease(l *redlock.Lock, d time.Time, done bool) {
+	w.h.AddLease(history.Lease{Client: w.name, Key: l.Key(), Token: l.Token(), At: w.h.Now(), Deadline: w.h.Since(d), Done: done})
 }
 
 // section runs a critical section that ends before the lock's deadline.
 func (w *worker) section(l *redlock.Lock) {
-	left := time.Until(l.Deadline())
+	left := time.Until(w.deadline(l))
 	if left <= 0 {
 		return
 	}

@@ -119,12 +119,16 @@ func (n *simNode) publishLocked() {
 			}
 			d := s.p.net.notice(s.p.client, n.id, true)
 			if d < 0 {
-				n.tr.add("message %q on %s to %s lost", short(m.message), printable(m.channel), s.p.client)
+				if n.tr.on {
+					n.tr.add("message %q on %s to %s lost", short(m.message), printable(m.channel), s.p.client)
+				}
 				continue
 			}
 			time.AfterFunc(d, func() {
 				if s.has(m.channel) {
-					n.tr.add("message %q on %s from %s reaches %s", short(m.message), printable(m.channel), n.name, s.p.client)
+					if n.tr.on {
+						n.tr.add("message %q on %s from %s reaches %s", short(m.message), printable(m.channel), n.name, s.p.client)
+					}
 					s.h.Published(m.channel, m.message)
 				}
 			})
@@ -133,7 +137,8 @@ func (n *simNode) publishLocked() {
 	n.st.pubs = n.st.pubs[:0]
 }
 
-func printable(s string) string { return strings.NewReplacer("\x1f", "\\x1f").Replace(s) }
+// printable is a channel's name for the trace.
+func printable(s string) string { return strings.ReplaceAll(s, "\x1f", `\x1f`) }
 
 // notice draws the latency of a subscription's confirmation or message on
 // the link, or −1 for a message lost.

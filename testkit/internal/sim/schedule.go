@@ -61,14 +61,14 @@ func (e nodeEvent) String() string {
 func newSchedule(seed uint64, c control) schedule {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	s := schedule{seed: seed, control: c}
-	s.nodes = []int{3, 3, 5}[r.IntN(3)]
+	s.nodes = []int{3, 3, 3, 5}[r.IntN(4)]
 	s.ttl = time.Duration(100+r.IntN(400)) * time.Millisecond
 	s.nodeTimeout = time.Duration(5+r.IntN(20)) * time.Millisecond
 	s.fencing = r.IntN(2) == 0
 	s.sessions = r.IntN(3) == 0
 	s.clients = 2 + r.IntN(3)
 	s.keys = 1 + r.IntN(2)
-	s.ops = 3 + r.IntN(6)
+	s.ops = 2 + r.IntN(6)
 	// Fault rates per command, skewed towards calm: most schedules have
 	// a few faults, some are storms.
 	rate := func(max float64) float64 { x := r.Float64(); return max * x * x }

@@ -27,6 +27,8 @@ type engine struct {
 
 	args []string    // redis.call's, reused
 	ok   *lua.LTable // {ok = "OK"}
+
+	keys, argv *lua.LTable // KEYS and ARGV
 }
 
 // engines keeps engines between schedules: a Lua state costs 60 µs to make.
@@ -53,6 +55,9 @@ func newEngine(st *store) *engine {
 	r.RawSetString("pcall", L.NewFunction(func(L *lua.LState) int { return e.redisCall(L, true) }))
 	L.SetGlobal("redis", r)
 	e.ok = toLua(L, status("OK")).(*lua.LTable)
+	e.keys, e.argv = L.NewTable(), L.NewTable()
+	L.SetGlobal("KEYS", e.keys)
+	L.SetGlobal("ARGV", e.argv)
 	if err := L.DoString(libGlobals); err != nil {
 		panic(fmt.Sprintf("sim: lib.lua: %v", err))
 	}
@@ -124,8 +129,8 @@ func (e *engine) eval(now int64, src string, keys, argv []string) (any, error) {
 	}
 	e.now = now
 	L := e.L
-	L.SetGlobal("KEYS", stringTable(L, keys))
-	L.SetGlobal("ARGV", stringTable(L, argv))
+	fill(e.keys, keys)
+	fill(e.argv, argv)
 	L.Push(L.NewFunctionFromProto(p))
 	if err := L.PCall(0, 1, nil); err != nil {
 		return nil, fmt.Errorf("ERR Error running script: %v", err)
@@ -135,12 +140,16 @@ func (e *engine) eval(now int64, src string, keys, argv []string) (any, error) {
 	return fromLua(ret)
 }
 
-func stringTable(L *lua.LState, ss []string) *lua.LTable {
-	t := L.CreateTable(len(ss), 0)
-	for _, s := range ss {
-		t.Append(lua.LString(s))
+// fill makes t the array of ss (the engine's KEYS and ARGV are made once,
+// and refilled for each script; no script changes them).
+func fill(t *lua.LTable, ss []string) {
+	n := t.Len()
+	for i, s := range ss {
+		t.RawSetInt(i+1, lua.LString(s))
 	}
-	return t
+	for i := n; i > len(ss); i-- {
+		t.RawSetInt(i, lua.LNil)
+	}
 }
 
 // redisCall is redis.call (and, with protected, redis.pcall): it runs the

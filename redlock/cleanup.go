@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -34,10 +33,12 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 	retry := func(rep quorum.Reply) {
 		switch {
 		case rep.Err == nil:
-		case mayHaveWritten(rep.Err):
-			c.releaseUnsure(cfg, rep.Node, rkey, token, rep.Err)
+		case refused(rep.Err): // sent again, it would be refused again
+			cfg.logger.Warn("redlock: roll-back refused; the key expires with its TTL", "pool", c.pools[rep.Node].Name(), "key", rkey, "err", rep.Err)
 		default:
-			cfg.logger.Warn("redlock: roll-back failed; the key expires with its TTL", "pool", c.pools[rep.Node].Name(), "key", rkey, "err", rep.Err)
+			// Of unknown fate, or never written (no connection, queued
+			// past its deadline): the node said yes, so the key is there.
+			c.releaseUnsure(cfg, rep.Node, rkey, token, rep.Err)
 		}
 	}
 	for {
@@ -121,7 +122,7 @@ type background struct {
 
 func (b *background) Deliver(i int, r node.Result) {
 	defer b.c.wg.Done()
-	again := r.Err == nil && r.Int == 0 || mayHaveWritten(r.Err) || errors.Is(r.Err, node.ErrNotSent)
+	again := r.Err == nil && r.Int == 0 || r.Err != nil && !refused(r.Err)
 	if wait := min(b.recheck, time.Until(b.horizon)); again && b.recheck > 0 && wait > 0 {
 		next := &background{c: b.c, cfg: b.cfg, rkey: b.rkey, token: b.token, recheck: min(2*b.recheck, maxRecheck), horizon: b.horizon}
 		if !b.c.rechecks.after(&b.c.wg, wait, func() { b.c.sendRelease(next, i) }) {

@@ -335,12 +335,13 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	c.untrack(l)
 	rd := c.run(context.WithoutCancel(ctx), cfg, opRelease, l, l.releaseOp(), nil, nil)
 	l.settleRelease(rd)
-	// A delete that failed in a way that may not have reached the node is
-	// sent again in the background; so is one that found nothing where our
-	// acquire's fate is unknown (its SET may still land).
+	// A delete that failed without the node's refusal (it may not have
+	// reached the node, or was never written) is sent again in the
+	// background; so is one that found nothing where our acquire's fate is
+	// unknown (its SET may still land).
 	retry := func(rep quorum.Reply) {
 		switch {
-		case mayHaveWritten(rep.Err):
+		case rep.Err != nil && !refused(rep.Err):
 			c.releaseUnsure(cfg, rep.Node, l.rkey, l.token, rep.Err)
 		case rep.Err == nil && rep.Int == 0 && unsure != nil && unsure[rep.Node]:
 			c.releaseUnsure(cfg, rep.Node, l.rkey, l.token, errUnknownFate)

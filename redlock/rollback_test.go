@@ -3,8 +3,12 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"testing"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
 )
 
 // TestRollbackRetriedAfterTimeout: a failed acquisition's roll-back that
@@ -49,5 +53,88 @@ func TestRollbackRetriedAfterTimeout(t *testing.T) {
 	}
 	if v := e.value(3, rkey("rb")); v != "" {
 		t.Fatalf("node 3 holds %q after the roll-back", v)
+	}
+}
+
+// TestRollbackRetriedAfterNotSent: a roll-back release that was never
+// written (no connection to the node, or queued past its deadline:
+// node.ErrNotSent) is sent again in the background, like one of unknown
+// fate: the node said yes to the SET, so the key is there. Before, the
+// roll-back logged "the key expires with its TTL" and gave up, and a
+// session lock's key, whose TTL is ten lock TTLs and which is held while
+// its session lives, kept out every other client for that long (found by
+// the simulator, docs/chaos.md).
+func TestRollbackRetriedAfterNotSent(t *testing.T) {
+	for _, never := range []error{
+		&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")},
+		fmt.Errorf("pool: %w", node.ErrNotSent),
+	} {
+		t.Run(never.Error(), func(t *testing.T) {
+			e := newEnv(t, 5)
+			c := e.client(WithNodeTimeout(100 * time.Millisecond))
+			for i := range 3 { // another holder's copies: the round must fail
+				if err := e.nodes[i].m.Set(rkey("rb"), "other"); err != nil {
+					t.Fatal(err)
+				}
+				e.nodes[i].fault.hold(true, "acquire") // decided after 3 and 4 said yes
+			}
+			time.AfterFunc(20*time.Millisecond, func() {
+				e.nodes[4].fault.setErr(never) // the roll-back to node 4 is never written
+				for i := range 3 {
+					e.nodes[i].fault.open()
+				}
+			})
+			if _, err := c.TryLock(context.Background(), "rb"); !errors.Is(err, ErrNotAcquired) {
+				t.Fatalf("TryLock with the key taken on 3 nodes = %v, want ErrNotAcquired", err)
+			}
+			if e.value(4, rkey("rb")) == "" {
+				t.Fatal("node 4 does not hold the failed round's token: the test needs it there")
+			}
+			e.nodes[4].fault.setErr(nil) // the node is reachable again
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if v := e.value(4, rkey("rb")); v != "" {
+				t.Fatalf("after Close, node 4 still holds the failed round's token %q: the roll-back that was never written was not sent again", v)
+			}
+		})
+	}
+}
+
+// TestReleaseRetriedAfterNotSent: Release's delete that was never written
+// to a node (no connection, queued past its deadline) is sent again in the
+// background, as one of unknown fate is: the node holds the key. Before, it
+// was left to its TTL (for a session lock's key, held while its session
+// lives, ten lock TTLs; found by the simulator).
+func TestReleaseRetriedAfterNotSent(t *testing.T) {
+	for _, never := range []error{
+		&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")},
+		fmt.Errorf("pool: %w", node.ErrNotSent),
+	} {
+		t.Run(never.Error(), func(t *testing.T) {
+			e := newEnv(t, 5)
+			c := e.client(WithNodeTimeout(100 * time.Millisecond))
+			l, err := c.TryLock(context.Background(), "rl")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(5 * time.Second); e.value(4, rkey("rl")) == "" && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond) // TryLock returns on a quorum: node 4's SET may still be under way
+			}
+			e.nodes[4].fault.setErr(never) // the delete to node 4 is never written
+			if err := l.Release(context.Background()); err != nil {
+				t.Fatalf("Release with 4 of 5 nodes = %v, want nil", err)
+			}
+			if e.value(4, rkey("rl")) == "" {
+				t.Fatal("node 4 does not hold the lock's token: the test needs it there")
+			}
+			e.nodes[4].fault.setErr(nil) // the node is reachable again
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if v := e.value(4, rkey("rl")); v != "" {
+				t.Fatalf("after Close, node 4 still holds the released lock's token %q: the delete that was never written was not sent again", v)
+			}
+		})
 	}
 }

@@ -220,15 +220,19 @@ func callerErr(ctx context.Context) error {
 // queue until its deadline (node.ErrNotSent), or no connection could be
 // made (a dial error).
 func mayHaveWritten(err error) bool {
-	if err == nil || errors.Is(err, node.ErrNotSent) {
-		return false
-	}
-	var rerr redis.Error
-	if errors.As(err, &rerr) {
+	if err == nil || errors.Is(err, node.ErrNotSent) || refused(err) {
 		return false
 	}
 	var op *net.OpError
 	return !errors.As(err, &op) || op.Op != "dial"
+}
+
+// refused reports whether err is the node's error reply (READONLY, OOM,
+// NOPERM, WRONGTYPE...): the command ran and changed nothing, and sent
+// again it would be refused again.
+func refused(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
 }
 
 // newResults returns one NodeResult per pool, named and pending.

@@ -64,8 +64,9 @@ type Config struct {
 	// Horizon is how long after such a call returned the library keeps
 	// looking for a late SET of its token; Recheck is how soon after a
 	// late SET lands within the horizon the library removes it. A key is
-	// judged by when it landed (its PTTL tells: the lock TTL less PTTL
-	// ago): one that landed within the horizon is a violation once it is
+	// judged by when it landed (its PTTL tells: the TTL its call asked
+	// for, the shortest of a released lock's calls, less PTTL ago): one
+	// that landed within the horizon is a violation once it is
 	// seen both Cleanup after the call and Recheck after it landed; one
 	// that landed later is left to its TTL by the library's statement
 	// (docs/design.md, the leftover bound) and only counted in a note.
@@ -710,11 +711,17 @@ func checkSessionLeftover(l Leftover, inc, sk string, cfg Config, r *Report, max
 	}
 }
 
-// gone is what should have removed a token, and when that call returned.
+// gone is what should have removed a token, and when that call returned;
+// ttl is the TTL its key was set with, as far as the record tells: the
+// failed acquire's, or the shortest that a released lock's acquire and
+// extends asked for (its key then landed no earlier than that TTL less its
+// PTTL ago: the checker never judges a key by a landing earlier than it
+// could have been).
 type gone struct {
 	what   string
 	client string
 	end    time.Duration
+	ttl    time.Duration
 }
 
 // nodeToken is one key of ours on one node.
@@ -783,7 +790,7 @@ func goneTokens(s snapshot) map[string]gone {
 	for _, op := range s.ops {
 		for _, tok := range op.Tried {
 			if !won[tok] {
-				tokens[tok] = gone{fmt.Sprintf("a failed acquisition by %s", op.Client), op.Client, op.End}
+				tokens[tok] = gone{fmt.Sprintf("a failed acquisition by %s", op.Client), op.Client, op.End, op.TTL}
 			}
 		}
 	}
@@ -792,7 +799,14 @@ func goneTokens(s snapshot) map[string]gone {
 			continue
 		}
 		if g, ok := tokens[op.Token]; !ok || op.End > g.end {
-			tokens[op.Token] = gone{fmt.Sprintf("%s's released lock", op.Client), op.Client, op.End}
+			tokens[op.Token] = gone{fmt.Sprintf("%s's released lock", op.Client), op.Client, op.End, 0}
+		}
+	}
+	for _, op := range s.ops { // a released lock's shortest TTL
+		g, ok := tokens[op.Token]
+		if ok && (op.Kind == Acquire || op.Kind == Extend) && op.TTL > 0 && (g.ttl == 0 || op.TTL < g.ttl) {
+			g.ttl = op.TTL
+			tokens[op.Token] = g
 		}
 	}
 	return tokens
@@ -803,13 +817,23 @@ func goneTokens(s snapshot) map[string]gone {
 // session lock's key that landed this late is held while its session
 // lives, up to its own TTL, which L1 bounds.
 func (j *l2Judge) landedBeyond(l Leftover, g gone) bool {
-	lv, keyTTL, _, _ := sessionView(l, j.cfg, j.maxTTL)
-	landed := l.At - keyTTL + time.Duration(l.PTTL)*time.Millisecond
-	if j.cfg.Horizon > 0 && landed > g.end+j.cfg.Horizon {
+	lv, _, _, _ := sessionView(l, j.cfg, j.maxTTL)
+	if j.cfg.Horizon > 0 && landed(l, g, j.cfg, j.maxTTL) > g.end+j.cfg.Horizon {
 		j.beyond[nodeToken{l.Node, lv.Token}] = true
 		return true
 	}
 	return false
+}
+
+// landed is when key l of g landed, as its PTTL tells: its TTL (a session
+// lock key's own, else g's, else the longest asked) less its PTTL before it
+// was read.
+func landed(l Leftover, g gone, cfg Config, maxTTL time.Duration) time.Duration {
+	_, keyTTL, session, _ := sessionView(l, cfg, maxTTL)
+	if !session && g.ttl > 0 {
+		keyTTL = g.ttl
+	}
+	return l.At - keyTTL + time.Duration(l.PTTL)*time.Millisecond
 }
 
 // lookup returns the gone token key l holds, if any, and whether it is
@@ -881,13 +905,11 @@ func judgeSweeps(s snapshot, cfg Config, r *Report, maxTTL time.Duration, report
 		if !ok || landedBeyond(l, g) {
 			continue
 		}
-		_, keyTTL, _, _ := sessionView(l, cfg, maxTTL)
 		k := nodeToken{l.Node, lv.Token}
 		if l.At-g.end > landedLate {
 			late[k] = true
 		}
-		landed := l.At - keyTTL + time.Duration(l.PTTL)*time.Millisecond
-		if l.At < g.end+cfg.Cleanup || cfg.Horizon > 0 && l.At < landed+cfg.Recheck {
+		if l.At < g.end+cfg.Cleanup || cfg.Horizon > 0 && l.At < landed(l, g, cfg, maxTTL)+cfg.Recheck {
 			early[k] = true
 			continue
 		}

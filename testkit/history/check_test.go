@@ -450,3 +450,22 @@ func TestL2Horizon(t *testing.T) {
 		t.Errorf("the keys beyond the horizon are not noted: %q", r.Notes)
 	}
 }
+
+// TestL2LandedByItsOwnTTL: a key is judged by when it landed, read from
+// the TTL its own call asked for, not the longest any call asked for. tc-1's
+// failed acquire asked for 1 s; another lock's Extend asked for 4 s. Seen
+// with 900 ms left, tc-1's key landed 100 ms earlier: not yet judged (it
+// would have been 3.1 s earlier by the longest TTL, and reported).
+func TestL2LandedByItsOwnTTL(t *testing.T) {
+	c := cfg
+	c.Cleanup, c.Horizon, c.Recheck = ms(300), ms(5000), ms(500)
+	b := clean()
+	b.h.Add(Op{Client: "e", Key: "j", Kind: Extend, Start: ms(1101), End: ms(1101), Outcome: Failed, Token: "te", TTL: 4 * time.Second})
+	b.h.AddSweep(Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: 900, At: ms(3500)})
+	want(t, check(t, b, c), nil)
+	// Seen 600 ms after it landed, Recheck (500 ms) later: a violation.
+	b = clean()
+	b.h.Add(Op{Client: "e", Key: "j", Kind: Extend, Start: ms(1101), End: ms(1101), Outcome: Failed, Token: "te", TTL: 4 * time.Second})
+	b.h.AddSweep(Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: 400, At: ms(3500)})
+	want(t, check(t, b, c), map[Property]int{L2: 1})
+}

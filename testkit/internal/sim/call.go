@@ -47,11 +47,11 @@ func (c *call) String() string {
 	return b.String()
 }
 
-// short is a token as traced: whole, or its first 16 bytes (a random
-// token's are unique enough).
+// short is a token as traced: whole, up to 24 bytes (the library's random
+// tokens are 22; a session lock's, its session's 16 and a counter).
 func short(tok string) string {
-	if len(tok) > 16 {
-		return tok[:16]
+	if len(tok) > 24 {
+		return tok[:24]
 	}
 	return tok
 }

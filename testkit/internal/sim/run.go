@@ -57,7 +57,9 @@ func (s schedule) run(trace bool) outcome {
 	for _, w := range ws {
 		wg.Go(w.run)
 	}
+	stop := sweepEvery(nodes, h, s.ttl)
 	wg.Wait()
+	stop()
 	// Heal: every node fault over, every late command landed, every
 	// client's re-sends of releases over; then close the clients and scan.
 	time.Sleep(max(time.Until(end), 0) + s.net.maxLate + 3*s.nodeTimeout + s.ttl + 2*time.Second)
@@ -76,7 +78,8 @@ func (s schedule) run(trace bool) outcome {
 func (s schedule) checkConfig() history.Config {
 	horizon, recheck := history.RecheckBounds(s.ttl, s.nodeTimeout, s.sessions)
 	return history.Config{Nodes: s.nodes, NodeTimeout: s.nodeTimeout, Cleanup: history.CleanupBound(s.ttl, s.nodeTimeout),
-		Horizon: horizon, Recheck: recheck, Fencing: s.fencing && !s.sessions, Replies: true}
+		Horizon: horizon, Recheck: recheck, Fencing: s.fencing && !s.sessions, Replies: true,
+		SessionKeyTTL: 10 * s.ttl} // redlock's; the default (10 × the longest TTL asked) counts the extends'
 }
 
 // startEvents schedules the node faults and returns when the last ends.
@@ -101,6 +104,33 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// sweepEvery reads every node's lock keys every ttl until stopped and records
+// what it found (history.AddSweep): L2 judges, during the run, the keys of
+// failed rounds and released locks still there once the clean-up bound has
+// passed.
+func sweepEvery(nodes []*simNode, h *history.History, every time.Duration) (stop func()) {
+	t := time.NewTicker(every)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-t.C:
+			case <-done:
+				return
+			}
+			for _, n := range nodes {
+				h.AddSweep(n.leftovers(redlock.DefaultKeyPrefix, h.Now())...)
+			}
+		}
+	})
+	return func() {
+		t.Stop()
+		close(done)
+		wg.Wait()
+	}
 }
 
 // leftovers lists the lock keys under prefix the node holds, as the

@@ -104,6 +104,10 @@ func (c *call) ran(r node.Result) {
 		return
 	}
 	c.after(c.fate.down, func() {
+		if c.p.net.cut(c.p.client, c.p.n.id) {
+			c.p.tr.add("%s: reply lost in a partition", c)
+			return
+		}
 		if c.finish(r) {
 			c.p.tr.add("%s: answered", c)
 		}

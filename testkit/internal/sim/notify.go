@@ -125,7 +125,7 @@ func (n *simNode) publishLocked() {
 				continue
 			}
 			time.AfterFunc(d, func() {
-				if s.has(m.channel) {
+				if s.has(m.channel) && !s.p.net.cut(s.p.client, n.id) {
 					if n.tr.on {
 						n.tr.add("message %q on %s from %s reaches %s", short(m.message), printable(m.channel), n.name, s.p.client)
 					}

@@ -81,7 +81,13 @@ func (p *simPool) write(c *call, deadline time.Time) {
 		p.tr.add("%s: sent, lands in %v%s", c, c.fate.up, c.fate)
 	}
 	c.mu.Lock()
-	c.landing = time.AfterFunc(c.fate.up, func() { p.n.land(c) })
+	c.landing = time.AfterFunc(c.fate.up, func() {
+		if p.net.cut(p.client, p.n.id) {
+			p.tr.add("%s: lost in a partition", c)
+			return
+		}
+		p.n.land(c)
+	})
 	c.mu.Unlock()
 	c.after(time.Until(deadline.Add(c.op.Follow)), func() {
 		if c.finish(node.Result{Err: errTimeout}) {
@@ -183,6 +189,8 @@ type network struct {
 	cfg  netConfig
 	seed uint64
 	d    *dispatcher
+	t0   time.Time
+	cuts map[link][]span // partitions of single links, from the schedule
 
 	mu    sync.Mutex
 	links map[link]*linkState
@@ -197,6 +205,21 @@ type linkState struct {
 	r   *rand.Rand // the commands' fates
 	sub *rand.Rand // the notifications' (notice)
 	seq int        // commands sent on the link
+}
+
+// span is an interval of virtual time since the start.
+type span struct{ from, to time.Duration }
+
+// cut reports whether the link from client to node is partitioned now:
+// what travels on it, either way, is lost.
+func (nw *network) cut(client string, nodeID int) bool {
+	at := time.Since(nw.t0)
+	for _, s := range nw.cuts[link{client, nodeID}] {
+		if at >= s.from && at < s.to {
+			return true
+		}
+	}
+	return false
 }
 
 // link returns a link's state, made on first use. nw.mu must be held.

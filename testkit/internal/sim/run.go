@@ -44,7 +44,11 @@ func (s schedule) run(trace bool) outcome {
 			n.eng.release()
 		}
 	}()
-	nw := &network{cfg: s.net, seed: s.seed, links: map[link]*linkState{}, d: newDispatcher()}
+	nw := &network{cfg: s.net, seed: s.seed, links: map[link]*linkState{}, d: newDispatcher(), t0: t0, cuts: map[link][]span{}}
+	for _, c := range s.cuts {
+		l := link{fmt.Sprintf("c%d", c.client), c.node}
+		nw.cuts[l] = append(nw.cuts[l], span{c.at, c.at + c.dur})
+	}
 	go nw.d.run()
 	defer nw.d.stop()
 	h := history.New()

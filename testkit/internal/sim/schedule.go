@@ -36,7 +36,16 @@ type schedule struct {
 	net         netConfig
 	rates       []float64
 	events      []nodeEvent
+	cuts        []linkCut
 }
+
+// linkCut partitions one client from one node for a while.
+type linkCut struct {
+	client, node int
+	at, dur      time.Duration
+}
+
+func (c linkCut) String() string { return fmt.Sprintf("c%d-n%d cut at %v for %v", c.client, c.node, c.at, c.dur) }
 
 // nodeEvent is one node fault: a pause, or a kill followed by a restart.
 type nodeEvent struct {
@@ -92,6 +101,10 @@ func newSchedule(seed uint64, c control) schedule {
 		}
 	}
 	s.events = drawEvents(r, s, c == amnesia)
+	for range r.IntN(3) {
+		s.cuts = append(s.cuts, linkCut{client: r.IntN(s.clients), node: r.IntN(s.nodes),
+			at: time.Duration(r.Int64N(int64(s.span()))), dur: time.Duration(r.Int64N(int64(2 * s.ttl)))})
+	}
 	return s
 }
 
@@ -117,6 +130,6 @@ func drawEvents(r *rand.Rand, s schedule, amnesia bool) []nodeEvent {
 }
 
 func (s schedule) String() string {
-	return fmt.Sprintf("seed %d: %d nodes, %d clients × %d ops on %d keys, ttl %v, node timeout %v, fencing %v, sessions %v; net %+v; clock rates %.4f; node faults %v",
-		s.seed, s.nodes, s.clients, s.ops, s.keys, s.ttl, s.nodeTimeout, s.fencing && !s.sessions, s.sessions, s.net, s.rates, s.events)
+	return fmt.Sprintf("seed %d: %d nodes, %d clients × %d ops on %d keys, ttl %v, node timeout %v, fencing %v, sessions %v; net %+v; clock rates %.4f; node faults %v; partitions %v",
+		s.seed, s.nodes, s.clients, s.ops, s.keys, s.ttl, s.nodeTimeout, s.fencing && !s.sessions, s.sessions, s.net, s.rates, s.events, s.cuts)
 }

@@ -41,6 +41,7 @@ type simNode struct {
 	subs    []*subscription // in the order they were opened
 
 	exec chan *call // commands landing, to serve
+	ran  int        // commands run
 }
 
 // nodeClockBase is what every node's clock reads at the simulation's start
@@ -90,6 +91,7 @@ func (n *simNode) arrive(c *call) {
 
 func (n *simNode) runLocked(c *call) {
 	r := n.execLocked(c.op)
+	n.ran++
 	n.publishLocked()
 	late := ""
 	if n.tr.on && c.isDone() {

@@ -21,6 +21,7 @@ type outcome struct {
 	report   *history.Report
 	trace    *tracer
 	failures []string // the simulator's own failures (a script error...)
+	commands int      // commands the nodes ran
 }
 
 // violated reports whether the checker found a violation or the simulator
@@ -76,7 +77,11 @@ func (s schedule) run(trace bool) outcome {
 		h.AddLeftovers(n.leftovers(redlock.DefaultKeyPrefix, h.Now())...)
 	}
 	rep := history.Check(h, s.checkConfig())
-	return outcome{report: rep, trace: tr, failures: tr.failures()}
+	o := outcome{report: rep, trace: tr, failures: tr.failures()}
+	for _, n := range nodes {
+		o.commands += n.ran
+	}
+	return o
 }
 
 func (s schedule) checkConfig() history.Config {

@@ -45,7 +45,9 @@ type linkCut struct {
 	at, dur      time.Duration
 }
 
-func (c linkCut) String() string { return fmt.Sprintf("c%d-n%d cut at %v for %v", c.client, c.node, c.at, c.dur) }
+func (c linkCut) String() string {
+	return fmt.Sprintf("c%d-n%d cut at %v for %v", c.client, c.node, c.at, c.dur)
+}
 
 // nodeEvent is one node fault: a pause, or a kill followed by a restart.
 type nodeEvent struct {

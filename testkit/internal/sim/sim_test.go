@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/quorumlock/quorumlock/testkit/history"
 )
 
 var (
@@ -39,6 +42,11 @@ func replayLine(seed uint64, c control) string {
 // simulator, until bad says stop. It returns how many violated and how many
 // were played.
 func sweep(t *testing.T, from uint64, n int, c control, bad func(seed uint64, o outcome) (stop bool)) (found, played int) {
+	return sweepAll(t, from, n, c, bad, nil)
+}
+
+// sweepAll is sweep, calling each (one call at a time) for every schedule.
+func sweepAll(t *testing.T, from uint64, n int, c control, bad func(seed uint64, o outcome) (stop bool), each func(outcome)) (found, played int) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // schedules allocate much and keep little:
 	var next, done atomic.Uint64
 	next.Store(from)
@@ -54,14 +62,17 @@ func sweep(t *testing.T, from uint64, n int, c control, bad func(seed uint64, o 
 				}
 				o := play(t, seed, c, false)
 				done.Add(1)
+				mu.Lock()
+				if each != nil {
+					each(o)
+				}
 				if o.violated() {
-					mu.Lock()
 					found++
 					if bad(seed, o) {
 						stopped.Store(true)
 					}
-					mu.Unlock()
 				}
+				mu.Unlock()
 			}
 		})
 	}
@@ -73,12 +84,55 @@ func sweep(t *testing.T, from uint64, n int, c control, bad func(seed uint64, o 
 // simulated nodes and checks each history: no violation is allowed.
 func TestSimulate(t *testing.T) {
 	start := time.Now()
-	found, played := sweep(t, *first, *seeds, none, func(seed uint64, o outcome) bool {
+	var sum totals
+	found, played := sweepAll(t, *first, *seeds, none, func(seed uint64, o outcome) bool {
 		t.Errorf("seed %d: %d violations, simulator failures %q:\n%s\nreplay: %s", seed, o.report.Total(), o.failures, o.report, replayLine(seed, none))
 		return false
-	})
+	}, sum.add)
 	d := time.Since(start)
 	t.Logf("%d schedules in %v: %.0f schedules/s (%.0f per hour), %d violated", played, d.Round(time.Millisecond), float64(played)/d.Seconds(), float64(played)/d.Hours(), found)
+	t.Logf("%s", sum.String())
+}
+
+// totals sums what the schedules did and what the checker examined.
+type totals struct {
+	schedules, ops, acquired, failed, extends, releases, sections, commands int
+	checked                                                                 map[history.Property]int
+}
+
+func (s *totals) add(o outcome) {
+	r := o.report
+	s.schedules++
+	s.ops += r.Ops
+	s.acquired += r.Acquired
+	s.failed += r.FailedAcquires
+	s.extends += r.Extends
+	s.releases += r.Releases
+	s.sections += r.Sections
+	s.commands += o.commands
+	if s.checked == nil {
+		s.checked = map[history.Property]int{}
+	}
+	for p, n := range r.Checked {
+		s.checked[p] += n
+	}
+}
+
+func (s *totals) String() string {
+	if s.schedules == 0 {
+		return "no schedules"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "per schedule: %.1f operations (%.1f acquisitions, %.1f failed acquire calls, %.1f extends, %.1f releases, %.1f critical sections), %.0f commands run on the nodes; cases checked in all:",
+		float64(s.ops)/float64(s.schedules), float64(s.acquired)/float64(s.schedules), float64(s.failed)/float64(s.schedules),
+		float64(s.extends)/float64(s.schedules), float64(s.releases)/float64(s.schedules), float64(s.sections)/float64(s.schedules),
+		float64(s.commands)/float64(s.schedules))
+	for _, p := range history.Properties {
+		if n, ok := s.checked[p]; ok {
+			fmt.Fprintf(&b, " %s %d", p, n)
+		}
+	}
+	return b.String()
 }
 
 // TestControlsAreCaught breaks the library's assumptions on purpose

@@ -21,29 +21,8 @@ import (
 func TestRollbackRetriedAfterTimeout(t *testing.T) {
 	e := newEnv(t, 5)
 	c := e.client(WithNodeTimeout(100 * time.Millisecond))
-	for i := range 3 { // another holder's copies: the round must fail
-		if err := e.nodes[i].m.Set(rkey("rb"), "other"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Nodes 3 and 4 say yes first, so that the round is decided only
-	// when the others' "taken" arrives and the roll-back goes to 3 and 4.
-	for i := range 3 {
-		e.nodes[i].fault.hold(true, "acquire")
-	}
-	time.AfterFunc(20*time.Millisecond, func() {
-		for i := range 3 {
-			e.nodes[i].fault.open()
-		}
-	})
 	e.nodes[4].fault.hold(false, "release") // the roll-back to node 4 hangs
-	_, err := c.TryLock(context.Background(), "rb")
-	if !errors.Is(err, ErrNotAcquired) {
-		t.Fatalf("TryLock with the key taken on 3 nodes = %v, want ErrNotAcquired", err)
-	}
-	if e.value(4, rkey("rb")) == "" {
-		t.Fatal("node 4 does not hold the failed round's token: the test needs it there")
-	}
+	failRoundWithYesFrom3And4(t, e, c, nil)
 	e.nodes[4].fault.open() // the node answers again
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
@@ -72,24 +51,9 @@ func TestRollbackRetriedAfterNotSent(t *testing.T) {
 		t.Run(never.Error(), func(t *testing.T) {
 			e := newEnv(t, 5)
 			c := e.client(WithNodeTimeout(100 * time.Millisecond))
-			for i := range 3 { // another holder's copies: the round must fail
-				if err := e.nodes[i].m.Set(rkey("rb"), "other"); err != nil {
-					t.Fatal(err)
-				}
-				e.nodes[i].fault.hold(true, "acquire") // decided after 3 and 4 said yes
-			}
-			time.AfterFunc(20*time.Millisecond, func() {
+			failRoundWithYesFrom3And4(t, e, c, func() {
 				e.nodes[4].fault.setErr(never) // the roll-back to node 4 is never written
-				for i := range 3 {
-					e.nodes[i].fault.open()
-				}
 			})
-			if _, err := c.TryLock(context.Background(), "rb"); !errors.Is(err, ErrNotAcquired) {
-				t.Fatalf("TryLock with the key taken on 3 nodes = %v, want ErrNotAcquired", err)
-			}
-			if e.value(4, rkey("rb")) == "" {
-				t.Fatal("node 4 does not hold the failed round's token: the test needs it there")
-			}
 			e.nodes[4].fault.setErr(nil) // the node is reachable again
 			if err := c.Close(); err != nil {
 				t.Fatal(err)
@@ -136,5 +100,33 @@ func TestReleaseRetriedAfterNotSent(t *testing.T) {
 				t.Fatalf("after Close, node 4 still holds the released lock's token %q: the delete that was never written was not sent again", v)
 			}
 		})
+	}
+}
+
+// failRoundWithYesFrom3And4 makes c's TryLock of "rb" fail after nodes 3
+// and 4 said yes: nodes 0-2 hold another token and answer only 20 ms
+// later, when beforeDecided (if not nil) runs first, so that the roll-back
+// goes to 3 and 4. It requires node 4 to hold the round's token.
+func failRoundWithYesFrom3And4(t *testing.T, e *env, c *Client, beforeDecided func()) {
+	t.Helper()
+	for i := range 3 { // another holder's copies: the round must fail
+		if err := e.nodes[i].m.Set(rkey("rb"), "other"); err != nil {
+			t.Fatal(err)
+		}
+		e.nodes[i].fault.hold(true, "acquire")
+	}
+	time.AfterFunc(20*time.Millisecond, func() {
+		if beforeDecided != nil {
+			beforeDecided()
+		}
+		for i := range 3 {
+			e.nodes[i].fault.open()
+		}
+	})
+	if _, err := c.TryLock(context.Background(), "rb"); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("TryLock with the key taken on 3 nodes = %v, want ErrNotAcquired", err)
+	}
+	if e.value(4, rkey("rb")) == "" {
+		t.Fatal("node 4 does not hold the failed round's token: the test needs it there")
 	}
 }

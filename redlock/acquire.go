@@ -258,7 +258,7 @@ type acquisition struct {
 // checked.
 func newToken(cfg *config, s *session) (string, error) {
 	if s != nil {
-		return s.token(), nil
+		return withMetadata(s.token(), cfg), nil
 	}
 	token, err := cfg.token()
 	switch {
@@ -268,10 +268,20 @@ func newToken(cfg *config, s *session) (string, error) {
 		return "", errors.New("it returned an empty token")
 	case strings.IndexByte(token, node.Sep) >= 0:
 		return "", fmt.Errorf("it returned a token with the byte %q, which marks session locks", node.Sep)
+	case strings.IndexByte(token, node.Meta) >= 0:
+		return "", fmt.Errorf("it returned a token with the byte %q, which marks a lock's metadata", node.Meta)
 	case token[0] == node.Handed:
 		return "", fmt.Errorf("it returned a token that starts with the byte %q, which marks keys handed to waiters", node.Handed)
 	}
-	return token, nil
+	return withMetadata(token, cfg), nil
+}
+
+// withMetadata is token with cfg's metadata (WithMetadata), if any.
+func withMetadata(token string, cfg *config) string {
+	if cfg.metadata == "" {
+		return token
+	}
+	return token + string(node.Meta) + cfg.metadata
 }
 
 // vote runs the SET round with a new token (of session s, when not nil),

@@ -132,6 +132,10 @@ func callOn(ctx context.Context, p pool.Pool, op *node.Op) node.Result {
 		}
 	case node.ExtendMany:
 		return extendEach(ctx, p, op)
+	case node.Resume:
+		return resumeOn(ctx, p, op)
+	case node.Inspect:
+		return inspectOn(ctx, p, op)
 	default: // session commands: only for Pools that queue (Client.sessionFor)
 		r.Err = fmt.Errorf("redlock: command kind %d needs a Pool of package pool", op.Kind)
 	}

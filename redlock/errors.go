@@ -14,10 +14,10 @@ var (
 	// ended. Errors from bad input, a closed Client or misconfigured pools
 	// do not match it.
 	ErrNotAcquired = errors.New("redlock: lock not acquired")
-	// ErrNotHeld is matched by errors of Extend, Release and Held when a
-	// quorum of nodes did not confirm the lock's token: the lock expired,
-	// another client holds it now, or too many nodes failed (the
-	// *QuorumError tells which).
+	// ErrNotHeld is matched by errors of Extend, Release, Held and
+	// Client.Resume when a quorum of nodes did not confirm the lock's
+	// token: the lock expired, another client holds it now, or too many
+	// nodes failed (the *QuorumError tells which).
 	ErrNotHeld = errors.New("redlock: lock not held")
 	// ErrLockLost is returned by Extend once the lock's validity has run
 	// out on the local clock, or once a quorum of nodes said they no longer
@@ -79,7 +79,7 @@ type NodeResult struct {
 // check. It never unwraps to the nodes' own errors: a node's timeout is not
 // the caller's context ending. Use errors.As to get it.
 type QuorumError struct {
-	Op      string        // "acquire", "extend", "release", "held" or "locked"
+	Op      string        // "acquire", "extend", "release", "held", "resume" or "locked"
 	Phase   string        // "" or, for an acquire that failed writing its fencing token back, "fence write-back"
 	Key     string        // the lock's key as the caller named it (without prefix)
 	Quorum  int           // nodes needed
@@ -154,12 +154,12 @@ func (e *QuorumError) Error() string {
 }
 
 // Unwrap returns ErrNotAcquired for a failed acquire and ErrNotHeld for a
-// failed extend, release or held check.
+// failed extend, release, held check or resume.
 func (e *QuorumError) Unwrap() error {
 	switch e.Op {
 	case "acquire":
 		return ErrNotAcquired
-	case "extend", "release", "held":
+	case "extend", "release", "held", "resume":
 		return ErrNotHeld
 	}
 	return nil

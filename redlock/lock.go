@@ -76,8 +76,17 @@ type Lock struct {
 // Key returns the lock's key as passed to Lock or TryLock (without prefix).
 func (l *Lock) Key() string { return l.key }
 
-// Token returns the random value that marks this lock on the nodes.
+// Token returns the value that marks this lock on the nodes: a random
+// value, followed by the byte 0x1d and the holder's description when the
+// lock was acquired WithMetadata. Client.Resume takes it.
 func (l *Lock) Token() string { return l.token }
+
+// Metadata returns the holder's description the lock carries (WithMetadata),
+// "" when none.
+func (l *Lock) Metadata() string {
+	_, meta := node.SplitToken(l.token)
+	return meta
+}
 
 // Fence returns the lock's fencing token (WithFencing): a number that is
 // strictly greater than that of every earlier holder of the key, so that a

@@ -33,7 +33,9 @@ func names(v, t string) bool { return v == t || strings.HasPrefix(v, t+string(no
 // run answers op as the Pools of package pool do: the session commands by
 // the model, the others through the Pool's methods.
 func (p *memPool) run(op *node.Op) node.Result {
-	if op.Kind != node.AcquireSession && op.Kind != node.RenewSession {
+	switch op.Kind {
+	case node.AcquireSession, node.RenewSession, node.Resume, node.Inspect:
+	default:
 		return callOn(context.Background(), p, op)
 	}
 	if err := p.begin(context.Background()); err != nil {
@@ -42,6 +44,10 @@ func (p *memPool) run(op *node.Op) node.Result {
 	switch op.Kind {
 	case node.AcquireSession:
 		return node.Result{Int: p.acquireSession(op)}
+	case node.Resume:
+		return node.Result{Int: p.resume(op)}
+	case node.Inspect:
+		return node.Result{Str: p.inspect(op)}
 	default:
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -79,4 +85,45 @@ func (p *memPool) acquireSession(op *node.Op) int64 {
 	}
 	inc, _ := strconv.ParseInt(s.val, 10, 64)
 	return inc
+}
+
+// resume is resume.lua: extend the key while it holds exactly the token; -1
+// for a session lock of the token.
+func (p *memPool) resume(op *node.Op) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e, ok := p.get(op.Key)
+	switch {
+	case ok && e.val == op.Token:
+		p.keys[op.Key] = memEntry{val: e.val, exp: later(e.exp, time.Now().Add(op.TTL))}
+		return 1
+	case ok && names(e.val, op.Token):
+		return -1
+	}
+	return 0
+}
+
+// inspect is inspect.lua, with the TTL of the lock key (a session lock's is
+// its session key's) and the counter of op.FenceKey.
+func (p *memPool) inspect(op *node.Op) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e, ok := p.get(op.Key)
+	owner, ttl := "", int64(-2)
+	if ok {
+		owner = p.owner(op.Key, e.val)
+		exp := e.exp
+		if _, _, sk, isSession := node.ParseSession(op.Key, e.val); isSession {
+			exp = p.keys[sk].exp
+		}
+		if owner != "" {
+			ttl = time.Until(exp).Milliseconds()
+		}
+	}
+	fence := ""
+	if f, ok := p.fences[op.FenceKey]; ok {
+		fence = strconv.FormatUint(f, 10)
+	}
+	sep := string(node.Sep)
+	return strconv.FormatInt(ttl, 10) + sep + fence + sep + sep + owner
 }

@@ -32,6 +32,8 @@ const (
 	RenewSession               // session renewal script: Int 1 while the session key holds Token
 	Peek                       // peek script: Str, the token that holds key, "" when it is free
 	Leave                      // leave script (Waiter, Grace): Int 1 when the key had been handed to Waiter
+	Resume                     // resume script: Int 1 when the TTL was set, -1 for a session lock of Token, else 0
+	Inspect                    // inspect script (FenceKey): Str, read with ParseInspect
 )
 
 // Op is one command for every node of a round. It must not change once sent.
@@ -115,6 +117,17 @@ func ParseSession(k, v string) (token, inc, sessionKey string, ok bool) {
 // Sep separates a session lock's token from its incarnation in the key's
 // value; no token contains it.
 const Sep = '\x1f'
+
+// Meta separates a token from the holder's description (redlock's
+// WithMetadata), which travels in the token: no generated token contains it.
+const Meta = '\x1d'
+
+// SplitToken returns a token's own part and the description it carries
+// ("" when none).
+func SplitToken(token string) (own, meta string) {
+	own, meta, _ = strings.Cut(token, string(Meta))
+	return own, meta
+}
 
 // Handed starts the value of a key a release handed to the first waiter of
 // its line (internal/scripts/lib.lua): no token contains it, and such a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -69,13 +70,19 @@ var wires = [...]wire{
 		}
 		return o.script(1, o.KeyArg, o.Waiter, o.Grace.Milliseconds(), o.LineTTL.Milliseconds(), tell)
 	}, reply: intCmd, read: readInt},
+	Resume: {script: scripts.Resume, args: func(o *Op) []any {
+		return o.script(1, o.KeyArg, o.TokenArg, o.TTL.Milliseconds())
+	}, reply: intCmd, read: readInt},
+	Inspect: {script: scripts.Inspect, args: func(o *Op) []any {
+		return o.script(3, o.KeyArg, o.FenceKey, o.Key+":fence")
+	}, reply: stringCmd, read: readGet},
 }
 
 // Boxed constants of the commands, so that building Args does not allocate
 // for them.
 var (
-	argGet, argEvalSha any            = "get", "evalsha"
-	shas               [Leave + 1]any // per Kind, for scripts
+	argGet, argEvalSha any              = "get", "evalsha"
+	shas               [Inspect + 1]any // per Kind, for scripts
 )
 
 func init() {
@@ -111,7 +118,7 @@ func (o *Op) Build() {
 	if o.KeyArg == nil {
 		o.KeyArg = o.Key
 	}
-	if o.TokenArg == nil && o.Kind != Get && o.Kind != Peek && o.Kind != ExtendMany {
+	if o.TokenArg == nil && o.Kind != Get && o.Kind != Peek && o.Kind != ExtendMany && o.Kind != Inspect {
 		o.TokenArg = o.Token
 	}
 	o.Args = wires[o.Kind].args(o)
@@ -203,4 +210,33 @@ func readCounter(o *Op, c redis.Cmder) Result {
 		r.Err = fmt.Errorf("pool: fencing counter %q is negative (%d): it was changed outside quorumlock", o.FenceKey, r.Int)
 	}
 	return r
+}
+
+// Inspection is one node's answer to an Inspect, as ParseInspect reads it.
+type Inspection struct {
+	Token string // the token that holds the key, "" when it is free
+	// TTL is how long the key lives (for a session lock: its session
+	// key); meaningful when Token is not "".
+	TTL time.Duration
+	// Fence and OldFence are the counters the key's next fenced token
+	// exceeds: the one it shares with other keys and its own from earlier
+	// versions; each "" when absent, "x" when not an integer.
+	Fence, OldFence string
+}
+
+// ParseInspect reads an Inspect's reply (internal/scripts/inspect.lua).
+func ParseInspect(s string) (Inspection, error) {
+	parts := strings.SplitN(s, string(Sep), 4)
+	if len(parts) != 4 {
+		return Inspection{}, fmt.Errorf("node: an inspect answered %q", s)
+	}
+	ms, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil {
+		return Inspection{}, fmt.Errorf("node: an inspect answered a TTL of %q", parts[0])
+	}
+	in := Inspection{Token: parts[3], Fence: parts[1], OldFence: parts[2]}
+	if in.Token != "" {
+		in.TTL = time.Duration(max(ms, 0)) * time.Millisecond
+	}
+	return in, nil
 }

@@ -31,6 +31,10 @@ var (
 	renewSessionSrc string
 	//go:embed leave.lua
 	leaveSrc string
+	//go:embed resume.lua
+	resumeSrc string
+	//go:embed inspect.lua
+	inspectSrc string
 	//go:embed lib.lua
 	lib string // the functions every script that reads a lock key uses
 )
@@ -76,6 +80,15 @@ var (
 	// was handed to it, hands it on (for ARGV[2] ms) and publishes like
 	// Release; it returns 1 if the key had been handed to the waiter.
 	Leave = script(lib, leaveSrc)
+	// Resume makes KEYS[1] live at least ARGV[2] ms more if it holds
+	// exactly ARGV[1] (a plain lock); it returns 1 if it does, -1 if it
+	// holds a session lock of ARGV[1] (left untouched), else 0. It never
+	// creates the key and never shortens its TTL.
+	Resume = script(lib, resumeSrc)
+	// Inspect reads KEYS[1] (a lock key), its fencing counter KEYS[2] and
+	// its old counter KEYS[3]; it returns the TTL, the two counters and the
+	// holder's token, joined by 0x1f (inspect.lua).
+	Inspect = script(lib, inspectSrc)
 )
 
 // script joins parts into one script without its comment lines and blank

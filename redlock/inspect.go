@@ -1,0 +1,199 @@
+package redlock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/pool"
+)
+
+// LockState is whether a lock is held, as far as the nodes that answered an
+// Inspect tell.
+type LockState uint8
+
+const (
+	// StateUnknown: too few nodes answered to tell whether a token is on a
+	// quorum.
+	StateUnknown LockState = iota
+	// StateFree: no token is on a quorum, nor could be on the nodes that
+	// did not answer.
+	StateFree
+	// StateHeld: one token is on a quorum of nodes.
+	StateHeld
+)
+
+var stateNames = [...]string{"unknown", "free", "held"}
+
+func (s LockState) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("LockState(%d)", s)
+}
+
+// Inspection is what Client.Inspect read about one lock. The nodes answer
+// at slightly different instants, and the lock may change meanwhile: it is
+// a picture for people and tools, not a proof that a lock is held (Held and
+// Extend are).
+type Inspection struct {
+	Key      string    // the lock's key as the caller named it
+	RedisKey string    // the key on the nodes
+	Quorum   int       // nodes that must hold one token for the lock to be held
+	State    LockState // held, free, or unknown
+	// Holder is the token on a quorum (State held; its own part without
+	// the metadata), Metadata its holder's description (WithMetadata).
+	Holder, Metadata string
+	// Agreed is the most nodes that hold one token; Answered the nodes
+	// that answered.
+	Agreed, Answered int
+	// Fence is the highest fencing counter of the key on the nodes that
+	// answered: the next fenced holder's token exceeds it.
+	Fence uint64
+	Nodes []NodeInspection // one per pool, in the order given to New
+}
+
+// NodeInspection is what one node said about a lock.
+type NodeInspection struct {
+	Node string // the pool's name
+	Err  error  // why the node gave no answer; the other fields are then zero
+	// Token is the token that holds the key on the node (its own part,
+	// without the metadata), "" when the key is free there; Metadata the
+	// holder's description.
+	Token, Metadata string
+	// TTL is how long the key lives on the node (a session lock's: its
+	// session key's); 0 when free, or when the Pool cannot tell (a Pool
+	// not of package pool).
+	TTL time.Duration
+	// Fence is the key's fencing counter on the node (0: none yet);
+	// BadFence, that a counter there is not an integer (it was changed
+	// outside quorumlock, and fenced acquires fail on the node).
+	Fence    uint64
+	BadFence bool
+}
+
+var opInspect = &opSpec{name: "inspect", kind: node.Inspect}
+
+// Inspect reads key on every node, waiting for each at most the node
+// timeout (WithNodeTimeout), and changes nothing: per node, the token that
+// holds it, its holder's metadata, its TTL and its fencing counter, and in
+// summary whether one token is on a quorum. It returns the Inspection
+// whenever the nodes were asked, also when too few answered (State
+// unknown; each node's Err says why); the error is then nil, or ctx.Err()
+// when ctx ended before every node answered. It returns ErrClosed once
+// Close has begun, and a plain error for an empty key or an invalid option,
+// before any I/O. Inspect is safe for concurrent use.
+func (c *Client) Inspect(ctx context.Context, key string, opts ...Option) (*Inspection, error) {
+	cfg, err := c.callConfig("inspect", key, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.enter(); err != nil {
+		return nil, err
+	}
+	defer c.wg.Done()
+	if err := c.ids.check(ctx, c, cfg); err != nil {
+		return nil, err
+	}
+	rkey := c.redisKey(cfg, key)
+	rd := c.run(ctx, cfg, opInspect, nil, node.Op{Key: rkey, FenceKey: fenceKeyOf(cfg.prefix, rkey, c.slotted)}, nil, nil)
+	defer rd.r.Finish(nil)
+	in := &Inspection{Key: key, RedisKey: rkey, Quorum: rd.q, Nodes: make([]NodeInspection, len(c.pools))}
+	got := make([]bool, len(c.pools))
+	for {
+		rep, ok := rd.r.Next()
+		if !ok {
+			break
+		}
+		got[rep.Node] = true
+		in.Nodes[rep.Node] = readInspection(rd.res[rep.Node].Node, rep.Str, rep.Err)
+	}
+	markUnanswered(rd.res, rd.r.Err(), time.Since(rd.start))
+	for i, r := range rd.res {
+		if !got[i] { // not asked (its Err says why), or no answer before the round ended
+			in.Nodes[i] = NodeInspection{Node: r.Node, Err: cmp.Or(r.Err, errors.New("no answer"))}
+		}
+	}
+	in.summarise()
+	return in, callerErr(ctx)
+}
+
+// readInspection reads one node's reply to an Inspect.
+func readInspection(name, reply string, err error) NodeInspection {
+	if err != nil {
+		return NodeInspection{Node: name, Err: err}
+	}
+	r, err := node.ParseInspect(reply)
+	if err != nil {
+		return NodeInspection{Node: name, Err: err}
+	}
+	n := NodeInspection{Node: name, TTL: r.TTL}
+	n.Token, n.Metadata = node.SplitToken(r.Token)
+	for _, f := range []string{r.Fence, r.OldFence} {
+		v, err := strconv.ParseUint(f, 10, 64)
+		n.BadFence = n.BadFence || f != "" && err != nil
+		n.Fence = max(n.Fence, v)
+	}
+	return n
+}
+
+// summarise fills in the summary from the nodes.
+func (in *Inspection) summarise() {
+	tally := map[string]int{}
+	meta := map[string]string{}
+	for _, n := range in.Nodes {
+		if n.Err != nil {
+			continue
+		}
+		in.Answered++
+		in.Fence = max(in.Fence, n.Fence)
+		if n.Token == "" {
+			continue
+		}
+		tally[n.Token]++
+		meta[n.Token] = n.Metadata
+		if tally[n.Token] > in.Agreed {
+			in.Agreed = tally[n.Token]
+			in.Holder = n.Token
+		}
+	}
+	switch {
+	case in.Agreed >= in.Quorum:
+		in.State, in.Metadata = StateHeld, meta[in.Holder]
+	case in.Agreed+len(in.Nodes)-in.Answered < in.Quorum:
+		in.State = StateFree
+	}
+	if in.State != StateHeld {
+		in.Holder = ""
+	}
+}
+
+// inspectOn runs an Inspect through a Pool's Get: the key and its two
+// fencing counters, without their TTL.
+func inspectOn(ctx context.Context, p pool.Pool, op *node.Op) node.Result {
+	var vs [3]string
+	for i, k := range []string{op.Key, op.FenceKey, op.Key + ":fence"} {
+		v, err := p.Get(ctx, k)
+		if err != nil {
+			return node.Result{Err: err}
+		}
+		vs[i] = v
+	}
+	switch {
+	case node.SessionValue(vs[0]):
+		return node.Result{Err: errors.New("a session lock's value: whether its session lives, only a Pool of package pool can tell")}
+	case node.HandedValue(vs[0]):
+		vs[0] = ""
+	}
+	for i := 1; i < 3; i++ {
+		if strings.Trim(vs[i], "0123456789") != "" {
+			vs[i] = "x"
+		}
+	}
+	return node.Result{Str: "-1" + string(node.Sep) + vs[1] + string(node.Sep) + vs[2] + string(node.Sep) + vs[0]}
+}

@@ -1,0 +1,134 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/quorumlock/quorumlock/drift"
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/pool"
+)
+
+// ErrSessionToken is matched by the error of Resume when nodes said the
+// token is a lock's held through a renewal session (WithAutoExtend): such a
+// lock lives while the session of the Client that took it lives, and only
+// that Client can keep it. Acquire locks meant to be resumed with
+// WithAutoExtend(false), WithMaxHold or WithFencing.
+var ErrSessionToken = errors.New("redlock: the token is a session lock's, which only the Client that took it can keep")
+
+var opResume = &opSpec{name: "resume", kind: node.Resume, yes: intPositive, no: OutcomeNotHeld, decisive: true}
+
+// Resume returns a Lock for the lock on key whose token is token (Lock.Token,
+// kept by this process before a restart, or by another process), after a
+// round in which a quorum of nodes confirmed that the key holds token and
+// made it live at least the TTL (WithTTL) more. It never creates the key:
+// a lock that expired or passed to another holder stays lost. On success
+// the Lock is as if acquired at the round's start, with the whole lease API
+// (Extend, Release, Done, Err, Context; WithAutoExtend renews it) and the
+// Key given here. Its Fence is 0: the nodes keep one fencing counter for
+// many keys, not each lock's token, so no round can tell it; keep Fence
+// beside Token where a resumed holder writes to a fenced resource.
+//
+// Two handles on one lock both act on it: releasing one releases the lock
+// for the other, whose Extend then fails. Resume does not end the first
+// handle; the caller hands the lock over.
+//
+// On failure it returns a *QuorumError matching ErrNotHeld (also ctx.Err()
+// when ctx ended first), which also matches ErrSessionToken when nodes said
+// the token is a session lock's. A failed Resume leaves the TTL it set on
+// the nodes that confirmed: it must not release a lock it could not
+// confirm. It returns ErrClosed once Close has begun, and a plain error for
+// an empty key or token, a token quorumlock cannot have made (with the byte
+// 0x1f, or starting with 0x1e) or an invalid option, before any I/O. Resume
+// is safe for concurrent use.
+func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) (*Lock, error) {
+	cfg, err := c.callConfig("resume", key, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := resumable(token); err != nil {
+		return nil, fmt.Errorf("redlock: resume %q: %w", key, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("redlock: resume %q: not attempted: %w (%w)", key, err, ErrNotHeld)
+	}
+	if err := c.enter(); err != nil {
+		return nil, err
+	}
+	defer c.wg.Done()
+	if err := c.ids.check(ctx, c, cfg); err != nil {
+		return nil, err
+	}
+	a := &acquisition{start: cfg.now()}
+	a.rd = c.run(ctx, cfg, opResume, nil, node.Op{Key: c.redisKey(cfg, key), Token: token, TTL: cfg.ttl}, nil, nil)
+	session := false
+	for {
+		rep, _, ok := a.rd.next()
+		if !ok {
+			break
+		}
+		session = session || rep.Err == nil && rep.Int < 0
+	}
+	a.elapsed = cfg.now().Sub(a.start)
+	a.validity = drift.Validity(cfg.ttl, a.elapsed, cfg.driftFactor)
+	if a.rd.won() && a.validity > 0 {
+		if l := c.newLock(ctx, cfg, key, a); l != nil {
+			return l, nil
+		}
+		a.rd.r.Finish(nil)
+		return nil, ErrClosed
+	}
+	a.rd.r.Finish(nil)
+	return nil, resumeError(ctx, a, key, session)
+}
+
+// resumable checks a token given to Resume.
+func resumable(token string) error {
+	switch {
+	case token == "":
+		return errors.New("the token is empty: pass the Token of the lock to resume")
+	case strings.IndexByte(token, node.Sep) >= 0:
+		return fmt.Errorf("the token has the byte %q, which no lock's token has (it separates a session lock's value on the nodes)", node.Sep)
+	case token[0] == node.Handed:
+		return fmt.Errorf("the token starts with the byte %q, which no lock's token does", node.Handed)
+	}
+	return nil
+}
+
+// resumeError is a failed resume round's error.
+func resumeError(ctx context.Context, a *acquisition, key string, session bool) error {
+	qe := a.rd.quorumError(key)
+	qe.Elapsed = a.elapsed
+	if a.rd.won() {
+		qe.Validity = a.validity
+	}
+	var err error = qe
+	if session {
+		err = fmt.Errorf("%w: %w", qe, ErrSessionToken)
+	}
+	if cerr := callerErr(ctx); cerr != nil {
+		err = fmt.Errorf("%w: %w", err, cerr)
+	}
+	return err
+}
+
+// resumeOn runs a Resume through a Pool's Get and Extend: the key must hold
+// exactly the token (a plain lock's value) for the Extend to be sent. The
+// Extend, which checks the token again on the node, cannot confirm another
+// lock: a session lock's value never equals a plain token.
+func resumeOn(ctx context.Context, p pool.Pool, op *node.Op) node.Result {
+	v, err := p.Get(ctx, op.Key)
+	switch {
+	case err != nil:
+		return node.Result{Err: err}
+	case v == op.Token:
+		r := node.Result{}
+		r.Int, r.Err = bit(p.Extend(ctx, op.Key, op.Token, op.TTL))
+		return r
+	case strings.HasPrefix(v, op.Token+string(node.Sep)):
+		return node.Result{Int: -1}
+	}
+	return node.Result{}
+}

@@ -141,6 +141,31 @@ func (r *Recorder) Extend(ctx context.Context, l *redlock.Lock, ttl time.Duratio
 	return op, err
 }
 
+// Resume calls Client.Resume(ctx, key, token) with redlock.WithTTL(ttl)
+// (ttl 0: the Recorder's TTL, and no option), records the call as an
+// Extend of token (to the checker, a resumed handle is the lock it resumes,
+// and what it confirms lengthens that lock's window) and returns the lock
+// (nil on failure), the record and Resume's error.
+func (r *Recorder) Resume(ctx context.Context, key, token string, ttl time.Duration) (*redlock.Lock, Op, error) {
+	var opts []redlock.Option
+	if ttl != 0 {
+		opts = append(opts, redlock.WithTTL(ttl))
+	}
+	op := Op{Client: r.name, Key: key, Kind: Extend, TTL: cmp.Or(ttl, r.ttl), Token: token, Start: r.h.Now()}
+	l, err := r.c.Resume(ctx, key, token, opts...)
+	var deadline time.Time
+	if err == nil {
+		deadline = l.Deadline() // as the call returned (see Acquire)
+	}
+	op.End = r.h.Now()
+	r.finish(&op, ctx, err)
+	if err == nil {
+		op.Deadline = r.h.Since(deadline)
+	}
+	r.h.Add(op)
+	return l, op, err
+}
+
 // Release calls l.Release, records the call and returns the record and
 // Release's error.
 func (r *Recorder) Release(ctx context.Context, l *redlock.Lock) (Op, error) {

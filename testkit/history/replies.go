@@ -117,7 +117,7 @@ func (r *replyReceiver) Deliver(tag int, res node.Result) {
 			r.p.record(ReplyAcquire, r.op.Key, r.op.Token, r.start)
 		case k == node.RaiseFence && res.Int == 1:
 			r.p.record(ReplyRaise, r.op.Key, r.op.Token, r.start)
-		case k == node.Extend && res.Int == 1:
+		case (k == node.Extend || k == node.Resume) && res.Int == 1: // a resume's yes is an extend's
 			r.p.record(ReplyExtend, r.op.Key, r.op.Token, r.start)
 		case k == node.AcquireSession && res.Int > 0: // the session's incarnation on the node
 			r.p.h.AddReply(Reply{Client: r.p.client, Node: r.p.node, Kind: ReplyAcquire, Key: r.op.Key, Token: r.op.Token,

@@ -22,6 +22,9 @@ type outcome struct {
 	trace    *tracer
 	failures []string // the simulator's own failures (a script error...)
 	commands int      // commands the nodes ran
+	// resumed and resumeFailed count the Resume calls of abandoned locks
+	// that returned a lock and that failed.
+	resumed, resumeFailed int
 }
 
 // violated reports whether the checker found a violation or the simulator
@@ -80,6 +83,10 @@ func (s schedule) run(trace bool) outcome {
 	o := outcome{report: rep, trace: tr, failures: tr.failures()}
 	for _, n := range nodes {
 		o.commands += n.ran
+	}
+	for _, w := range ws {
+		o.resumed += w.resumed
+		o.resumeFailed += w.resumeFailed
 	}
 	return o
 }

@@ -97,6 +97,7 @@ func TestSimulate(t *testing.T) {
 // totals sums what the schedules did and what the checker examined.
 type totals struct {
 	schedules, ops, acquired, failed, extends, releases, sections, commands int
+	resumed, resumeFailed                                                   int
 	checked                                                                 map[history.Property]int
 }
 
@@ -110,6 +111,8 @@ func (s *totals) add(o outcome) {
 	s.releases += r.Releases
 	s.sections += r.Sections
 	s.commands += o.commands
+	s.resumed += o.resumed
+	s.resumeFailed += o.resumeFailed
 	if s.checked == nil {
 		s.checked = map[history.Property]int{}
 	}
@@ -123,10 +126,10 @@ func (s *totals) String() string {
 		return "no schedules"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "per schedule: %.1f operations (%.1f acquisitions, %.1f failed acquire calls, %.1f extends, %.1f releases, %.1f critical sections), %.0f commands run on the nodes; cases checked in all:",
+	fmt.Fprintf(&b, "per schedule: %.1f operations (%.1f acquisitions, %.1f failed acquire calls, %.1f extends, %.1f releases, %.1f critical sections), %.0f commands run on the nodes; %d abandoned locks resumed, %d resumes failed; cases checked in all:",
 		float64(s.ops)/float64(s.schedules), float64(s.acquired)/float64(s.schedules), float64(s.failed)/float64(s.schedules),
 		float64(s.extends)/float64(s.schedules), float64(s.releases)/float64(s.schedules), float64(s.sections)/float64(s.schedules),
-		float64(s.commands)/float64(s.schedules))
+		float64(s.commands)/float64(s.schedules), s.resumed, s.resumeFailed)
 	for _, p := range history.Properties {
 		if n, ok := s.checked[p]; ok {
 			fmt.Fprintf(&b, " %s %d", p, n)

@@ -25,6 +25,8 @@ type worker struct {
 	tr   *tracer
 	r    *rand.Rand
 	ctx  context.Context
+
+	resumed, resumeFailed int // Resume calls that returned a lock, and failed
 }
 
 func (w *worker) run() {
@@ -70,9 +72,36 @@ func (w *worker) hold(key string) {
 	}
 	if !w.s.sessions && w.r.IntN(8) == 0 { // a session lock would be renewed on
 		w.trace("%s abandons %q token %s", w.name, key, short(l.Token()))
+		if w.r.IntN(2) == 0 {
+			w.resume(key, l.Token())
+		}
 		return
 	}
-	_, err = w.rec.Release(w.ctx, l)
+	w.release(l)
+}
+
+// resume takes back, by its token, a lock it abandoned, as a process that
+// restarted would: a while later, sometimes after its TTL (the lock is lost
+// then, and must stay so); it uses the lock and releases it.
+func (w *worker) resume(key, token string) {
+	time.Sleep(w.upTo(w.s.ttl * 6 / 5))
+	l, _, err := w.rec.Resume(w.ctx, key, token, 0)
+	w.trace("%s resume %q token %s: %v", w.name, key, short(token), errOf(err))
+	if l == nil {
+		w.resumeFailed++
+		return
+	}
+	w.resumed++
+	if w.r.IntN(2) == 0 {
+		w.section(l)
+	}
+	w.release(l)
+}
+
+// release releases l; a session lock's Done must then close.
+func (w *worker) release(l *redlock.Lock) {
+	key := l.Key()
+	_, err := w.rec.Release(w.ctx, l)
 	w.trace("%s release %q token %s: %v", w.name, key, short(l.Token()), errOf(err))
 	if w.s.sessions {
 		select {

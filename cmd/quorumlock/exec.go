@@ -23,6 +23,7 @@ then run COMMAND with these variables added to its environment:
 
   QUORUMLOCK_KEY    the lock's key
   QUORUMLOCK_TOKEN  the random token that marks this holder on the nodes
+                    (with --metadata: then the byte 0x1d and the description)
   QUORUMLOCK_FENCE  the fencing token: greater than that of every earlier
                     holder of KEY (0 with --fencing=false); pass it to the
                     resource you change so it can refuse older holders
@@ -52,6 +53,7 @@ func execCommand(ctx context.Context, e *env, args []string) int {
 	wait := fs.Duration("wait", 0, "how long to wait for the lock while another holder has it (0: one attempt)")
 	fencing := fs.Bool("fencing", true, "take a fencing token (QUORUMLOCK_FENCE): one more round trip per acquisition;\nuse the same setting for every holder of KEY")
 	grace := fs.Duration("grace", 10*time.Second, "after the lock is lost, how long COMMAND has between SIGTERM and SIGKILL")
+	metadata := fs.String("metadata", "", "a description of this holder (host, job...) that status shows, at most 256 bytes;\nit travels in the token, after the byte 0x1d")
 	if code, ok := parseFlags(e, fs, args); !ok {
 		return code
 	}
@@ -92,6 +94,7 @@ func execCommand(ctx context.Context, e *env, args []string) int {
 		redlock.WithTTL(*ttl),
 		redlock.WithNodeTimeout(nf.nodeTimeout),
 		redlock.WithFencing(*fencing),
+		redlock.WithMetadata(*metadata),
 		redlock.WithLogger(logger))
 	if err != nil {
 		return usageError(e, "exec", flagNames(err))
@@ -262,7 +265,7 @@ func (s signalError) Error() string { return "got " + signalName(s.sig) }
 // flagNames rewrites the option names in a redlock configuration error into
 // the command's flag names.
 func flagNames(err error) error {
-	r := strings.NewReplacer("WithTTL", "--ttl", "WithNodeTimeout", "--node-timeout", "redlock: ", "")
+	r := strings.NewReplacer("WithTTL", "--ttl", "WithNodeTimeout", "--node-timeout", "WithMetadata", "--metadata", "redlock: ", "")
 	return errors.New(r.Replace(err.Error()))
 }
 

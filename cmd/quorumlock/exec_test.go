@@ -67,13 +67,16 @@ func TestExec(t *testing.T) {
 
 	t.Run("runs the command under the lock and releases it", func(t *testing.T) {
 		const key = "exec-runs"
-		p := startCLI(t, []string{envAddrs + "=" + addrs}, "exec", nodeTimeout, key, "--ttl", "5s", "--", // flags may follow KEY
+		p := startCLI(t, []string{envAddrs + "=" + addrs}, "exec", nodeTimeout, key, "--ttl", "5s", "--metadata", "ci-job-7", "--", // flags may follow KEY
 			"sh", "-c", `echo "ready $QUORUMLOCK_KEY $QUORUMLOCK_TOKEN $QUORUMLOCK_FENCE"; read line; echo "got $line"; exit 7`)
 		f := strings.Fields(p.waitLine(t, "ready "))
 		if len(f) != 4 || f[1] != key || f[2] == "" {
 			t.Fatalf("the command's environment: %q, want key %q, a token and a fence", f, key)
 		}
 		token := f[2]
+		if !strings.HasSuffix(token, "\x1dci-job-7") {
+			t.Errorf("QUORUMLOCK_TOKEN=%q does not carry the --metadata", token)
+		}
 		if fence, err := strconv.ParseUint(f[3], 10, 64); err != nil || fence == 0 {
 			t.Errorf("QUORUMLOCK_FENCE=%q, want a positive fencing token", f[3])
 		}
@@ -94,7 +97,7 @@ func TestExec(t *testing.T) {
 		}
 		// A quorum, at least: the round is decided at 3, and the other
 		// nodes' replies may still be on their way.
-		if !regexp.MustCompile(`held: token ` + token[:8] + ` on [345] of 5 nodes`).MatchString(st.stdout.String()) {
+		if !regexp.MustCompile(`held: token ` + token[:8] + ` on [345] of 5 nodes, by "ci-job-7"`).MatchString(st.stdout.String()) {
 			t.Errorf("status does not show the lock held by %s:\n%s", token[:8], st.stdout.String())
 		}
 		for _, want := range c.Addrs() {

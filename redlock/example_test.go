@@ -180,3 +180,57 @@ func ExampleLock_Context() {
 	fmt.Println(context.Cause(work))
 	// Output: redlock: lock already released
 }
+
+// A job scheduler keeps a lock's token beside the job; after a restart, a
+// new Client takes the lock back from it (and WithMetadata says who holds
+// it, for people who look).
+func ExampleClient_Resume() {
+	pools, stop := servers(5)
+	defer stop()
+	ctx := context.Background()
+
+	before, _ := redlock.New(pools, redlock.WithTTL(time.Minute), redlock.WithMetadata("scheduler-1"))
+	defer before.Close() // in the story, this process died holding the lock
+	lock, err := before.TryLock(ctx, "job:nightly")
+	if err != nil {
+		panic(err)
+	}
+	saved := lock.Token() // persisted with the job
+	// ... the process restarts: its Client is gone, its lock is not ...
+
+	after, _ := redlock.New(pools, redlock.WithTTL(time.Minute))
+	defer after.Close()
+	resumed, err := after.Resume(ctx, "job:nightly", saved)
+	if err != nil {
+		fmt.Println("the lock is gone:", errors.Is(err, redlock.ErrNotHeld))
+		return
+	}
+	fmt.Println("resumed", resumed.Key(), "held by", resumed.Metadata())
+	_ = resumed.Release(ctx)
+	_, err = after.Resume(ctx, "job:nightly", saved)
+	fmt.Println("after release:", errors.Is(err, redlock.ErrNotHeld))
+	// Output:
+	// resumed job:nightly held by scheduler-1
+	// after release: true
+}
+
+func ExampleClient_Inspect() {
+	pools, stop := servers(5)
+	defer stop()
+	ctx := context.Background()
+	client, _ := redlock.New(pools, redlock.WithMetadata("host-a pid 4242"))
+	defer client.Close()
+	lock, _ := client.TryLock(ctx, "reports")
+
+	in, err := client.Inspect(ctx, "reports")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%s by %q on %d of %d nodes\n", in.State, in.Metadata, in.Agreed, len(in.Nodes))
+	_ = lock.Release(ctx)
+	in, _ = client.Inspect(ctx, "reports")
+	fmt.Println(in.State)
+	// Output:
+	// held by "host-a pid 4242" on 5 of 5 nodes
+	// free
+}

@@ -190,13 +190,10 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config, ln *line)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: not attempted: %w (%w)", key, err, ErrNotAcquired)
 	}
-	if err := c.enter(); err != nil {
+	if err := c.begin(ctx, cfg); err != nil {
 		return nil, err
 	}
 	defer c.wg.Done()
-	if err := c.ids.check(ctx, c, cfg); err != nil {
-		return nil, err
-	}
 	rkey := c.redisKey(cfg, key)
 	if err := c.gates.enter(ctx, rkey); err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: not attempted: waiting for this Client's round on the key: %w (%w)", key, err, ErrNotAcquired)

@@ -180,6 +180,19 @@ func (c *Client) enter() error {
 	return nil
 }
 
+// begin enters an operation (enter) and checks the nodes' identities for
+// it; on success the caller pairs it with c.wg.Done.
+func (c *Client) begin(ctx context.Context, cfg *config) error {
+	if err := c.enter(); err != nil {
+		return err
+	}
+	if err := c.ids.check(ctx, c, cfg); err != nil {
+		c.wg.Done()
+		return err
+	}
+	return nil
+}
+
 // Close releases every lock of this Client that is still held, waits for the
 // Client's background work to end (each piece bounded by
 // min(TTL, max(10 × node timeout, 2 s)) when a node is slow), and makes every
@@ -250,13 +263,10 @@ func (c *Client) Locked(ctx context.Context, key string, opts ...Option) (bool, 
 	if err != nil {
 		return false, err
 	}
-	if err := c.enter(); err != nil {
+	if err := c.begin(ctx, cfg); err != nil {
 		return false, err
 	}
 	defer c.wg.Done()
-	if err := c.ids.check(ctx, c, cfg); err != nil {
-		return false, err
-	}
 	rd := c.run(ctx, cfg, opLocked, nil, node.Op{Key: c.redisKey(cfg, key)}, nil, nil)
 	best, answered, sessions := rd.tallyTokens()
 	if sessions { // only a script tells whether a session lock is held

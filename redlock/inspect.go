@@ -93,13 +93,10 @@ func (c *Client) Inspect(ctx context.Context, key string, opts ...Option) (*Insp
 	if err != nil {
 		return nil, err
 	}
-	if err := c.enter(); err != nil {
+	if err := c.begin(ctx, cfg); err != nil {
 		return nil, err
 	}
 	defer c.wg.Done()
-	if err := c.ids.check(ctx, c, cfg); err != nil {
-		return nil, err
-	}
 	rkey := c.redisKey(cfg, key)
 	rd := c.run(ctx, cfg, opInspect, nil, node.Op{Key: rkey, FenceKey: fenceKeyOf(cfg.prefix, rkey, c.slotted)}, nil, nil)
 	defer rd.r.Finish(nil)

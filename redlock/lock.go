@@ -159,13 +159,10 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.usable(start); err != nil {
 		return err
 	}
-	if err := l.c.enter(); err != nil {
+	if err := l.c.begin(ctx, cfg); err != nil {
 		return err
 	}
 	defer l.c.wg.Done()
-	if err := l.c.ids.check(ctx, l.c, cfg); err != nil {
-		return err
-	}
 	if l.sess != nil {
 		return l.extendSession(ctx, ttl, start)
 	}
@@ -505,15 +502,11 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 	if l.usable(l.cfg.now()) != nil {
 		return false, nil
 	}
-	c := l.c
-	if err := c.enter(); err != nil {
+	c, cfg := l.c, l.cfg
+	if err := c.begin(ctx, cfg); err != nil {
 		return false, err
 	}
 	defer c.wg.Done()
-	cfg := l.cfg
-	if err := c.ids.check(ctx, c, cfg); err != nil {
-		return false, err
-	}
 	spec := opHeld // a plain GET: another's session lock is not ours either
 	if l.sess != nil {
 		spec = opPeek // whether our session lives there too

@@ -54,13 +54,10 @@ func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) 
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redlock: resume %q: not attempted: %w (%w)", key, err, ErrNotHeld)
 	}
-	if err := c.enter(); err != nil {
+	if err := c.begin(ctx, cfg); err != nil {
 		return nil, err
 	}
 	defer c.wg.Done()
-	if err := c.ids.check(ctx, c, cfg); err != nil {
-		return nil, err
-	}
 	a := &acquisition{start: cfg.now()}
 	a.rd = c.run(ctx, cfg, opResume, nil, node.Op{Key: c.redisKey(cfg, key), Token: token, TTL: cfg.ttl}, nil, nil)
 	session := false

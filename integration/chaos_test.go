@@ -93,8 +93,10 @@ type chaosRun struct {
 
 	lat    latencies
 	deaths atomic.Int64
-	why    *tally
-	quiet  *countingLogger
+	// resumed and resumeFailed count the hand-overs by token (resume).
+	resumed, resumeFailed atomic.Int64
+	why                   *tally
+	quiet                 *countingLogger
 }
 
 // runChaos runs the chaos scenario for chaosDuration and checks its
@@ -201,6 +203,10 @@ func (r *chaosRun) work(ctx context.Context, k int, cc *chaosClient) {
 			continue
 		}
 		lastTouch := r.hold(ctx, cc, l, rng)
+		if !r.sessions && rng.IntN(20) == 0 {
+			r.resume(ctx, cc, l, rng)
+			continue
+		}
 		if rng.IntN(40) != 0 {
 			_, _ = cc.rec.Release(ctx, l)
 			continue
@@ -212,6 +218,22 @@ func (r *chaosRun) work(ctx context.Context, k int, cc *chaosClient) {
 		}
 		cc = next
 	}
+}
+
+// resume hands l over to a new handle, as a process that restarted takes
+// its lock back by the token it kept: after up to 1.2 TTLs (the lock may
+// be gone by then, and must stay gone), Resume; the new handle holds the
+// lock like an acquired one and releases it. The first handle is dropped.
+func (r *chaosRun) resume(ctx context.Context, cc *chaosClient, l *redlock.Lock, rng *rand.Rand) {
+	time.Sleep(time.Duration(rng.Int64N(int64(chaosTTL * 6 / 5))))
+	rl, _, err := cc.rec.Resume(ctx, l.Key(), l.Token(), 0)
+	if err != nil {
+		r.resumeFailed.Add(1)
+		return
+	}
+	r.resumed.Add(1)
+	r.hold(ctx, cc, rl, rng)
+	_, _ = cc.rec.Release(ctx, rl)
 }
 
 // acquire tries a random key, with TryLock or (2 in 3) with Lock for up to
@@ -338,7 +360,8 @@ func (r *chaosRun) check() *hist.Report {
 func (r *chaosRun) report(dur time.Duration, rep *hist.Report) {
 	t := r.t
 	_, counts := r.f.status()
-	t.Logf("chaos summary (max %d faults at once; %d bytes delivered late; go-redis logged %d failed dials; %d clients died)", r.f.maxFaults, r.f.lateBytes, r.quiet.n.Load(), r.deaths.Load())
+	t.Logf("chaos summary (max %d faults at once; %d bytes delivered late; go-redis logged %d failed dials; %d clients died; %d locks resumed by token, %d resumes failed)",
+		r.f.maxFaults, r.f.lateBytes, r.quiet.n.Load(), r.deaths.Load(), r.resumed.Load(), r.resumeFailed.Load())
 	t.Logf("acquire calls that won: %s", durations(r.lat.get(true)))
 	t.Logf("acquire calls that failed: %s; their last rounds' node answers: %s", durations(r.lat.get(false)), r.why.all())
 	kind := "mixed"

@@ -46,6 +46,11 @@ const (
 	// ScriptLeave takes a waiter out of a key's line and, only if the key
 	// was handed to that waiter, deletes it and hands it on.
 	ScriptLeave
+	// ScriptResume is Client.Resume's token-checked PEXPIRE.
+	ScriptResume
+	// ScriptInspect reads a lock key, its TTL and its fencing counters; it
+	// writes nothing.
+	ScriptInspect
 )
 
 // LibraryScripts maps the SHA1 (lower-case hex, as EVALSHA sends it) of each
@@ -62,6 +67,8 @@ func LibraryScripts() map[string]ScriptKind {
 		scripts.RenewSession.Hash():   ScriptRenewSession,
 		scripts.Peek.Hash():           ScriptPeek,
 		scripts.Leave.Hash():          ScriptLeave,
+		scripts.Resume.Hash():         ScriptResume,
+		scripts.Inspect.Hash():        ScriptInspect,
 	}
 }
 
@@ -280,7 +287,7 @@ func (a *Audit) scriptLine(n int, nd *auditNode, s *openScript, cmd string, e En
 		case cmd == "set" && len(e.Args) > 2:
 			nd.keys[s.key] = keyState{known: true, token: e.Args[2]}
 		}
-	case ScriptExtend:
+	case ScriptExtend, ScriptResume:
 		if cmd == "pexpire" && s.key != "" && len(e.Args) > 1 && e.Args[1] == s.key {
 			a.check(n, nd, s, "extend set the TTL of")
 		}
@@ -310,8 +317,8 @@ func (a *Audit) scriptLine(n int, nd *auditNode, s *openScript, cmd string, e En
 				a.check(n, nd, one, "a batched extend set the TTL of")
 			}
 		}
-	case ScriptPeek:
-		a.scriptWrite(n, nd, cmd, e, "the read-only peek script")
+	case ScriptPeek, ScriptInspect:
+		a.scriptWrite(n, nd, cmd, e, "a read-only script (peek, inspect)")
 	default:
 		a.scriptWrite(n, nd, cmd, e, "a script that is not one of quorumlock's")
 	}

@@ -56,6 +56,18 @@ func extendLines(key, tok string, extends bool) []string {
 	return l
 }
 
+func resumeLines(key, tok string, extends bool) []string {
+	l := []string{evalsha(scripts.Resume, []string{key}, tok, "1000"), lua("GET", key)}
+	if extends {
+		l = append(l, lua("PTTL", key), lua("PEXPIRE", key, "1000"))
+	}
+	return l
+}
+
+func inspectLines(key string) []string {
+	return []string{evalsha(scripts.Inspect, []string{key, "quorumlock:fence", key + ":fence"}), lua("GET", key), lua("PTTL", key)}
+}
+
 func raiseLines(key, tok string, raises bool) []string {
 	l := []string{evalsha(scripts.RaiseFence, []string{key, key + ":fence"}, tok, "7"), lua("GET", key)}
 	if raises {
@@ -107,6 +119,8 @@ func TestAuditAcceptsOwnToken(t *testing.T) {
 	feed(a, 0, acquireLines(lk, "ta")...)
 	feed(a, 0, extendLines(lk, "ta", true)...)
 	feed(a, 0, raiseLines(lk, "ta", true)...)
+	feed(a, 0, resumeLines(lk, "ta", true)...)
+	feed(a, 0, inspectLines(lk)...)
 	feed(a, 0, takenLines(lk, "tb")...)          // b is refused: nothing changes
 	feed(a, 0, releaseLines(lk, "tb", false)...) // b's roll-back finds a's token: no delete
 	feed(a, 0, releaseLines(lk, "ta", true)...)
@@ -116,8 +130,8 @@ func TestAuditAcceptsOwnToken(t *testing.T) {
 	if f, n := a.Findings(); n != 0 {
 		t.Fatalf("violations in a correct stream: %v", f)
 	}
-	if st := a.Stats(); st.Checked != 4 || st.Unchecked != 0 {
-		t.Errorf("stats %+v, want 4 checked (extend, raise, two deletes)", st)
+	if st := a.Stats(); st.Checked != 5 || st.Unchecked != 0 {
+		t.Errorf("stats %+v, want 5 checked (extend, raise, resume, two deletes)", st)
 	}
 }
 
@@ -129,6 +143,8 @@ func TestAuditFindsForeignChanges(t *testing.T) {
 		{"release deletes another token", releaseLines(lk, "tb", true)},
 		{"extend sets another token's TTL", extendLines(lk, "tb", true)},
 		{"raise under another token", raiseLines(lk, "tb", true)},
+		{"resume sets another token's TTL", resumeLines(lk, "tb", true)},
+		{"inspect writes", append(inspectLines(lk), lua("DEL", lk))},
 		{"plain DEL from a client", []string{`1.0 [0 127.0.0.1:9] "del" "quorumlock:{k}"`}},
 		{"PEXPIRE from a client", []string{`1.0 [0 127.0.0.1:9] "pexpire" "quorumlock:{k}" "1"`}},
 		{"foreign script", []string{`1.0 [0 127.0.0.1:9] "eval" "redis.call('DEL', KEYS[1])" "1" "quorumlock:{k}"`, lua("DEL", lk)}},

@@ -260,3 +260,32 @@ func TestMetadataTravelsInTheToken(t *testing.T) {
 		t.Fatalf("a generated token with 0x1d: %v, want a plain error", err)
 	}
 }
+
+// TestResumedLockAutoExtends: a lock resumed WithAutoExtend is renewed like
+// an acquired one (by the batched renewals: it has no session), stays held
+// over several TTLs, and its lease ends at Release.
+func TestResumedLockAutoExtends(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps, c, _ := sendEnvWith(t, WithAutoExtend(false))
+		l, err := c.TryLock(t.Context(), "auto")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Resume(t.Context(), "auto", l.Token(), WithAutoExtend(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Second) // 3.3 TTLs
+		if err := r.Err(); err != nil || memHolders(ps, r) < 3 {
+			t.Fatalf("after 3.3 TTLs: Err %v, held on %d nodes", err, memHolders(ps, r))
+		}
+		if err := r.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		<-r.Done()
+		synctest.Wait() // the nodes Release did not wait for
+		if n := memHolders(ps, r); n != 0 {
+			t.Fatalf("held on %d nodes after Release", n)
+		}
+	})
+}

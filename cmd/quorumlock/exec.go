@@ -48,6 +48,7 @@ const execNodeTimeout = 250 * time.Millisecond
 func execCommand(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet("exec", execSynopsis, exitCodes)
 	var nf nodeFlags
+	nf.registerGuard(fs)
 	nf.register(fs, execNodeTimeout, "how long each node may take to answer one lock operation; a new process dials every node first,\nso this is higher than the library's default (50ms)")
 	ttl := fs.Duration("ttl", redlock.DefaultTTL, "the lock's time to live on the nodes; it is renewed every ttl/3 while COMMAND runs,\nand a holder that dies leaves the lock free within it")
 	wait := fs.Duration("wait", 0, "how long to wait for the lock while another holder has it (0: one attempt)")
@@ -83,7 +84,11 @@ func execCommand(ctx context.Context, e *env, args []string) int {
 	}
 
 	redis.SetLogger(quiet{}) // go-redis would log every failed dial into the command's stderr
-	pools, err := dial(nodes)
+	guard, err := nf.poolOptions()
+	if err != nil {
+		return usageError(e, "exec", err)
+	}
+	pools, err := dial(nodes, guard...)
 	if err != nil {
 		return usageError(e, "exec", err)
 	}

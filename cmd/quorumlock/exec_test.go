@@ -29,6 +29,11 @@ import (
 // and the servers are reached through Docker's port proxy.
 const nodeTimeout = "--node-timeout=1s"
 
+// freshServers turns the restart guard off for tests whose servers have
+// just started: exec's strict guard would refuse them all for 30 s
+// (TestExecRefusesAmnesiacMasters tests the guard).
+const freshServers = "--restart-guard=0"
+
 // bound is how long a test waits for something that should happen: long,
 // because the machine may be busy; reaching it fails the test.
 const bound = 60 * time.Second
@@ -67,7 +72,7 @@ func TestExec(t *testing.T) {
 
 	t.Run("runs the command under the lock and releases it", func(t *testing.T) {
 		const key = "exec-runs"
-		p := startCLI(t, []string{envAddrs + "=" + addrs}, "exec", nodeTimeout, key, "--ttl", "5s", "--metadata", "ci-job-7", "--", // flags may follow KEY
+		p := startCLI(t, []string{envAddrs + "=" + addrs}, "exec", nodeTimeout, freshServers, key, "--ttl", "5s", "--metadata", "ci-job-7", "--", // flags may follow KEY
 			"sh", "-c", `echo "ready $QUORUMLOCK_KEY $QUORUMLOCK_TOKEN $QUORUMLOCK_FENCE"; read line; echo "got $line"; exit 7`)
 		f := strings.Fields(p.waitLine(t, "ready "))
 		if len(f) != 4 || f[1] != key || f[2] == "" {
@@ -106,7 +111,7 @@ func TestExec(t *testing.T) {
 			}
 		}
 		// ...and nobody else gets the lock: the second command never runs.
-		other := startCLI(t, nil, "exec", nodeTimeout, "--addrs", addrs, key, "--", "sh", "-c", "echo second")
+		other := startCLI(t, nil, "exec", nodeTimeout, freshServers, "--addrs", addrs, key, "--", "sh", "-c", "echo second")
 		if code := other.wait(t); code != exitNotAcquired {
 			t.Errorf("second exec on a held key: exit %d, want %d\n%s", code, exitNotAcquired, other.stderr.String())
 		}
@@ -140,7 +145,7 @@ func TestExec(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "log")
 		procs := make([]*proc, n)
 		for i := range procs {
-			procs[i] = startCLI(t, nil, "exec", nodeTimeout, "--addrs", addrs, "--wait", "50s", key, "--", "sh", "-c",
+			procs[i] = startCLI(t, nil, "exec", nodeTimeout, freshServers, "--addrs", addrs, "--wait", "50s", key, "--", "sh", "-c",
 				`echo "start $1 $QUORUMLOCK_FENCE" >> "$2"; sleep 0.1; echo "end $1 $QUORUMLOCK_FENCE" >> "$2"`, "sh", strconv.Itoa(i), file)
 		}
 		for i, p := range procs {
@@ -178,7 +183,7 @@ func TestExec(t *testing.T) {
 
 	t.Run("signals reach the command", func(t *testing.T) {
 		const key = "exec-signals"
-		p := startCLI(t, nil, "exec", nodeTimeout, "--addrs", addrs, key, "--", "sh", "-c",
+		p := startCLI(t, nil, "exec", nodeTimeout, freshServers, "--addrs", addrs, key, "--", "sh", "-c",
 			`trap 'echo got USR1' USR1; trap 'echo got HUP' HUP; trap 'echo got TERM; exit 9' TERM; echo "ready $$"; while :; do sleep 0.05; done`)
 		p.waitLine(t, "ready ")
 		for _, s := range []struct {
@@ -217,7 +222,7 @@ func TestExec(t *testing.T) {
 			{"command not found", []string{"exec-status", "--", "no-such-command-quorumlock"}, exitNotFound, "cannot run no-such-command-quorumlock"},
 			{"command not executable", []string{"exec-status", "--", notExecutable}, exitCannotRun, "cannot run " + notExecutable},
 		} {
-			p := startCLI(t, nil, append([]string{"exec", nodeTimeout, "--addrs", addrs}, tc.args...)...)
+			p := startCLI(t, nil, append([]string{"exec", nodeTimeout, freshServers, "--addrs", addrs}, tc.args...)...)
 			code := p.wait(t)
 			if code != tc.code {
 				t.Errorf("%s: exit %d, want %d\n%s", tc.name, code, tc.code, p.stderr.String())
@@ -233,7 +238,7 @@ func TestExec(t *testing.T) {
 
 		// A signal while waiting for the lock stops the wait; the command
 		// never starts.
-		p := startCLI(t, nil, "exec", nodeTimeout, "--addrs", addrs, "--wait", "50s", "exec-held", "--", "sh", "-c", "echo ran")
+		p := startCLI(t, nil, "exec", nodeTimeout, freshServers, "--addrs", addrs, "--wait", "50s", "exec-held", "--", "sh", "-c", "echo ran")
 		waitDialing(t, p.cmd.Process.Pid)
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
@@ -252,9 +257,9 @@ func TestExec(t *testing.T) {
 		// One command leaves on SIGTERM, the other ignores it and gets
 		// SIGKILL after --grace; the lock's TTL is short, so that the loss
 		// comes soon after the nodes die (within the TTL).
-		polite := startCLI(t, nil, "exec", nodeTimeout, "--addrs", addrs, "--ttl", "3s", "--grace", "30s", "exec-lost-1", "--", "sh", "-c",
+		polite := startCLI(t, nil, "exec", nodeTimeout, freshServers, "--addrs", addrs, "--ttl", "3s", "--grace", "30s", "exec-lost-1", "--", "sh", "-c",
 			`trap 'echo got TERM; exit 0' TERM; echo "ready $$"; while :; do sleep 0.05; done`)
-		stubborn := startCLI(t, nil, "exec", nodeTimeout, "--addrs", addrs, "--ttl", "3s", "--grace", "300ms", "exec-lost-2", "--", "sh", "-c",
+		stubborn := startCLI(t, nil, "exec", nodeTimeout, freshServers, "--addrs", addrs, "--ttl", "3s", "--grace", "300ms", "exec-lost-2", "--", "sh", "-c",
 			`trap '' TERM; echo "ready $$"; while :; do sleep 0.05; done`)
 		politePID, _ := strconv.Atoi(strings.Fields(polite.waitLine(t, "ready "))[1])
 		stubbornPID, _ := strconv.Atoi(strings.Fields(stubborn.waitLine(t, "ready "))[1])
@@ -286,7 +291,7 @@ func TestExec(t *testing.T) {
 		}
 
 		// With 3 of 5 nodes down, no lock can be taken and status cannot tell.
-		p := startCLI(t, nil, "exec", nodeTimeout, "--addrs", addrs, "exec-down", "--", "sh", "-c", "echo ran")
+		p := startCLI(t, nil, "exec", nodeTimeout, freshServers, "--addrs", addrs, "exec-down", "--", "sh", "-c", "echo ran")
 		if code := p.wait(t); code != exitUnavailable {
 			t.Errorf("exec with 3 of 5 nodes down: exit %d, want %d\n%s", code, exitUnavailable, p.stderr.String())
 		}

@@ -40,6 +40,7 @@ func TestUsage(t *testing.T) {
 		{"exec", "--wait", "-1s", "key", "--", "true"},
 		{"exec", "--grace", "-1s", "key", "--", "true"},
 		{"exec", "--ttl", "soon", "key", "--", "true"},
+		{"exec", "--addrs", "127.0.0.1:1", "--restart-guard", "-1s", "key", "--", "true"},
 		{"exec", "key", "--", "true"}, // no nodes
 		{"exec", "--addrs", "localhost", "key", "--", "true"},
 		{"exec", "--addrs", "a:1,a:1", "key", "--", "true"},

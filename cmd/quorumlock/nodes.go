@@ -27,8 +27,28 @@ type node struct {
 
 // nodeFlags are the flags shared by the commands that talk to the nodes.
 type nodeFlags struct {
-	addrs       string
-	nodeTimeout time.Duration
+	addrs        string
+	nodeTimeout  time.Duration
+	restartGuard time.Duration // registerGuard: the strict restart guard
+}
+
+// registerGuard adds --restart-guard, for the commands that take locks.
+func (f *nodeFlags) registerGuard(fs *flag.FlagSet) {
+	fs.DurationVar(&f.restartGuard, "restart-guard", pool.DefaultRestartGuard, "a master up for less than this does not vote: one restarted without its data has forgotten\n"+
+		"the locks it held, and each run of quorumlock meets the masters for the first time (0: off;\nkeep it above the longest --ttl of any holder)")
+}
+
+// poolOptions are the Pool options of the restart guard: strict, so that
+// it applies to the masters this process meets for the first time, which
+// is every master.
+func (f *nodeFlags) poolOptions() ([]pool.Option, error) {
+	switch {
+	case f.restartGuard < 0:
+		return nil, fmt.Errorf("--restart-guard %v is negative: use 0 to turn the guard off", f.restartGuard)
+	case f.restartGuard == 0:
+		return []pool.Option{pool.WithRestartGuard(0)}, nil
+	}
+	return []pool.Option{pool.WithRestartGuard(f.restartGuard), pool.WithStrictRestartGuard()}, nil
 }
 
 func (f *nodeFlags) register(fs *flag.FlagSet, timeout time.Duration, timeoutUsage string) {
@@ -114,12 +134,12 @@ func redact(entry string) string {
 	return scheme + "://xxxxx" + rest[at:]
 }
 
-// dial returns a pool per node, named by its address. The caller closes
-// them with closePools.
-func dial(nodes []node) ([]pool.Pool, error) {
+// dial returns a pool per node, named by its address, with opts. The
+// caller closes them with closePools.
+func dial(nodes []node, opts ...pool.Option) ([]pool.Pool, error) {
 	pools := make([]pool.Pool, 0, len(nodes))
 	for _, n := range nodes {
-		p, err := pool.Dial(n.opt, pool.WithName(n.name))
+		p, err := pool.Dial(n.opt, append([]pool.Option{pool.WithName(n.name)}, opts...)...)
 		if err != nil {
 			closePools(pools)
 			return nil, fmt.Errorf("node %s: %w", n.name, err)

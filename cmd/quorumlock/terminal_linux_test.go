@@ -24,7 +24,7 @@ func testTerminal(t *testing.T, addrs string, released func(*testing.T, string))
 		t.Skipf("no pseudo-terminal to test with: %v", err)
 	}
 	defer ptmx.Close()
-	cmd := exec.Command(os.Args[0], "exec", nodeTimeout, "--addrs", addrs, key, "--", "sh", "-c",
+	cmd := exec.Command(os.Args[0], "exec", nodeTimeout, freshServers, "--addrs", addrs, key, "--", "sh", "-c",
 		`echo "ready $$"; read line; echo "got $line"; exec sleep 50`)
 	cmd.Env = append(os.Environ(), envBeCLI+"=1")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = pts, pts, pts

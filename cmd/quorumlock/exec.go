@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -47,14 +44,10 @@ const execNodeTimeout = 250 * time.Millisecond
 // execCommand implements "quorumlock exec".
 func execCommand(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet("exec", execSynopsis, exitCodes)
-	var nf nodeFlags
-	nf.registerGuard(fs)
-	nf.register(fs, execNodeTimeout, "how long each node may take to answer one lock operation; a new process dials every node first,\nso this is higher than the library's default (50ms)")
-	ttl := fs.Duration("ttl", redlock.DefaultTTL, "the lock's time to live on the nodes; it is renewed every ttl/3 while COMMAND runs,\nand a holder that dies leaves the lock free within it")
-	wait := fs.Duration("wait", 0, "how long to wait for the lock while another holder has it (0: one attempt)")
-	fencing := fs.Bool("fencing", true, "take a fencing token (QUORUMLOCK_FENCE): one more round trip per acquisition;\nuse the same setting for every holder of KEY")
+	var lf lockFlags
+	lf.register(fs, "while COMMAND runs")
+	lf.registerAcquire(fs)
 	grace := fs.Duration("grace", 10*time.Second, "after the lock is lost, how long COMMAND has between SIGTERM and SIGKILL")
-	metadata := fs.String("metadata", "", "a description of this holder (host, job...) that status shows, at most 256 bytes;\nit travels in the token, after the byte 0x1d")
 	if code, ok := parseFlags(e, fs, args); !ok {
 		return code
 	}
@@ -69,53 +62,28 @@ func execCommand(ctx context.Context, e *env, args []string) int {
 		return code
 	}
 	command := fs.Args()
-	if len(command) == 0 {
-		return usageError(e, "exec", fmt.Errorf("missing COMMAND: quorumlock exec %s -- COMMAND [ARGS...]", key))
-	}
 	switch {
-	case *wait < 0:
-		return usageError(e, "exec", fmt.Errorf("--wait %v is negative: use 0 for one attempt, or how long to wait", *wait))
+	case len(command) == 0:
+		return usageError(e, "exec", fmt.Errorf("missing COMMAND: quorumlock exec %s -- COMMAND [ARGS...]", key))
 	case *grace < 0:
 		return usageError(e, "exec", fmt.Errorf("--grace %v is negative: use 0 to send SIGKILL at once", *grace))
 	}
-	nodes, err := nf.nodes(e.getenv)
+	client, n, closeAll, err := lf.client(e, "exec") // redlock's warnings (failed renewals, the loss and why) go to stderr
 	if err != nil {
 		return usageError(e, "exec", err)
 	}
-
-	redis.SetLogger(quiet{}) // go-redis would log every failed dial into the command's stderr
-	guard, err := nf.poolOptions()
-	if err != nil {
-		return usageError(e, "exec", err)
-	}
-	pools, err := dial(nodes, guard...)
-	if err != nil {
-		return usageError(e, "exec", err)
-	}
-	defer closePools(pools)
-	// redlock's warnings (failed renewals, the loss and why) go to stderr.
-	logger := slog.New(newLineHandler(e.stderr, "quorumlock exec: "))
-	client, err := redlock.New(pools,
-		redlock.WithTTL(*ttl),
-		redlock.WithNodeTimeout(nf.nodeTimeout),
-		redlock.WithFencing(*fencing),
-		redlock.WithMetadata(*metadata),
-		redlock.WithLogger(logger))
-	if err != nil {
-		return usageError(e, "exec", flagNames(err))
-	}
-	defer client.Close()
-
-	l, code := acquire(ctx, e, client, key, *wait, len(nodes))
+	defer closeAll()
+	l, code := acquire(ctx, e, "exec", client, key, lf.wait, n)
 	if l == nil {
 		return code
 	}
 	return runLocked(e, l, command, *grace)
 }
 
-// acquire takes the lock, stopping early when a signal arrives. It returns
-// the lock, or nil and the exit status.
-func acquire(ctx context.Context, e *env, client *redlock.Client, key string, wait time.Duration, n int) (*redlock.Lock, int) {
+// acquire takes the lock for command name (exec, hold), renewed, stopping
+// early when a signal arrives. It returns the lock, or nil and the exit
+// status.
+func acquire(ctx context.Context, e *env, name string, client *redlock.Client, key string, wait time.Duration, n int) (*redlock.Lock, int) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	quit, watched := make(chan struct{}), make(chan struct{})
@@ -143,27 +111,27 @@ func acquire(ctx context.Context, e *env, client *redlock.Client, key string, wa
 		if l != nil {
 			_ = l.Release(context.Background())
 		}
-		fmt.Fprintf(e.stderr, "quorumlock exec: %v while waiting for the lock %q; COMMAND not started\n", sig, key)
+		fmt.Fprintf(e.stderr, "quorumlock %s: %v while waiting for the lock %q; not acquired\n", name, sig, key)
 		return nil, sig.status()
 	}
 	if err == nil {
 		return l, 0
 	}
 	if !errors.Is(err, redlock.ErrNotAcquired) { // not the lock's state: the setup is wrong
-		fmt.Fprintf(e.stderr, "quorumlock exec: %v\n", err)
+		fmt.Fprintf(e.stderr, "quorumlock %s: %v\n", name, err)
 		return nil, exitUsage
 	}
 	if qe, down := unreachable(err); down {
-		fmt.Fprintf(e.stderr, "quorumlock exec: lock service unavailable: %v\n"+
+		fmt.Fprintf(e.stderr, "quorumlock %s: lock service unavailable: %v\n"+
 			"Only %d of %d nodes answered, %d needed: check that the nodes named above are running and reachable from here,\n"+
-			"and that --addrs or %s lists them right.\n", err, answered(qe), n, qe.Quorum, envAddrs)
+			"and that --addrs or %s lists them right.\n", name, err, answered(qe), n, qe.Quorum, envAddrs)
 		return nil, exitUnavailable
 	}
 	hint := "use --wait to wait for it"
 	if wait > 0 {
 		hint = fmt.Sprintf("waited %v; use a longer --wait to wait longer", wait)
 	}
-	fmt.Fprintf(e.stderr, "quorumlock exec: lock %q not acquired: another holder has it (%s)\n  %v\n", key, hint, err)
+	fmt.Fprintf(e.stderr, "quorumlock %s: lock %q not acquired: another holder has it (%s)\n  %v\n", name, key, hint, err)
 	return nil, exitNotAcquired
 }
 

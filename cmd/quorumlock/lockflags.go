@@ -1,0 +1,73 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// lockFlags are the flags of the commands that take or act on a lock
+// (exec, hold, release), and the Client they make.
+type lockFlags struct {
+	nf       nodeFlags
+	ttl      time.Duration
+	wait     time.Duration
+	fencing  bool
+	metadata string
+}
+
+// register adds the node flags and --ttl; what says what the TTL is
+// renewed during.
+func (f *lockFlags) register(fs *flag.FlagSet, what string) {
+	f.nf.registerGuard(fs)
+	f.nf.register(fs, execNodeTimeout, "how long each node may take to answer one lock operation; a new process dials every node first,\nso this is higher than the library's default (50ms)")
+	fs.DurationVar(&f.ttl, "ttl", redlock.DefaultTTL, "the lock's time to live on the nodes; it is renewed every ttl/3 "+what+",\nand a holder that dies leaves the lock free within it")
+}
+
+// registerAcquire adds the flags of an acquisition: --wait, --fencing,
+// --metadata.
+func (f *lockFlags) registerAcquire(fs *flag.FlagSet) {
+	fs.DurationVar(&f.wait, "wait", 0, "how long to wait for the lock while another holder has it (0: one attempt)")
+	fs.BoolVar(&f.fencing, "fencing", true, "take a fencing token: one more round trip per acquisition;\nuse the same setting for every holder of KEY")
+	fs.StringVar(&f.metadata, "metadata", "", "a description of this holder (host, job...) that status shows, at most 256 bytes;\nit travels in the token, after the byte 0x1d")
+}
+
+// client checks the flags, dials the nodes and returns a Client over them
+// (its warnings go to stderr, prefixed "quorumlock name: "), the number of
+// nodes, and a function that closes the Client and the pools. The error is
+// a usage error.
+func (f *lockFlags) client(e *env, name string, opts ...redlock.Option) (*redlock.Client, int, func(), error) {
+	if f.wait < 0 {
+		return nil, 0, nil, fmt.Errorf("--wait %v is negative: use 0 for one attempt, or how long to wait", f.wait)
+	}
+	nodes, err := f.nf.nodes(e.getenv)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	guard, err := f.nf.poolOptions()
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	redis.SetLogger(quiet{}) // go-redis would log every failed dial into stderr
+	pools, err := dial(nodes, guard...)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	logger := slog.New(newLineHandler(e.stderr, "quorumlock "+name+": "))
+	client, err := redlock.New(pools, append([]redlock.Option{
+		redlock.WithTTL(f.ttl),
+		redlock.WithNodeTimeout(f.nf.nodeTimeout),
+		redlock.WithFencing(f.fencing),
+		redlock.WithMetadata(f.metadata),
+		redlock.WithLogger(logger)}, opts...)...)
+	if err != nil {
+		closePools(pools)
+		return nil, 0, nil, flagNames(err)
+	}
+	return client, len(nodes), func() { _ = client.Close(); closePools(pools) }, nil
+}

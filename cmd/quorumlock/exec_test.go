@@ -135,7 +135,7 @@ func TestExec(t *testing.T) {
 			}
 		}
 		st = startCLI(t, nil, "status", nodeTimeout, "--addrs", addrs, key)
-		if code := st.wait(t); code != 0 || !strings.Contains(st.stdout.String(), "free:") {
+		if code := st.wait(t); code != exitFree || !strings.Contains(st.stdout.String(), "free:") {
 			t.Errorf("status after exit: %d\n%s", code, st.stdout.String())
 		}
 	})
@@ -560,7 +560,7 @@ func TestStatusSessionLock(t *testing.T) {
 		cl.Del(context.Background(), sk) // the session ends, as by expiry
 	}
 	st = startCLI(t, nil, "status", nodeTimeout, "--addrs", addrs, key)
-	if code := st.wait(t); code != 0 || !strings.Contains(st.stdout.String(), "free:") {
+	if code := st.wait(t); code != exitFree || !strings.Contains(st.stdout.String(), "free:") {
 		t.Fatalf("status after the session ended: exit %d\n%s", code, st.stdout.String())
 	}
 }

@@ -2,6 +2,8 @@
 //
 //	quorumlock exec [flags] KEY -- COMMAND [ARGS...]
 //	quorumlock status [flags] KEY
+//	quorumlock hold [flags] KEY
+//	quorumlock release [flags] KEY TOKEN
 //	quorumlock demo [flags]
 //
 // exec acquires the lock KEY on a quorum of Redis masters (waiting up to
@@ -13,7 +15,12 @@
 // are passed on to the command's process group.
 //
 // status shows, for each node, whether it answers, the token that holds
-// KEY there (shortened), its remaining TTL and the key's fencing counter.
+// KEY there (shortened), the holder's description, its remaining TTL and
+// the key's fencing counter (--json: as one JSON object).
+//
+// hold acquires KEY, prints its key, token and fence, keeps it renewed until
+// a signal and then releases it; release releases KEY by the token hold
+// printed, from any process.
 //
 // demo starts 5 Redis servers inside its own process, runs workers that
 // contend for one lock and increment a fenced counter while nodes are
@@ -38,8 +45,11 @@
 //	128+N  quorumlock got signal N while waiting for the lock
 //
 // A command can exit with 2 to 5 itself; for its own codes quorumlock always
-// says why on standard error. status exits with 0 when a quorum of nodes
-// answered and 5 when too few did; demo with 0 when no update was lost and
+// says why on standard error. status exits with 0 when the lock is held, 1
+// when it is free and 5 when too few nodes answered to tell; hold with 0
+// after a signal released the lock, 3 and 5 as exec, 4 when the lock was
+// lost; release with 0 when it released the lock, 1 when the token does not
+// hold it, 5 when too few nodes answered; demo with 0 when no update was lost and
 // the fencing tokens strictly increased, 1 otherwise. Every command exits
 // with 2 on bad usage and 0 after --help.
 package main
@@ -60,6 +70,7 @@ import (
 const (
 	exitOK          = 0
 	exitFailed      = 1 // demo: an update was lost or holders overlapped
+	exitFree        = 1 // status: the lock is free; release: TOKEN does not hold KEY
 	exitUsage       = 2
 	exitNotAcquired = 3
 	exitLost        = 4
@@ -84,6 +95,8 @@ const usage = `usage: quorumlock <command> [flags] [args]
 commands:
   exec    run a command while holding a lock:  quorumlock exec KEY -- COMMAND [ARGS...]
   status  show a lock's state on every node:   quorumlock status KEY
+  hold    take a lock and keep it until SIGINT or SIGTERM:  quorumlock hold KEY
+  release release a lock by its token, from any process:  quorumlock release KEY TOKEN
   demo    contending workers on 5 embedded Redis servers while nodes are
           killed and revived (needs nothing but Go)
 
@@ -145,6 +158,12 @@ func run(ctx context.Context, e *env, args []string) int {
 		ctx, stop := stopOnSignal(ctx, e.signals)
 		defer stop()
 		return status(ctx, e, rest)
+	case "hold":
+		return holdCommand(ctx, e, rest)
+	case "release":
+		ctx, stop := stopOnSignal(ctx, e.signals)
+		defer stop()
+		return releaseCommand(ctx, e, rest)
 	case "demo":
 		ctx, stop := stopOnSignal(ctx, e.signals)
 		defer stop()
@@ -222,3 +241,33 @@ func usageError(e *env, command string, err error) int {
 }
 
 var errNoKey = errors.New("missing KEY: name the lock")
+
+// parsePositional parses args into fs, flags before, between and after the
+// positional arguments (all positional after "--"), and returns the
+// positional ones, which must be exactly those named (the first is KEY: not
+// empty). ok false: parsing ended the command with the exit status code.
+func parsePositional(e *env, fs *flag.FlagSet, args []string, names ...string) (pos []string, code int, ok bool) {
+	for rest := args; ; {
+		if code, ok := parseFlags(e, fs, rest); !ok {
+			return nil, code, false
+		}
+		left := fs.Args()
+		if len(left) < len(rest) && rest[len(rest)-len(left)-1] == "--" {
+			pos = append(pos, left...) // after "--": no more flags
+			break
+		}
+		if len(left) == 0 {
+			break
+		}
+		pos, rest = append(pos, left[0]), left[1:]
+	}
+	switch {
+	case len(pos) < len(names):
+		return nil, usageError(e, fs.Name(), fmt.Errorf("missing %s: quorumlock %s [flags] %s", names[len(pos)], fs.Name(), strings.Join(names, " "))), false
+	case len(pos) > len(names):
+		return nil, usageError(e, fs.Name(), fmt.Errorf("%d arguments %q, want %s", len(pos), pos, strings.Join(names, " "))), false
+	case pos[0] == "":
+		return nil, usageError(e, fs.Name(), errors.New("KEY is empty: name the lock")), false
+	}
+	return pos, 0, true
+}

@@ -47,6 +47,13 @@ func TestUsage(t *testing.T) {
 		{"exec", "--addrs", "127.0.0.1:1", "--ttl", "10ms", "key", "--", "true"},
 		{"status"},
 		{"status", "a", "b"},
+		{"hold"},
+		{"hold", "a", "b"},
+		{"hold", "--addrs", "127.0.0.1:1", "--wait", "-1s", "key"},
+		{"release", "key"},
+		{"release", "key", "token", "more"},
+		{"release", "--addrs", "127.0.0.1:1", "key", `"unterminated`},
+		{"release", "", "token"},
 		{"status", "--addrs", "redis://:hunter2@[::1:6379", "key"},
 	} {
 		var out, errs bytes.Buffer

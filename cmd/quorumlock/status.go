@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"text/tabwriter"
@@ -20,10 +20,12 @@ that holds KEY there (its first 8 characters), the holder's description (see
 exec --metadata), the remaining TTL, and the key's fencing counter. The last
 line says whether one token is on a quorum (the lock is held), on none (it
 is free), or whether too few nodes answered to tell. Nothing is changed on
-the nodes.
+the nodes. With --json, the same as one JSON object (whole tokens).
 
-Exit status: 0 when a quorum of nodes answered, 2 on bad usage, 5 when too
-few nodes answered to tell.
+Exit status: 0 held, 1 free, 2 bad usage, 5 too few nodes answered to tell.
+
+Example:
+  quorumlock status --json nightly-report | jq -r .holder
 `
 
 // status implements "quorumlock status" with redlock's Client.Inspect.
@@ -31,17 +33,12 @@ func status(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet("status", statusSynopsis, "")
 	var nf nodeFlags
 	nf.register(fs, time.Second, "how long each node may take to answer")
-	if code, ok := parseFlags(e, fs, args); !ok {
+	asJSON := fs.Bool("json", false, "print the lock's state as one JSON object")
+	pos, code, ok := parsePositional(e, fs, args, "KEY")
+	if !ok {
 		return code
 	}
-	switch {
-	case fs.NArg() == 0:
-		return usageError(e, "status", errNoKey)
-	case fs.NArg() > 1:
-		return usageError(e, "status", fmt.Errorf("one KEY only, got %d arguments: %q", fs.NArg(), fs.Args()))
-	case fs.Arg(0) == "":
-		return usageError(e, "status", errors.New("KEY is empty: name the lock"))
-	case nf.nodeTimeout <= 0:
+	if nf.nodeTimeout <= 0 {
 		return usageError(e, "status", fmt.Errorf("--node-timeout %v: it must be positive", nf.nodeTimeout))
 	}
 	nodes, err := nf.nodes(e.getenv)
@@ -59,17 +56,24 @@ func status(ctx context.Context, e *env, args []string) int {
 		return usageError(e, "status", flagNames(err))
 	}
 	defer client.Close()
-	in, err := client.Inspect(ctx, fs.Arg(0))
+	in, err := client.Inspect(ctx, pos[0])
 	if in == nil {
 		fmt.Fprintf(e.stderr, "quorumlock status: %v\n", err)
 		return exitUnavailable
 	}
-	printInspection(e, in)
-	if in.Answered < in.Quorum {
-		fmt.Fprintf(e.stderr, "quorumlock status: only %d of %d nodes answered, %d needed: check that the nodes marked \"no\" are running and reachable,\nand that --addrs or %s lists them right\n", in.Answered, len(in.Nodes), in.Quorum, envAddrs)
-		return exitUnavailable
+	if *asJSON {
+		printJSON(e, in)
+	} else {
+		printInspection(e, in)
 	}
-	return exitOK
+	switch in.State {
+	case redlock.StateHeld:
+		return exitOK
+	case redlock.StateFree:
+		return exitFree
+	}
+	fmt.Fprintf(e.stderr, "quorumlock status: only %d of %d nodes answered, %d needed: check that the nodes marked \"no\" are running and reachable,\nand that --addrs or %s lists them right\n", in.Answered, len(in.Nodes), in.Quorum, envAddrs)
+	return exitUnavailable
 }
 
 // printInspection prints a table of the nodes and the summary line.
@@ -123,4 +127,46 @@ func short(token string) string {
 		return token[:8]
 	}
 	return token
+}
+
+// statusJSON is status --json's output.
+type statusJSON struct {
+	Key      string           `json:"key"`
+	RedisKey string           `json:"redis_key"`
+	Quorum   int              `json:"quorum"`
+	State    string           `json:"state"` // held, free or unknown
+	Holder   string           `json:"holder,omitempty"`
+	Metadata string           `json:"metadata,omitempty"`
+	Agreed   int              `json:"agreed"`
+	Answered int              `json:"answered"`
+	Fence    uint64           `json:"fence"`
+	Nodes    []nodeStatusJSON `json:"nodes"`
+}
+
+type nodeStatusJSON struct {
+	Node      string `json:"node"`
+	Reachable bool   `json:"reachable"`
+	Error     string `json:"error,omitempty"`
+	Holder    string `json:"holder,omitempty"`
+	Metadata  string `json:"metadata,omitempty"`
+	TTLms     int64  `json:"ttl_ms,omitempty"`
+	Fence     uint64 `json:"fence"`
+	BadFence  bool   `json:"bad_fence,omitempty"`
+}
+
+// printJSON prints in as one JSON object.
+func printJSON(e *env, in *redlock.Inspection) {
+	out := statusJSON{Key: in.Key, RedisKey: in.RedisKey, Quorum: in.Quorum, State: in.State.String(), Holder: in.Holder,
+		Metadata: in.Metadata, Agreed: in.Agreed, Answered: in.Answered, Fence: in.Fence}
+	for _, n := range in.Nodes {
+		j := nodeStatusJSON{Node: n.Node, Reachable: n.Err == nil, Holder: n.Token, Metadata: n.Metadata,
+			TTLms: n.TTL.Milliseconds(), Fence: n.Fence, BadFence: n.BadFence}
+		if n.Err != nil {
+			j.Error = n.Err.Error()
+		}
+		out.Nodes = append(out.Nodes, j)
+	}
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(out)
 }

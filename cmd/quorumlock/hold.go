@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+const holdSynopsis = `usage: quorumlock hold [flags] KEY
+
+Acquire the lock KEY on a quorum of the Redis masters, waiting up to --wait,
+print it, and keep it renewed every --ttl/3 until quorumlock gets SIGINT,
+SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2; then release it and exit 0.
+If the lock is lost meanwhile (released by token, or renewals failed until
+its validity ended), exit 4. Another process can release it early with
+"quorumlock release KEY TOKEN". The output, one line each:
+
+  key KEY
+  token TOKEN     (quoted as a Go string when it holds other than printable
+                   ASCII, as with --metadata; release takes either form)
+  fence FENCE     (0 with --fencing=false)
+
+Example:
+  quorumlock hold --metadata "$(hostname)" deploy-prod   # in one terminal
+  quorumlock release deploy-prod "$TOKEN"                # in another
+`
+
+// holdCommand implements "quorumlock hold".
+func holdCommand(ctx context.Context, e *env, args []string) int {
+	fs := newFlagSet("hold", holdSynopsis, exitCodes)
+	var lf lockFlags
+	lf.register(fs, "while it is held")
+	lf.registerAcquire(fs)
+	pos, code, ok := parsePositional(e, fs, args, "KEY")
+	if !ok {
+		return code
+	}
+	key := pos[0]
+	// Tokens of its own: a lock held through a renewal session (the
+	// library's choice for auto-extended locks with its own tokens) could
+	// not be released by another process (Client.Resume refuses them).
+	client, n, closeAll, err := lf.client(e, "hold", redlock.WithTokenGenerator(newToken))
+	if err != nil {
+		return usageError(e, "hold", err)
+	}
+	defer closeAll()
+	l, code := acquire(ctx, e, "hold", client, key, lf.wait, n)
+	if l == nil {
+		return code
+	}
+	fmt.Fprintf(e.stdout, "key %s\ntoken %s\nfence %d\n", key, showToken(l.Token()), l.Fence())
+	select {
+	case sig := <-e.signals:
+		if err := l.Release(context.Background()); err != nil {
+			fmt.Fprintf(e.stderr, "quorumlock hold: %s: releasing the lock %q: %v\n  It expires by itself within its TTL.\n", signalName(sig), key, err)
+		}
+		return exitOK
+	case <-l.Done():
+		fmt.Fprintf(e.stderr, "quorumlock hold: lock %q lost: %v\n", key, l.Err())
+		return exitLost
+	}
+}
+
+// newToken is a lock token: 128 random bits, as the library makes them,
+// but never starting with '-', so that "release KEY TOKEN" never reads it
+// as a flag.
+func newToken() (string, error) {
+	var b [16]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			return "", err
+		}
+		if t := base64.RawURLEncoding.EncodeToString(b[:]); t[0] != '-' {
+			return t, nil
+		}
+	}
+}
+
+// showToken is token as hold prints it: as is when it is printable ASCII
+// without spaces, else quoted as a Go string (readToken reads both).
+func showToken(token string) string {
+	for _, r := range token {
+		if r <= ' ' || r > '~' || r == '"' {
+			return strconv.Quote(token)
+		}
+	}
+	return token
+}
+
+// readToken reads a token as showToken printed it.
+func readToken(s string) (string, error) {
+	if len(s) > 0 && s[0] == '"' {
+		t, err := strconv.Unquote(s)
+		if err != nil {
+			return "", fmt.Errorf("TOKEN %s: not a quoted string as hold prints it: %v", s, err)
+		}
+		return t, nil
+	}
+	if s == "" {
+		return "", errors.New("TOKEN is empty: pass the token hold printed")
+	}
+	return s, nil
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/quorumlock/quorumlock/internal/redisproc"
+)
+
+// TestHoldStatusRelease: "hold" in one process, "status" and "release" in
+// others, as in two terminals: hold prints the token, status shows the
+// holder and its description (exit 0; --json), a release with another token
+// is refused (exit 1) and changes nothing, the release with hold's token
+// frees the lock (status exit 1), and hold learns that it lost the lock
+// (exit 4). A second hold ends with SIGTERM by releasing (exit 0).
+func TestHoldStatusRelease(t *testing.T) {
+	c := redisproc.Start(t, 5)
+	addrs := strings.Join(c.Addrs(), ",")
+	const key = "hold-1"
+	h := startCLI(t, nil, "hold", nodeTimeout, freshServers, "--addrs", addrs, "--metadata", "terminal 1", key)
+	if got := h.waitLine(t, "key "); got != "key "+key {
+		t.Fatalf("hold printed %q", got)
+	}
+	token := strings.TrimPrefix(h.waitLine(t, "token "), "token ")
+	if !strings.HasPrefix(token, `"`) || !strings.Contains(token, `\x1dterminal 1"`) {
+		t.Fatalf("hold's token %s is not quoted with its description", token)
+	}
+	h.waitLine(t, "fence ")
+
+	st := startCLI(t, nil, "status", nodeTimeout, "--addrs", addrs, key, "--json") // flags may follow KEY
+	if code := st.wait(t); code != exitOK {
+		t.Fatalf("status of a held lock: exit %d\n%s%s", code, st.stdout.String(), st.stderr.String())
+	}
+	var js statusJSON
+	if err := json.Unmarshal([]byte(st.stdout.String()), &js); err != nil || js.State != "held" || js.Metadata != "terminal 1" || js.Agreed < 3 || len(js.Nodes) != 5 {
+		t.Fatalf("status --json: %+v, %v\n%s", js, err, st.stdout.String())
+	}
+
+	wrong := startCLI(t, nil, "release", nodeTimeout, freshServers, "--addrs", addrs, key, "not-the-token")
+	if code := wrong.wait(t); code != exitFree {
+		t.Errorf("release with another token: exit %d, want %d\n%s", code, exitFree, wrong.stderr.String())
+	}
+	rel := startCLI(t, nil, "release", nodeTimeout, freshServers, "--addrs", addrs, key, token)
+	if code := rel.wait(t); code != exitOK || !strings.Contains(rel.stdout.String(), "released "+key) {
+		t.Fatalf("release with hold's token: exit %d\n%s%s", code, rel.stdout.String(), rel.stderr.String())
+	}
+	st = startCLI(t, nil, "status", nodeTimeout, "--addrs", addrs, key)
+	if code := st.wait(t); code != exitFree {
+		t.Errorf("status after the release: exit %d, want %d\n%s", code, exitFree, st.stdout.String())
+	}
+	if code := h.wait(t); code != exitLost || !strings.Contains(h.stderr.String(), "lost") {
+		t.Errorf("hold after its lock was released elsewhere: exit %d, want %d\n%s", code, exitLost, h.stderr.String())
+	}
+
+	h2 := startCLI(t, nil, "hold", nodeTimeout, freshServers, "--addrs", addrs, key)
+	h2.waitLine(t, "fence ")
+	if err := h2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := h2.wait(t); code != exitOK {
+		t.Errorf("hold after SIGTERM: exit %d\n%s", code, h2.stderr.String())
+	}
+	st = startCLI(t, nil, "status", nodeTimeout, "--addrs", addrs, key)
+	if code := st.wait(t); code != exitFree {
+		t.Errorf("status after hold released on SIGTERM: exit %d\n%s", code, st.stdout.String())
+	}
+}

@@ -121,7 +121,11 @@ func acquire(ctx context.Context, e *env, name string, client *redlock.Client, k
 		fmt.Fprintf(e.stderr, "quorumlock %s: %v\n", name, err)
 		return nil, exitUsage
 	}
-	if qe, down := unreachable(err); down {
+	if qe, down := unreachable(err); down && authFailed(err) {
+		fmt.Fprintf(e.stderr, "quorumlock %s: lock service unavailable: %v\n"+
+			"The nodes refused the password: check it (in the redis:// URLs of --addrs or %s, or in --password-file).\n", name, err, envAddrs)
+		return nil, exitUnavailable
+	} else if down {
 		fmt.Fprintf(e.stderr, "quorumlock %s: lock service unavailable: %v\n"+
 			"Only %d of %d nodes answered, %d needed: check that the nodes named above are running and reachable from here,\n"+
 			"and that --addrs or %s lists them right.\n", name, err, answered(qe), n, qe.Quorum, envAddrs)
@@ -217,12 +221,16 @@ func release(e *env, l *redlock.Lock, lost bool) {
 }
 
 // withoutLockVars returns environ without the variables exec sets, so that
-// a nested quorumlock exec does not pass its parent's on.
+// a nested quorumlock exec does not pass its parent's on, and with the
+// passwords taken out of QUORUMLOCK_ADDRS: the command gets the nodes, not
+// the secret (a nested quorumlock reads it with --password-file).
 func withoutLockVars(environ []string) []string {
 	out := make([]string, 0, len(environ)+3)
 	for _, kv := range environ {
 		switch k, _, _ := strings.Cut(kv, "="); k {
 		case "QUORUMLOCK_KEY", "QUORUMLOCK_TOKEN", "QUORUMLOCK_FENCE":
+		case envAddrs:
+			out = append(out, envAddrs+"="+withoutPasswords(kv[len(envAddrs)+1:]))
 		default:
 			out = append(out, kv)
 		}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,7 @@ type node struct {
 // nodeFlags are the flags shared by the commands that talk to the nodes.
 type nodeFlags struct {
 	addrs        string
+	passwordFile string
 	nodeTimeout  time.Duration
 	restartGuard time.Duration // registerGuard: the strict restart guard
 }
@@ -54,6 +56,8 @@ func (f *nodeFlags) poolOptions() ([]pool.Option, error) {
 func (f *nodeFlags) register(fs *flag.FlagSet, timeout time.Duration, timeoutUsage string) {
 	fs.StringVar(&f.addrs, "addrs", "", "the Redis masters, comma separated: host:port, redis://[user:password@]host:port[/db] or rediss://... for TLS\n(default: $"+envAddrs+")")
 	fs.DurationVar(&f.nodeTimeout, "node-timeout", timeout, timeoutUsage)
+	fs.StringVar(&f.passwordFile, "password-file", "", "read the Redis password from the first line of this file, for the nodes whose address names none:\n"+
+		"it stays out of "+envAddrs+" and the command line")
 }
 
 // nodes returns the nodes named by --addrs, or else by QUORUMLOCK_ADDRS.
@@ -65,7 +69,51 @@ func (f *nodeFlags) nodes(getenv func(string) string) ([]node, error) {
 	if strings.TrimSpace(list) == "" {
 		return nil, fmt.Errorf("no Redis nodes: pass --addrs host1:6379,host2:6379,... or set %s (5 independent masters are recommended)", envAddrs)
 	}
-	return parseAddrs(list, from)
+	nodes, err := parseAddrs(list, from)
+	if err != nil || f.passwordFile == "" {
+		return nodes, err
+	}
+	b, err := os.ReadFile(f.passwordFile)
+	if err != nil {
+		return nil, fmt.Errorf("--password-file: %w", err)
+	}
+	password, _, _ := strings.Cut(string(b), "\n")
+	password = strings.TrimSuffix(password, "\r")
+	if password == "" {
+		return nil, fmt.Errorf("--password-file %s: the first line is empty", f.passwordFile)
+	}
+	for _, n := range nodes {
+		if n.opt.Password == "" {
+			n.opt.Password = password
+		}
+	}
+	return nodes, nil
+}
+
+// withoutPasswords is a list of nodes as in QUORUMLOCK_ADDRS with the
+// passwords taken out of its URLs (scheme://user:secret@host becomes
+// scheme://user@host), for the environment of exec's command.
+func withoutPasswords(list string) string {
+	entries := strings.Split(list, ",")
+	for i, entry := range entries {
+		scheme, rest, ok := strings.Cut(entry, "://")
+		at := strings.LastIndex(rest, "@")
+		if !ok || at < 0 {
+			continue
+		}
+		user, _, _ := strings.Cut(rest[:at], ":")
+		if user != "" {
+			user += "@"
+		}
+		entries[i] = scheme + "://" + user + rest[at+1:]
+	}
+	return strings.Join(entries, ",")
+}
+
+// authFailed reports whether err says that a node refused the password.
+func authFailed(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "WRONGPASS") || strings.Contains(s, "NOAUTH") || strings.Contains(s, "invalid password")
 }
 
 // parseAddrs parses a comma-separated list of nodes: plain host:port, or

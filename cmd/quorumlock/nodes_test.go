@@ -57,3 +57,14 @@ func TestParseAddrsErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestWithoutPasswords(t *testing.T) {
+	for in, want := range map[string]string{
+		"h:1,redis://:pw@h:2,rediss://u:pw@h:3/0,redis://u@h:4": "h:1,redis://h:2,rediss://u@h:3/0,redis://u@h:4",
+		"unix:///tmp/s": "unix:///tmp/s",
+	} {
+		if got := withoutPasswords(in); got != want {
+			t.Errorf("withoutPasswords(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -22,7 +22,9 @@ then run COMMAND with these variables added to its environment:
   QUORUMLOCK_TOKEN  the random token that marks this holder on the nodes
                     (with --metadata: then the byte 0x1d and the description)
   QUORUMLOCK_FENCE  the fencing token: greater than that of every earlier
-                    holder of KEY (0 with --fencing=false); pass it to the
+                    holder of KEY while the masters keep their data (no
+                    restart without persistence, no eviction: see
+                    docs/safety.md); 0 with --fencing=false. Pass it to the
                     resource you change so it can refuse older holders
 
 The lock is renewed every --ttl/3 while COMMAND runs and released when it
@@ -34,6 +36,9 @@ SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to quorumlock are passed on to
 that group. SIGTSTP (Ctrl-Z) is ignored while COMMAND runs: a stopped
 command would hold the lock for ever, a stopped quorumlock would let it
 lapse while the command still works.
+
+Example:
+  quorumlock exec --wait 5m --metadata "$(hostname)" nightly-report -- ./report.sh
 `
 
 // execNodeTimeout is exec's default per-node timeout: above the library's,
@@ -73,7 +78,7 @@ func execCommand(ctx context.Context, e *env, args []string) int {
 		return usageError(e, "exec", err)
 	}
 	defer closeAll()
-	l, code := acquire(ctx, e, "exec", client, key, lf.wait, n)
+	l, code := acquire(ctx, e, "exec", client, key, &lf, n)
 	if l == nil {
 		return code
 	}
@@ -83,7 +88,8 @@ func execCommand(ctx context.Context, e *env, args []string) int {
 // acquire takes the lock for command name (exec, hold), renewed, stopping
 // early when a signal arrives. It returns the lock, or nil and the exit
 // status.
-func acquire(ctx context.Context, e *env, name string, client *redlock.Client, key string, wait time.Duration, n int) (*redlock.Lock, int) {
+func acquire(ctx context.Context, e *env, name string, client *redlock.Client, key string, lf *lockFlags, n int) (*redlock.Lock, int) {
+	wait := lf.wait
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	quit, watched := make(chan struct{}), make(chan struct{})
@@ -99,9 +105,12 @@ func acquire(ctx context.Context, e *env, name string, client *redlock.Client, k
 		l   *redlock.Lock
 		err error
 	)
-	if wait > 0 {
+	switch {
+	case wait == forever:
+		l, err = client.Lock(ctx, key, redlock.WithAutoExtend(true))
+	case wait > 0:
 		l, err = client.Lock(ctx, key, redlock.WithAutoExtend(true), redlock.WithMaxWait(wait))
-	} else {
+	default:
 		l, err = client.TryLock(ctx, key, redlock.WithAutoExtend(true))
 	}
 	close(quit)
@@ -117,26 +126,34 @@ func acquire(ctx context.Context, e *env, name string, client *redlock.Client, k
 	if err == nil {
 		return l, 0
 	}
+	return nil, notAcquired(e, name, key, err, lf, n)
+}
+
+// notAcquired reports why the lock was not acquired (err), and returns the
+// exit status.
+func notAcquired(e *env, name, key string, err error, lf *lockFlags, n int) int {
 	if !errors.Is(err, redlock.ErrNotAcquired) { // not the lock's state: the setup is wrong
 		fmt.Fprintf(e.stderr, "quorumlock %s: %v\n", name, err)
-		return nil, exitUsage
+		return exitUsage
 	}
-	if qe, down := unreachable(err); down && authFailed(err) {
+	qe, down := unreachable(err)
+	switch {
+	case down && authFailed(err):
 		fmt.Fprintf(e.stderr, "quorumlock %s: lock service unavailable: %v\n"+
 			"The nodes refused the password: check it (in the redis:// URLs of --addrs or %s, or in --password-file).\n", name, err, envAddrs)
-		return nil, exitUnavailable
-	} else if down {
+		return exitUnavailable
+	case down:
 		fmt.Fprintf(e.stderr, "quorumlock %s: lock service unavailable: %v\n"+
 			"Only %d of %d nodes answered, %d needed: check that the nodes named above are running and reachable from here,\n"+
 			"and that --addrs or %s lists them right.\n", name, err, answered(qe), n, qe.Quorum, envAddrs)
-		return nil, exitUnavailable
+		return exitUnavailable
 	}
 	hint := "use --wait to wait for it"
-	if wait > 0 {
-		hint = fmt.Sprintf("waited %v; use a longer --wait to wait longer", wait)
+	if lf.wait > 0 {
+		hint = fmt.Sprintf("waited %v; use a longer --wait to wait longer", lf.wait)
 	}
 	fmt.Fprintf(e.stderr, "quorumlock %s: lock %q not acquired: another holder has it (%s)\n  %v\n", name, key, hint, err)
-	return nil, exitNotAcquired
+	return lf.conflict
 }
 
 // runLocked runs command while l is held, and releases l when it exits.

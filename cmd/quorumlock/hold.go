@@ -49,7 +49,7 @@ func holdCommand(ctx context.Context, e *env, args []string) int {
 		return usageError(e, "hold", err)
 	}
 	defer closeAll()
-	l, code := acquire(ctx, e, "hold", client, key, lf.wait, n)
+	l, code := acquire(ctx, e, "hold", client, key, &lf, n)
 	if l == nil {
 		return code
 	}

@@ -16,14 +16,48 @@ import (
 type lockFlags struct {
 	nf       nodeFlags
 	ttl      time.Duration
-	wait     time.Duration
+	wait     time.Duration // forever: until a signal
+	conflict int           // the exit status when another holder kept the lock
 	fencing  bool
 	metadata string
+}
+
+// forever is --wait forever.
+const forever = time.Duration(-1)
+
+// waitValue is --wait: a duration, or forever.
+type waitValue struct{ d *time.Duration }
+
+func (w waitValue) String() string {
+	switch {
+	case w.d == nil:
+		return "0s"
+	case *w.d == forever:
+		return "forever"
+	}
+	return w.d.String()
+}
+
+func (w waitValue) Set(s string) error {
+	if s == "forever" {
+		*w.d = forever
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		return fmt.Errorf("not a duration (like 30s or 5m) or forever")
+	case d < 0:
+		return fmt.Errorf("%v is negative: use 0 for one attempt, a duration, or forever", d)
+	}
+	*w.d = d
+	return nil
 }
 
 // register adds the node flags and --ttl; what says what the TTL is
 // renewed during.
 func (f *lockFlags) register(fs *flag.FlagSet, what string) {
+	f.conflict = exitNotAcquired // registerAcquire makes it a flag
 	f.nf.registerGuard(fs)
 	f.nf.register(fs, execNodeTimeout, "how long each node may take to answer one lock operation; a new process dials every node first,\nso this is higher than the library's default (50ms)")
 	fs.DurationVar(&f.ttl, "ttl", redlock.DefaultTTL, "the lock's time to live on the nodes; it is renewed every ttl/3 "+what+",\nand a holder that dies leaves the lock free within it")
@@ -32,7 +66,8 @@ func (f *lockFlags) register(fs *flag.FlagSet, what string) {
 // registerAcquire adds the flags of an acquisition: --wait, --fencing,
 // --metadata.
 func (f *lockFlags) registerAcquire(fs *flag.FlagSet) {
-	fs.DurationVar(&f.wait, "wait", 0, "how long to wait for the lock while another holder has it (0: one attempt)")
+	fs.Var(waitValue{&f.wait}, "wait", "how long to wait for the lock while another holder has it: 0 (one attempt), a duration,\nor forever (until a signal)")
+	fs.IntVar(&f.conflict, "conflict-exit", exitNotAcquired, "the exit status when another holder kept the lock (like flock -E), 1 to 255")
 	fs.BoolVar(&f.fencing, "fencing", true, "take a fencing token: one more round trip per acquisition;\nuse the same setting for every holder of KEY")
 	fs.StringVar(&f.metadata, "metadata", "", "a description of this holder (host, job...) that status shows, at most 256 bytes;\nit travels in the token, after the byte 0x1d")
 }
@@ -42,8 +77,8 @@ func (f *lockFlags) registerAcquire(fs *flag.FlagSet) {
 // nodes, and a function that closes the Client and the pools. The error is
 // a usage error.
 func (f *lockFlags) client(e *env, name string, opts ...redlock.Option) (*redlock.Client, int, func(), error) {
-	if f.wait < 0 {
-		return nil, 0, nil, fmt.Errorf("--wait %v is negative: use 0 for one attempt, or how long to wait", f.wait)
+	if f.conflict < 1 || f.conflict > 255 {
+		return nil, 0, nil, fmt.Errorf("--conflict-exit %d: an exit status from 1 to 255", f.conflict)
 	}
 	nodes, err := f.nf.nodes(e.getenv)
 	if err != nil {
@@ -60,6 +95,7 @@ func (f *lockFlags) client(e *env, name string, opts ...redlock.Option) (*redloc
 	}
 	logger := slog.New(newLineHandler(e.stderr, "quorumlock "+name+": "))
 	client, err := redlock.New(pools, append([]redlock.Option{
+		redlock.WithKeyPrefix(f.nf.prefix),
 		redlock.WithTTL(f.ttl),
 		redlock.WithNodeTimeout(f.nf.nodeTimeout),
 		redlock.WithFencing(f.fencing),

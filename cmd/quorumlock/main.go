@@ -62,6 +62,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"slices"
 	"strings"
 )
@@ -102,7 +103,8 @@ commands:
 
 The nodes come from --addrs or QUORUMLOCK_ADDRS: comma separated host:port,
 redis://[user:password@]host:port[/db] or rediss://... (TLS).
-Run "quorumlock <command> --help" for a command's flags.
+Run "quorumlock <command> --help" for a command's flags, "quorumlock --version"
+for the version.
 
 ` + exitCodes
 
@@ -170,6 +172,9 @@ func run(ctx context.Context, e *env, args []string) int {
 		return demo(ctx, e, rest)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(e.stdout, usage)
+		return exitOK
+	case "--version", "-version", "version":
+		fmt.Fprintln(e.stdout, version())
 		return exitOK
 	}
 	fmt.Fprintf(e.stderr, "quorumlock: unknown command %q\n\n%s", cmd, usage)
@@ -240,7 +245,26 @@ func usageError(e *env, command string, err error) int {
 	return exitUsage
 }
 
-var errNoKey = errors.New("missing KEY: name the lock")
+// version is "quorumlock", the module version it was built from (or
+// "(devel)"), the commit when the build recorded it, and the Go version.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "quorumlock (unknown version)"
+	}
+	v := "quorumlock " + bi.Main.Version
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			v += " " + s.Value[:min(12, len(s.Value))]
+		case "vcs.modified":
+			if s.Value == "true" {
+				v += "+modified"
+			}
+		}
+	}
+	return v + " " + bi.GoVersion
+}
 
 // parsePositional parses args into fs, flags before, between and after the
 // positional arguments (all positional after "--"), and returns the

@@ -30,6 +30,7 @@ type node struct {
 type nodeFlags struct {
 	addrs        string
 	passwordFile string
+	prefix       string
 	nodeTimeout  time.Duration
 	restartGuard time.Duration // registerGuard: the strict restart guard
 }
@@ -56,6 +57,7 @@ func (f *nodeFlags) poolOptions() ([]pool.Option, error) {
 func (f *nodeFlags) register(fs *flag.FlagSet, timeout time.Duration, timeoutUsage string) {
 	fs.StringVar(&f.addrs, "addrs", "", "the Redis masters, comma separated: host:port, redis://[user:password@]host:port[/db] or rediss://... for TLS\n(default: $"+envAddrs+")")
 	fs.DurationVar(&f.nodeTimeout, "node-timeout", timeout, timeoutUsage)
+	fs.StringVar(&f.prefix, "prefix", redlock.DefaultKeyPrefix, "the prefix of the lock's Redis keys (the library's WithKeyPrefix): the same for every holder of KEY")
 	fs.StringVar(&f.passwordFile, "password-file", "", "read the Redis password from the first line of this file, for the nodes whose address names none:\n"+
 		"it stays out of "+envAddrs+" and the command line")
 }

@@ -51,7 +51,7 @@ func status(ctx context.Context, e *env, args []string) int {
 		return usageError(e, "status", err)
 	}
 	defer closePools(pools)
-	client, err := redlock.New(pools, redlock.WithNodeTimeout(nf.nodeTimeout))
+	client, err := redlock.New(pools, redlock.WithNodeTimeout(nf.nodeTimeout), redlock.WithKeyPrefix(nf.prefix))
 	if err != nil {
 		return usageError(e, "status", flagNames(err))
 	}

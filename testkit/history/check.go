@@ -784,6 +784,8 @@ func goneTokens(s snapshot) map[string]gone {
 	for _, op := range s.ops {
 		if op.Kind == Acquire && op.Outcome == OK {
 			won[op.Token] = true
+			own, _ := node.SplitToken(op.Token) // as generated, before WithMetadata
+			won[own] = true
 		}
 	}
 	tokens := map[string]gone{}
@@ -845,6 +847,11 @@ func landed(l Leftover, g gone, cfg Config, maxTTL time.Duration) time.Duration 
 func (j *l2Judge) lookup(l Leftover) (Leftover, gone, bool) {
 	lv, _, _, isFree := sessionView(l, j.cfg, j.maxTTL)
 	g, ok := j.tokens[lv.Token]
+	if own, meta := node.SplitToken(lv.Token); !ok && meta != "" {
+		// A failed attempt WithMetadata: the Recorder knows the token
+		// as generated, the node holds it with the description.
+		g, ok = j.tokens[own]
+	}
 	k := nodeToken{l.Node, lv.Token}
 	if ok && isFree {
 		j.free[k] = true

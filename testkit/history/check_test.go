@@ -315,6 +315,12 @@ func TestL2(t *testing.T) {
 	b.h.AddLeftovers(Leftover{Node: 3, Key: "quorumlock:{k}", Token: "tc", PTTL: 800})
 	want(t, check(t, b, cfg), map[Property]int{L2: 1})
 
+	// A failed attempt WithMetadata: the node holds the token with the
+	// description after 0x1d, the Recorder knows it as generated.
+	b = clean()
+	b.h.AddLeftovers(Leftover{Node: 3, Key: "quorumlock:{k}", Token: "tc-1\x1dhost-a", PTTL: 800})
+	want(t, check(t, b, cfg), map[Property]int{L2: 1})
+
 	// A dead holder's key is not released: L1's business, not L2's.
 	b = clean()
 	b.h.AddLeftovers(Leftover{Node: 3, Key: "quorumlock:{j}", Token: "td", PTTL: 800})

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -119,7 +120,8 @@ func (r *Recorder) Acquire(ctx context.Context, key string, wait time.Duration, 
 	if err == nil {
 		op.Token, op.Fence, op.Deadline = l.Token(), l.Fence(), r.h.Since(deadline)
 		op.Session = r.sessionKey(l)
-		tried = slices.DeleteFunc(tried, func(s string) bool { return s == op.Token })
+		own, _ := node.SplitToken(op.Token) // as generated, before WithMetadata
+		tried = slices.DeleteFunc(tried, func(s string) bool { return s == op.Token || s == own })
 	}
 	op.Tried = tried
 	r.h.Add(op)

@@ -185,7 +185,8 @@ func pttlOf(v *value, now int64) int64 {
 // nodes, whose yes-replies are recorded (S2 counts quorums), recorded in h.
 // In a schedule of sessions its locks are auto-extended session locks with
 // the library's tokens; otherwise plain locks with tokens that name the
-// client, fenced when the schedule says so.
+// client, fenced when the schedule says so. Clients of odd seeds describe
+// themselves (WithMetadata).
 func (s schedule) newWorker(i int, nodes []*simNode, nw *network, h *history.History, tr *tracer) *worker {
 	name := fmt.Sprintf("c%d", i)
 	sent := &history.SentTokens{}
@@ -200,6 +201,9 @@ func (s schedule) newWorker(i int, nodes []*simNode, nw *network, h *history.His
 	opts := []redlock.Option{redlock.WithTTL(s.ttl), redlock.WithNodeTimeout(s.nodeTimeout),
 		redlock.WithLogger(slog.New(slog.DiscardHandler)),
 		simhook.Random(rand.New(rand.NewPCG(s.seed, uint64(i)+2000)).Uint64).(redlock.Option)}
+	if s.seed%2 == 1 { // the holder's description travels in the token
+		opts = append(opts, redlock.WithMetadata("sim "+name))
+	}
 	recOpts := []history.RecorderOption{history.WithTTL(s.ttl)}
 	if s.sessions {
 		opts = append(opts, redlock.WithAutoExtend(true))

@@ -199,6 +199,10 @@ loop:
 			if !errors.Is(l.Err(), redlock.ErrLockLost) {
 				continue // released: cannot happen before the command exits
 			}
+			if exitedAlready(cmd.Process.Pid) { // quorumlock learns both at once (it was stalled): see lostAfter
+				<-exited
+				break loop
+			}
 			lost = true
 			fmt.Fprintf(e.stderr, "quorumlock exec: lock %q lost while %s runs: sending it SIGTERM (SIGKILL in %v)\n", l.Key(), command[0], grace)
 			_ = signalGroup(cmd.Process, sigTerm)
@@ -215,15 +219,25 @@ loop:
 	}
 	restoreTerminal()
 	restoreStop()
-	lost = lost || errors.Is(l.Err(), redlock.ErrLockLost)
-	if lost {
+	lostAfter := !lost && errors.Is(l.Err(), redlock.ErrLockLost)
+	if lost || lostAfter {
 		// What is left of the group works without the lock: stop it too.
 		_ = signalGroup(cmd.Process, sigKill)
 	}
-	release(e, l, lost)
-	if lost {
+	release(e, l, lost || lostAfter)
+	switch {
+	case lost:
 		fmt.Fprintf(e.stderr, "quorumlock exec: %s was terminated because the lock %q was lost (exit status %d)\n", command[0], l.Key(), exitLost)
 		return exitLost
+	case lostAfter:
+		// The command had exited when quorumlock learned of the loss:
+		// quorumlock did not run for a while (stopped, or starved of
+		// CPU), so it cannot tell whether the command finished inside
+		// the lock's validity. Its own status is what the caller needs
+		// to know whether the work was done.
+		fmt.Fprintf(e.stderr, "quorumlock exec: %s exited with status %d; the lock %q was found lost only after the command had exited,\n"+
+			"  because quorumlock itself did not run for a while: it cannot tell whether the command finished within the lock's validity (%v)\n",
+			command[0], exitStatus(cmd.ProcessState), l.Key(), l.Err())
 	}
 	return exitStatus(cmd.ProcessState)
 }

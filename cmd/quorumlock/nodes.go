@@ -22,14 +22,18 @@ const envAddrs = "QUORUMLOCK_ADDRS"
 
 // node is one Redis master named on the command line or in QUORUMLOCK_ADDRS.
 type node struct {
-	name string         // host:port (or the socket path): never the password
-	opt  *redis.Options // as parsed; pool.Dial adjusts its copy
+	name  string         // host:port (or the socket path): never the password
+	opt   *redis.Options // as parsed; pool.Dial adjusts its copy
+	plain bool           // a redis:// URL: TLS off, said so
 }
 
 // nodeFlags are the flags shared by the commands that talk to the nodes.
 type nodeFlags struct {
 	addrs        string
 	passwordFile string
+	tlsCA        string // files of the TLS flags
+	tlsCert      string
+	tlsKey       string
 	prefix       string
 	nodeTimeout  time.Duration
 	restartGuard time.Duration // registerGuard: the strict restart guard
@@ -57,6 +61,9 @@ func (f *nodeFlags) poolOptions() ([]pool.Option, error) {
 func (f *nodeFlags) register(fs *flag.FlagSet, timeout time.Duration, timeoutUsage string) {
 	fs.StringVar(&f.addrs, "addrs", "", "the Redis masters, comma separated: host:port, redis://[user:password@]host:port[/db] or rediss://... for TLS\n(default: $"+envAddrs+")")
 	fs.DurationVar(&f.nodeTimeout, "node-timeout", timeout, timeoutUsage)
+	fs.StringVar(&f.tlsCA, "tls-ca", "", "verify the nodes' TLS certificates with the CA certificates in this PEM file (not the system's);\nany TLS flag turns TLS on for host:port entries")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "present the client certificate in this PEM file to the nodes (with --tls-key)")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "the private key of --tls-cert, in a PEM file")
 	fs.StringVar(&f.prefix, "prefix", redlock.DefaultKeyPrefix, "the prefix of the lock's Redis keys (the library's WithKeyPrefix): the same for every holder of KEY")
 	fs.StringVar(&f.passwordFile, "password-file", "", "read the Redis password from the first line of this file, for the nodes whose address names none:\n"+
 		"it stays out of "+envAddrs+" and the command line")
@@ -72,6 +79,9 @@ func (f *nodeFlags) nodes(getenv func(string) string) ([]node, error) {
 		return nil, fmt.Errorf("no Redis nodes: pass --addrs host1:6379,host2:6379,... or set %s (5 independent masters are recommended)", envAddrs)
 	}
 	nodes, err := parseAddrs(list, from)
+	if err == nil {
+		err = f.applyTLS(nodes)
+	}
 	if err != nil || f.passwordFile == "" {
 		return nodes, err
 	}
@@ -154,7 +164,7 @@ func parseAddr(entry string) (node, error) {
 			return node{}, errors.New(strings.ReplaceAll(err.Error(), entry, redact(entry)) +
 				": use redis://[user:password@]host:port[/db], rediss://... for TLS, or unix:///path/to/socket")
 		}
-		return node{name: opt.Addr, opt: opt}, nil
+		return node{name: opt.Addr, opt: opt, plain: plainURL(entry)}, nil
 	}
 	host, port, err := net.SplitHostPort(entry)
 	if err != nil {

@@ -565,7 +565,10 @@ func TestLateAttemptOfDepartedWaiter(t *testing.T) {
 	admins := c.admins(t)
 	ctx := ctxT(t, 60*time.Second)
 	ps, via := c.proxyEach(t)
-	holder := c.newLockClient(t, "holder", c.direct, redlock.WithTTL(lateTTL))
+	// The holder's timing is not under test: a node timeout that a loaded
+	// machine cannot miss (its release once timed out on all 5 nodes at
+	// the default 50 ms under make test's load).
+	holder := c.newLockClient(t, "holder", c.direct, redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(time.Second))
 	a := c.newLockClient(t, "a", via, redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(lateNodeTimeout),
 		redlock.WithRetryBackoff(20*time.Millisecond, 40*time.Millisecond))
 	warm(t, ctx, a)

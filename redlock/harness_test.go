@@ -302,3 +302,18 @@ func (e *env) busy() bool {
 	}
 	return false
 }
+
+// verifyAll waits until every node of c is verified (identities): a
+// Client's first operation goes on once a quorum is, and a test that needs
+// every node asked waits for the others.
+func verifyAll(t *testing.T, c *Client) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !c.ids.allOK.Load() {
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes not verified after 10s: %v", c.ids.errs)
+		}
+		_, _ = c.Locked(context.Background(), "verify-all") // each call may start a check
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -90,57 +90,119 @@ func (v *identities) check(ctx context.Context, c *Client, cfg *config) error {
 	for i := range todo {
 		todo[i] = i
 	}
+	first := v.nverified.Load() == 0
 	v.mu.Unlock()
-	if needed {
-		v.run(ctx, c, cfg, todo, ch)
-	} else {
-		c.wg.Go(func() { v.run(context.Background(), c, cfg, todo, ch) })
+	switch {
+	case needed && first:
+		// No node holds a run_id from an earlier check that a fresh
+		// answer could contradict: nodes count as they answer, and the
+		// operation need not wait for one that does not answer.
+		reached := make(chan struct{})
+		c.wg.Go(func() { v.run(ctx, c, cfg, todo, ch, reached) })
+		v.await(ctx, cfg, ch, reached)
+	case needed:
+		v.run(ctx, c, cfg, todo, ch, nil)
+	default:
+		c.wg.Go(func() { v.run(context.Background(), c, cfg, todo, ch, nil) })
 	}
 	return v.dup()
 }
 
+// await waits for a first check: until it ends (ch), ctx ends, or a node
+// timeout after a quorum of nodes was verified (reached), as a round waits
+// for the nodes beyond its quorum; the others are verified when they
+// answer.
+func (v *identities) await(ctx context.Context, cfg *config, ch, reached chan struct{}) {
+	select {
+	case <-ch:
+		return
+	case <-ctx.Done():
+		return
+	case <-reached:
+	}
+	t := time.NewTimer(cfg.nodeTimeout)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
 // run asks the nodes in todo for their run_id, in parallel, records the
 // answers and closes ch.
-func (v *identities) run(ctx context.Context, c *Client, cfg *config, todo []int, ch chan struct{}) {
+func (v *identities) run(ctx context.Context, c *Client, cfg *config, todo []int, ch, reached chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idTimeout(cfg))
 	defer cancel()
-	var g sync.WaitGroup
+	type answer struct {
+		k   int
+		id  string
+		err error
+	}
+	answers := make(chan answer, len(todo))
+	for k, i := range todo {
+		go func() {
+			id, err := c.pools[i].RunID(ctx)
+			answers <- answer{k, id, err}
+		}()
+	}
 	ids := make([]string, len(todo))
 	errs := make([]error, len(todo))
-	for k, i := range todo {
-		g.Go(func() { ids[k], errs[k] = c.pools[i].RunID(ctx) })
+	stream := reached != nil
+	for range todo {
+		a := <-answers
+		ids[a.k], errs[a.k] = a.id, a.err
+		if stream { // a first check: each node counts as it answers
+			v.mu.Lock()
+			v.verifyLocked(c, cfg, todo[a.k], a.id, a.err)
+			v.mu.Unlock()
+			if reached != nil && int(v.nverified.Load()) >= cfg.quorumOf(len(c.pools)) {
+				close(reached)
+				reached = nil
+			}
+		}
 	}
-	g.Wait()
 
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	defer close(ch)
 	v.running, v.last = nil, time.Now()
+	if stream { // every answer was taken as it came
+		return
+	}
 	for k, i := range todo { // fresh answers replace what verified nodes said before
 		if errs[k] == nil && v.verified[i].Load() {
 			v.ids[i] = ids[k]
 		}
 	}
 	for k, i := range todo {
-		if v.verified[i].Load() {
-			continue
-		}
-		if errs[k] != nil {
-			v.errs[i] = fmt.Errorf("identity (INFO server run_id) not verified: %w", errs[k])
-			continue
-		}
-		if dup := v.sameAs(i, ids[k]); dup >= 0 { // never verified: it must not count twice
-			err := fmt.Errorf("redlock: pools %q and %q reach the same Redis server (run_id %s): a server counted twice breaks the quorum; give the Client one pool per independent master", c.pools[dup].Name(), c.pools[i].Name(), ids[k])
-			v.dupErr.CompareAndSwap(nil, &err)
-			v.errs[i] = err
-			cfg.logger.Error("redlock: two pools reach one Redis server", "pool", c.pools[i].Name(), "same_as", c.pools[dup].Name(), "run_id", ids[k])
-			continue
-		}
-		v.ids[i] = ids[k]
-		v.verified[i].Store(true)
-		if int(v.nverified.Add(1)) == len(c.pools) {
-			v.allOK.Store(true)
-		}
+		v.verifyLocked(c, cfg, i, ids[k], errs[k])
+	}
+}
+
+// verifyLocked verifies node i, unless it is verified already, by its
+// answer to RunID: err, or its run_id id, which no verified node may
+// share. v.mu must be held.
+func (v *identities) verifyLocked(c *Client, cfg *config, i int, id string, err error) {
+	if v.verified[i].Load() {
+		return
+	}
+	if err != nil {
+		v.errs[i] = fmt.Errorf("identity (INFO server run_id) not verified: %w", err)
+		return
+	}
+	if dup := v.sameAs(i, id); dup >= 0 { // never verified: it must not count twice
+		a, b := min(dup, i), max(dup, i) // in the order given to New, whichever answered first
+		err := fmt.Errorf("redlock: pools %q and %q reach the same Redis server (run_id %s): a server counted twice breaks the quorum; give the Client one pool per independent master", c.pools[a].Name(), c.pools[b].Name(), id)
+		v.dupErr.CompareAndSwap(nil, &err)
+		v.errs[i] = err
+		cfg.logger.Error("redlock: two pools reach one Redis server", "pool", c.pools[i].Name(), "same_as", c.pools[dup].Name(), "run_id", id)
+		return
+	}
+	v.ids[i] = id
+	v.verified[i].Store(true)
+	if int(v.nverified.Add(1)) == len(c.pools) {
+		v.allOK.Store(true)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -105,5 +106,29 @@ func (f *lockFlags) client(e *env, name string, opts ...redlock.Option) (*redloc
 		closePools(pools)
 		return nil, 0, nil, flagNames(err)
 	}
-	return client, len(nodes), func() { _ = client.Close(); closePools(pools) }, nil
+	return client, len(nodes), func() { closeSoon(client, pools, 2*f.nf.nodeTimeout) }, nil
+}
+
+// closeSoon closes client and pools, waiting at most bound for the
+// Client's clean-up of nodes that have not answered (a paused or dead node
+// would hold the process for the library's clean-up bound, seconds): then
+// it closes the pools, which ends that clean-up at once. Its commands may
+// still run on those nodes later, and their keys expire with their TTL
+// there; the lock itself was released on a quorum (or expires with its
+// TTL everywhere).
+func closeSoon(client *redlock.Client, pools []pool.Pool, bound time.Duration) {
+	closed := make(chan struct{})
+	go func() {
+		_ = client.Close()
+		close(closed)
+	}()
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-closed:
+		closePools(pools)
+	case <-t.C:
+		closePools(pools)
+		<-closed
+	}
 }

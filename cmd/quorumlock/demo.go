@@ -30,6 +30,9 @@ tokens of successive holders strictly increase. Needs nothing but Go.
 
 Exit status: 0 when no update was lost and the tokens increased, 1 otherwise,
 2 on bad usage.
+
+Example:
+  quorumlock demo -duration 20s
 `
 
 // demoStats is what the workers did; every field is updated atomically.

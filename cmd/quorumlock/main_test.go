@@ -77,7 +77,7 @@ func TestHelp(t *testing.T) {
 	for _, args := range [][]string{
 		{"--help"}, {"help"}, {"-h"},
 		{"exec", "--help"}, {"exec", "-h"}, {"help", "exec"}, {"exec", "key", "--help"},
-		{"status", "--help"}, {"demo", "--help"},
+		{"status", "--help"}, {"demo", "--help"}, {"hold", "--help"}, {"release", "--help"},
 	} {
 		var out, errs bytes.Buffer
 		if code := run(context.Background(), &env{stdout: &out, stderr: &errs}, args); code != 0 {
@@ -87,8 +87,18 @@ func TestHelp(t *testing.T) {
 			t.Errorf("%q: no usage on stdout:\n%s", args, out.String())
 		}
 	}
+	for _, cmd := range []string{"exec", "status", "hold", "release", "demo"} { // one example each
+		var out bytes.Buffer
+		run(context.Background(), &env{stdout: &out, stderr: &out}, []string{cmd, "--help"})
+		if !strings.Contains(out.String(), "Example:\n  quorumlock "+cmd+" ") {
+			t.Errorf("%s --help has no example:\n%s", cmd, out.String())
+		}
+	}
 	var out bytes.Buffer
 	run(context.Background(), &env{stdout: &out, stderr: &out}, []string{"exec", "--help"})
+	if !strings.Contains(out.String(), "while the masters keep their data") {
+		t.Error("exec --help promises increasing fencing tokens without their condition (docs/safety.md)")
+	}
 	for _, want := range []string{"QUORUMLOCK_TOKEN", "QUORUMLOCK_FENCE", "--grace", "--wait", "--ttl", "--fencing", "QUORUMLOCK_ADDRS",
 		"3       not acquired", "4       lock lost", "5       lock service unavailable", "2       bad usage"} {
 		if !strings.Contains(out.String(), want) {

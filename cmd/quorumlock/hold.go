@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -92,12 +93,19 @@ func showToken(token string) string {
 	return token
 }
 
-// readToken reads a token as showToken printed it.
+// readToken reads a token as showToken printed it: whole with its quotes
+// (pasted inside single quotes), or, as a shell passes it when pasted as
+// printed, without them and with its escapes (\x1d) as text. Tokens
+// quorumlock makes have no backslash.
 func readToken(s string) (string, error) {
-	if len(s) > 0 && s[0] == '"' {
+	quoted := len(s) > 0 && s[0] == '"'
+	if quoted || strings.IndexByte(s, '\\') >= 0 {
+		if !quoted {
+			s = `"` + s + `"`
+		}
 		t, err := strconv.Unquote(s)
 		if err != nil {
-			return "", fmt.Errorf("TOKEN %s: not a quoted string as hold prints it: %v", s, err)
+			return "", fmt.Errorf("TOKEN %s: not a token as hold prints it: %v", s, err)
 		}
 		return t, nil
 	}

@@ -483,3 +483,38 @@ func TestRetryDelayIsJittered(t *testing.T) {
 		t.Fatalf("only %d distinct delays in 100: not jittered", len(seen))
 	}
 }
+
+// TestErrUnavailable: a failed acquisition matches ErrUnavailable exactly
+// when so many nodes failed that no quorum was possible: with no node
+// taken, 3 of 5 failing (error replies, refused connections, or nodes not
+// asked); never when every node answered, however many said "taken".
+func TestErrUnavailable(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.client()
+	ctx := context.Background()
+	for failing := range 32 {
+		key := fmt.Sprintf("unavail-%d", failing)
+		for i, n := range e.nodes {
+			if failing&(1<<i) != 0 {
+				n.fault.setErr(errConnRefused)
+			}
+		}
+		_, err := c.TryLock(ctx, key)
+		for _, n := range e.nodes {
+			n.fault.setErr(nil)
+		}
+		want := bits.OnesCount(uint(failing)) >= 3
+		if (err != nil) != want || errors.Is(err, ErrUnavailable) != want {
+			t.Fatalf("failing %05b: %v; want unavailable %v", failing, err, want)
+		}
+	}
+	holder := e.client()
+	if _, err := holder.TryLock(ctx, "taken"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitHolders(rkey("taken"), "", 0)
+	_, err := c.TryLock(ctx, "taken")
+	if !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a taken key: %v; want ErrNotAcquired and not ErrUnavailable", err)
+	}
+}

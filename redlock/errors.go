@@ -29,6 +29,13 @@ var (
 	ErrReleased = errors.New("redlock: lock already released")
 	// ErrClosed is returned by every operation of a Client after Close.
 	ErrClosed = errors.New("redlock: client closed")
+	// ErrUnavailable is matched by a *QuorumError (with errors.Is) when so
+	// many nodes failed (an error, a timeout, or not asked) that no quorum
+	// could have been reached even had every other node said yes: the
+	// lock service is unavailable, which "taken" or "not held" is not.
+	// A round decided before every node answered counts only the failures
+	// it saw.
+	ErrUnavailable = errors.New("redlock: too few nodes answered")
 )
 
 // Outcome is what one node did in one operation.
@@ -151,6 +158,16 @@ func (e *QuorumError) Error() string {
 		b.WriteByte(')')
 	}
 	return b.String()
+}
+
+// Is reports whether target is ErrUnavailable and so many nodes failed
+// that no quorum could have been reached (see ErrUnavailable).
+func (e *QuorumError) Is(target error) bool {
+	if target != ErrUnavailable {
+		return false
+	}
+	failed := e.count(OutcomeError) + e.count(OutcomeTimeout) + e.count(OutcomeNotAsked)
+	return failed > len(e.Nodes)-e.Quorum
 }
 
 // Unwrap returns ErrNotAcquired for a failed acquire and ErrNotHeld for a

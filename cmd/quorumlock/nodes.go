@@ -223,7 +223,7 @@ func unreachable(err error) (*redlock.QuorumError, bool) {
 	if !errors.As(err, &qe) {
 		return nil, false
 	}
-	return qe, answered(qe) < qe.Quorum
+	return qe, errors.Is(err, redlock.ErrUnavailable)
 }
 
 // answered counts the nodes that gave an answer in a failed operation.

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/quorumlock/quorumlock/pool"
 )
 
 // TestInspectEverySubset inspects a key held by one token on every subset
@@ -20,21 +18,7 @@ import (
 // node reports its holder or its error.
 func TestInspectEverySubset(t *testing.T) {
 	e := newEnv(t, 5)
-	for _, path := range []struct {
-		name  string
-		pools []pool.Pool
-	}{{"scripts", e.scriptPools()}, {"synchronous", e.pools}} {
-		c, err := New(path.pools, testNodeTimeout)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for held := range 32 {
-			for failing := range 32 {
-				inspectSubset(t, e, c, path.name, held, failing)
-			}
-		}
-		_ = c.Close()
-	}
+	e.everySubsetOnBothPaths(t, inspectSubset)
 }
 
 func inspectSubset(t *testing.T, e *env, c *Client, path string, held, failing int) {

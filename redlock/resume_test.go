@@ -38,17 +38,24 @@ func (e *env) scriptPools() []pool.Pool {
 // node ever gets the key it did not hold.
 func TestResumeEverySubset(t *testing.T) {
 	e := newEnv(t, 5)
+	e.everySubsetOnBothPaths(t, resumeSubset, WithTTL(time.Minute))
+}
+
+// everySubsetOnBothPaths calls check for every subset of the 5 nodes held
+// and every subset failing, with a Client over Pools that run the scripts
+// and one over the env's Pools (the synchronous path).
+func (e *env) everySubsetOnBothPaths(t *testing.T, check func(t *testing.T, e *env, c *Client, path string, held, failing int), opts ...Option) {
 	for _, path := range []struct {
 		name  string
 		pools []pool.Pool
 	}{{"scripts", e.scriptPools()}, {"synchronous", e.pools}} {
-		c, err := New(path.pools, testNodeTimeout, WithTTL(time.Minute))
+		c, err := New(path.pools, append([]Option{testNodeTimeout}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for held := range 32 {
 			for failing := range 32 {
-				resumeSubset(t, e, c, path.name, held, failing)
+				check(t, e, c, path.name, held, failing)
 			}
 		}
 		_ = c.Close()

@@ -109,7 +109,7 @@ func TestReleaseRetriedAfterNotSent(t *testing.T) {
 // goes to 3 and 4. It requires node 4 to hold the round's token.
 func failRoundWithYesFrom3And4(t *testing.T, e *env, c *Client, beforeDecided func()) {
 	t.Helper()
-	verifyAll(t, c) // node 4 must be asked: a first check may go on without a slow node
+	verifyAll(t, c)    // node 4 must be asked: a first check may go on without a slow node
 	for i := range 3 { // another holder's copies: the round must fail
 		if err := e.nodes[i].m.Set(rkey("rb"), "other"); err != nil {
 			t.Fatal(err)

@@ -16,7 +16,8 @@ import (
 //
 // While fewer than a quorum of nodes are verified (at first use, or when
 // nodes were down then), operations check the unverified nodes before they
-// start, since they could not succeed without them. Otherwise unverified
+// start, since they could not succeed without them; a first check lets the
+// operation go on a node timeout after a quorum is verified (await). Otherwise unverified
 // nodes are asked again in the background, at most once per recheck
 // interval, and operations go on without them. At most one check runs at a
 // time, and no lock is held during its I/O.

@@ -19,11 +19,17 @@ demo:
 # test also runs the deterministic simulator without the race detector (a
 # fixed budget of 3,000 schedules; under -race it plays 300), and against
 # the extend script from before the late-landings fix, which it must catch.
+# Those two run beside the race run, whose longest package (the integration
+# suite) mostly waits on servers and timers; their output follows it.
 SIM := ./testkit/internal/sim
+SIMLOG := .make-test-sim.log
 test:
-	$(ALL) $(GO) test -race -count=1 -timeout 9m $(PKGS)
-	$(ALL) $(GO) test -count=1 -run '^TestSimulate$$' $(SIM)
-	$(ALL) $(GO) test -count=1 -tags quorumlock_oldextend -run '^TestFindsTheOldExtendBug$$' -v $(SIM)
+	@echo "$(GO) test -race -count=1 -timeout 9m $(PKGS)   # beside it: the simulator without -race, then against the old extend script"
+	@( $(ALL) $(GO) test -count=1 -run '^TestSimulate$$' $(SIM) && \
+	  $(ALL) $(GO) test -count=1 -tags quorumlock_oldextend -run '^TestFindsTheOldExtendBug$$' -v $(SIM) ) >$(SIMLOG) 2>&1 & sim=$$!; \
+	$(ALL) $(GO) test -race -count=1 -timeout 9m $(PKGS); race=$$?; \
+	wait $$sim; simrc=$$?; cat $(SIMLOG); rm -f $(SIMLOG); \
+	test $$race -eq 0 -a $$simrc -eq 0
 	cd bench && GOWORK=off $(GO) vet ./...
 
 # simulate plays SEEDS schedules (default 100,000) from seed FIRST (default 1)

@@ -69,4 +69,12 @@ func TestHoldStatusRelease(t *testing.T) {
 	if code := st.wait(t); code != exitFree {
 		t.Errorf("status after hold released on SIGTERM: exit %d\n%s", code, st.stdout.String())
 	}
+
+	// Two names for one server: bad usage, said so, not "unavailable".
+	_, port, _ := strings.Cut(c.Addrs()[0], ":")
+	twice := addrs + ",localhost:" + port
+	st = startCLI(t, nil, "status", nodeTimeout, "--addrs", twice, key)
+	if code := st.wait(t); code != exitUsage || !strings.Contains(st.stderr.String(), "reach the same Redis server") {
+		t.Errorf("status with two names for one server: exit %d, want %d\n%s", code, exitUsage, st.stderr.String())
+	}
 }

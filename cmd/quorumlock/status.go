@@ -57,9 +57,9 @@ func status(ctx context.Context, e *env, args []string) int {
 	}
 	defer client.Close()
 	in, err := client.Inspect(ctx, pos[0])
-	if in == nil {
+	if in == nil { // the setup is wrong: two addresses reach one server
 		fmt.Fprintf(e.stderr, "quorumlock status: %v\n", err)
-		return exitUnavailable
+		return exitUsage
 	}
 	if *asJSON {
 		printJSON(e, in)

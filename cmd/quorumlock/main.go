@@ -153,23 +153,18 @@ func run(ctx context.Context, e *env, args []string) int {
 	if cmd == "help" && len(rest) > 0 { // quorumlock help exec
 		cmd, rest = rest[0], []string{"--help"}
 	}
+	// exec and hold handle signals themselves; the others stop at one.
+	stopped := map[string]func(context.Context, *env, []string) int{"status": status, "release": releaseCommand, "demo": demo}
+	if f, ok := stopped[cmd]; ok {
+		ctx, stop := stopOnSignal(ctx, e.signals)
+		defer stop()
+		return f(ctx, e, rest)
+	}
 	switch cmd {
 	case "exec":
 		return execCommand(ctx, e, rest)
-	case "status":
-		ctx, stop := stopOnSignal(ctx, e.signals)
-		defer stop()
-		return status(ctx, e, rest)
 	case "hold":
 		return holdCommand(ctx, e, rest)
-	case "release":
-		ctx, stop := stopOnSignal(ctx, e.signals)
-		defer stop()
-		return releaseCommand(ctx, e, rest)
-	case "demo":
-		ctx, stop := stopOnSignal(ctx, e.signals)
-		defer stop()
-		return demo(ctx, e, rest)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(e.stdout, usage)
 		return exitOK

@@ -225,7 +225,11 @@ func (r *chaosRun) work(ctx context.Context, k int, cc *chaosClient) {
 // be gone by then, and must stay gone), Resume; the new handle holds the
 // lock like an acquired one and releases it. The first handle is dropped.
 func (r *chaosRun) resume(ctx context.Context, cc *chaosClient, l *redlock.Lock, rng *rand.Rand) {
-	time.Sleep(time.Duration(rng.Int64N(int64(chaosTTL * 6 / 5))))
+	select {
+	case <-time.After(time.Duration(rng.Int64N(int64(chaosTTL * 6 / 5)))):
+	case <-ctx.Done(): // the run is over
+		return
+	}
 	rl, _, err := cc.rec.Resume(ctx, l.Key(), l.Token(), 0)
 	if err != nil {
 		r.resumeFailed.Add(1)

@@ -157,3 +157,23 @@ func TestInspectBadInputAndClose(t *testing.T) {
 		t.Fatalf("Inspect after Close: %v", err)
 	}
 }
+
+// TestInspectWhenCtxEnds: a caller whose context has ended still gets the
+// Inspection (every node with its error, the state unknown) and ctx's
+// error.
+func TestInspectWhenCtxEnds(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.client()
+	verifyAll(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	in, err := c.Inspect(ctx, "k")
+	if !errors.Is(err, context.Canceled) || in == nil || in.State != StateUnknown || in.Answered != 0 {
+		t.Fatalf("Inspect with an ended context: %+v, %v", in, err)
+	}
+	for _, n := range in.Nodes {
+		if n.Err == nil {
+			t.Fatalf("node %s answered an ended context", n.Node)
+		}
+	}
+}

@@ -86,8 +86,9 @@ var opInspect = &opSpec{name: "inspect", kind: node.Inspect}
 // whenever the nodes were asked, also when too few answered (State
 // unknown; each node's Err says why); the error is then nil, or ctx.Err()
 // when ctx ended before every node answered. It returns ErrClosed once
-// Close has begun, and a plain error for an empty key or an invalid option,
-// before any I/O. Inspect is safe for concurrent use.
+// Close has begun, a plain error for an empty key or an invalid option
+// (before any I/O), and nil with the error of pools that reach the same
+// server (see New). Inspect is safe for concurrent use.
 func (c *Client) Inspect(ctx context.Context, key string, opts ...Option) (*Inspection, error) {
 	cfg, err := c.callConfig("inspect", key, opts)
 	if err != nil {

@@ -41,8 +41,9 @@ var opResume = &opSpec{name: "resume", kind: node.Resume, yes: intPositive, no: 
 // the nodes that confirmed: it must not release a lock it could not
 // confirm. It returns ErrClosed once Close has begun, and a plain error for
 // an empty key or token, a token quorumlock cannot have made (with the byte
-// 0x1f, or starting with 0x1e) or an invalid option, before any I/O. Resume
-// is safe for concurrent use.
+// 0x1f, or starting with 0x1e) or an invalid option, before any I/O, or
+// for pools that reach the same server (see New). Resume is safe for
+// concurrent use.
 func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) (*Lock, error) {
 	cfg, err := c.callConfig("resume", key, opts)
 	if err != nil {

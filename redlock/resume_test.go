@@ -128,6 +128,7 @@ func TestResumeNeverRecreates(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	e.waitGone(rkey("gone")) // Release returns at quorum; the rest follow
 	for _, cl := range []*Client{c, New2(t, e.scriptPools())} {
 		if _, err := cl.Resume(ctx, "gone", token); !errors.Is(err, ErrNotHeld) || quorumErr(t, err).count(OutcomeNotHeld) < 3 {
 			t.Fatalf("Resume of a released lock: %v, want ErrNotHeld with nodes not holding it", err)
@@ -260,9 +261,7 @@ func TestMetadataTravelsInTheToken(t *testing.T) {
 	if meta != "host-a" || len(own) != 22 || l.Metadata() != "host-a" {
 		t.Fatalf("token %q, Metadata %q", l.Token(), l.Metadata())
 	}
-	if v := e.value(0, rkey("m")); v != l.Token() {
-		t.Fatalf("the node holds %q, want the token %q", v, l.Token())
-	}
+	e.waitHolders(rkey("m"), l.Token(), len(e.nodes)) // the nodes hold the token, description and all
 	for _, bad := range []string{strings.Repeat("x", MaxMetadata+1), "a\x1fb", "a\x1db", "\x1e"} {
 		if _, err := c.TryLock(context.Background(), "m2", WithMetadata(bad)); err == nil || errors.Is(err, ErrNotAcquired) {
 			t.Fatalf("WithMetadata(%q): %v, want a plain error", bad, err)

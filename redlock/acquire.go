@@ -30,7 +30,7 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock
 	if err != nil {
 		return nil, err
 	}
-	return c.attempt(ctx, key, cfg, nil)
+	return c.attempt(ctx, c.one(cfg, key), cfg, nil)
 }
 
 // Lock acquires key like TryLock, retrying after jittered, growing delays
@@ -50,9 +50,17 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 	if err != nil {
 		return nil, err
 	}
+	return c.wait(ctx, c.one(cfg, key), cfg)
+}
+
+// wait is Lock's loop, for the key or keys t names: waiters of one key keep
+// their place in its line, where the nodes keep lines; waiters of several
+// keys never wait in a line (docs/design.md, "Several keys").
+func (c *Client) wait(ctx context.Context, t *target, cfg *config) (*Lock, error) {
+	key := t.key
 	begin := time.Now()
-	s := &sleeper{c: c, cfg: cfg, rkey: c.redisKey(cfg, key)}
-	if c.handoff {
+	s := &sleeper{c: c, cfg: cfg, rkeys: t.waitKeys()}
+	if c.handoff && t.keys == nil {
 		s.ln = c.lines.next()
 	}
 	defer s.stop()
@@ -61,7 +69,7 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 		if err := ctx.Err(); err != nil && last != nil {
 			return nil, fmt.Errorf("redlock: acquire %q: stopped after %d attempts: %w; last attempt: %w", key, attempt, err, last)
 		}
-		l, err := c.attempt(ctx, key, cfg, s.ln)
+		l, err := c.attempt(ctx, t, cfg, s.ln)
 		if err == nil || !errors.Is(err, ErrNotAcquired) {
 			s.won = err == nil
 			return l, err
@@ -124,11 +132,12 @@ func (s *sleeper) delay(attempt int, err error) time.Duration {
 }
 
 // sleeper is Lock's wait between attempts: a timer, cut short when a release
-// of the key wakes the waiter it registers after the first failed attempt.
+// of the key (of any of the keys) wakes the waiter it registers after the
+// first failed attempt.
 type sleeper struct {
 	c     *Client
 	cfg   *config
-	rkey  string
+	rkeys []string
 	ln    *line // the waiter's place in the key's line, when the Client keeps lines
 	won   bool
 	woken bool      // the last sleep was cut short by a release
@@ -144,14 +153,17 @@ func (s *sleeper) sleep(ctx context.Context, delay time.Duration) {
 		if s.ln != nil {
 			id = s.ln.id
 		}
-		s.w = s.c.notes.add(s.rkey, id)
+		s.w = s.c.notes.add(s.rkeys[0], id)
+		for _, rkey := range s.rkeys[1:] {
+			s.c.notes.also(rkey, s.w)
+		}
 	}
 	if s.timer == nil {
 		s.timer = time.NewTimer(delay)
 	} else {
 		s.timer.Reset(delay)
 	}
-	s.c.notes.rest(s.rkey, s.w, s.ln)
+	s.c.notes.rest(s.rkeys[0], s.w, s.ln)
 	s.woken = false
 	select {
 	case <-s.timer.C:
@@ -175,18 +187,22 @@ func (s *sleeper) sleep(ctx context.Context, delay time.Duration) {
 // the lock leaves the key's line; one that did leaves it with its release.
 func (s *sleeper) stop() {
 	if s.w != nil {
-		s.c.notes.remove(s.rkey, s.w)
+		for _, rkey := range s.rkeys {
+			s.c.notes.remove(rkey, s.w)
+		}
 	}
 	if ln := s.ln; ln != nil && ln.joined && !s.won {
-		s.c.leaveLine(s.cfg, s.rkey, ln.id, true, nil)
+		s.c.leaveLine(s.cfg, s.rkeys[0], ln.id, true, nil)
 	}
 	if s.timer != nil {
 		s.timer.Stop()
 	}
 }
 
-// attempt is one acquisition round, of the waiter ln when it is not nil.
-func (c *Client) attempt(ctx context.Context, key string, cfg *config, ln *line) (*Lock, error) {
+// attempt is one acquisition round for t, of the waiter ln when it is not
+// nil.
+func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *line) (*Lock, error) {
+	key := t.key
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: not attempted: %w (%w)", key, err, ErrNotAcquired)
 	}
@@ -194,13 +210,15 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config, ln *line)
 		return nil, err
 	}
 	defer c.wg.Done()
-	rkey := c.redisKey(cfg, key)
-	if err := c.gates.enter(ctx, rkey); err != nil {
+	if err := c.gates.enterAll(ctx, t.gateKeys()); err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: not attempted: waiting for this Client's round on the key: %w (%w)", key, err, ErrNotAcquired)
 	}
-	defer c.gates.exit(rkey)
-	s := c.sessionFor(cfg)
-	v, err := c.vote(ctx, cfg, rkey, s, ln)
+	defer c.gates.exitAll(t.gateKeys())
+	var s *session
+	if t.keys == nil { // a lock of several keys is renewed by extends
+		s = c.sessionFor(cfg)
+	}
+	v, err := c.vote(ctx, cfg, t, s, ln)
 	if err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: token generator: %w", key, err)
 	}
@@ -249,6 +267,7 @@ type acquisition struct {
 	lineLen  int             // the longest line of waiters a node that said "taken" reported
 	waiter   string          // the Lock call's name in the key's line ("": a TryLock)
 	inLine   bool            // the waiter may be in the line on some node
+	keys     []string        // a lock of several keys: the caller's keys (nil: one key)
 }
 
 // newToken returns an attempt's token: the session's, or cfg's generator's,
@@ -281,22 +300,28 @@ func withMetadata(token string, cfg *config) string {
 	return token + string(node.Meta) + cfg.metadata
 }
 
-// vote runs the SET round with a new token (of session s, when not nil),
-// as waiter ln's (when not nil), and decides it: won when a quorum said yes
-// and validity is left. A node whose call failed in a way that may still
-// have set the key is released in the background at once (it does not
-// count for the lock). The error is the token generator's.
-func (c *Client) vote(ctx context.Context, cfg *config, rkey string, s *session, ln *line) (*acquisition, error) {
+// vote runs the SET round for t with a new token (of session s, when not
+// nil), as waiter ln's (when not nil), and decides it: won when a quorum
+// said yes and validity is left. A node whose call failed in a way that may
+// still have set the key is released in the background at once (it does
+// not count for the lock). The error is the token generator's.
+func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session, ln *line) (*acquisition, error) {
 	token, err := newToken(cfg, s)
 	if err != nil {
 		return nil, err
 	}
-	spec, o := opAcquire, node.Op{Key: rkey, Token: token, TTL: cfg.ttl}
-	a := &acquisition{start: cfg.now(), said: make([]bool, len(c.pools))}
+	spec, o := opAcquire, node.Op{Key: t.rkey, Token: token, TTL: cfg.ttl}
+	a := &acquisition{start: cfg.now(), said: make([]bool, len(c.pools)), keys: t.keys}
+	if t.keys != nil {
+		spec, o.Keys = opAcquireAll, t.rkeys
+	}
 	call := c.call
 	switch {
 	case cfg.fencing:
-		spec, o.FenceKey = opFenced, fenceKeyOf(cfg.prefix, rkey, c.slotted)
+		o.FenceKey = fenceKeyOf(cfg.prefix, t.rkey, c.slotted)
+		if t.keys == nil {
+			spec = opFenced
+		}
 		call = a.noteLanded(c)
 	case s != nil:
 		spec, a.sess, a.gens = opSession, s, make([]uint64, len(c.pools))
@@ -329,7 +354,7 @@ func (a *acquisition) vote(rep quorum.Reply, yes bool) {
 			a.gens[rep.Node] = a.sess.accepted(rep.Node, rep.Int, a.start)
 		}
 	case mayHaveWritten(rep.Err):
-		a.rd.c.releaseUnsure(a.rd.cfg, rep.Node, a.rd.op.Key, a.rd.op.Token, rep.Err)
+		a.rd.c.releaseUnsure(a.rd.cfg, rep.Node, a.rd.op.Key, a.rd.op.Keys, a.rd.op.Token, rep.Err)
 		a.refused = true
 	case rep.Err == nil:
 		a.refused = true // taken: a waiter joined the line there
@@ -357,7 +382,7 @@ func (a *acquisition) noteLanded(c *Client) quorum.Call {
 // holder's counters then exceed ours.
 func (a *acquisition) writeBack(ctx context.Context, c *Client, cfg *config, key string) {
 	op := a.rd.op
-	o := node.Op{Key: op.Key, FenceKey: op.FenceKey, Token: op.Token, Fence: a.fence, KeyArg: op.KeyArg, TokenArg: op.TokenArg}
+	o := node.Op{Key: op.Key, Keys: op.Keys, FenceKey: op.FenceKey, Token: op.Token, Fence: a.fence, KeyArg: op.KeyArg, TokenArg: op.TokenArg}
 	ask := func(i int) bool { return a.said[i] || a.rd.out[i] }
 	rd := c.runWith(ctx, cfg, opRaise, nil, o, nil, ask, func(ctx context.Context, i int, op *node.Op) node.Result {
 		select {

@@ -20,16 +20,16 @@ import (
 // from the nodes still in flight when their reply arrives (late). It
 // returns when the nodes that said yes answered or the timeout passed.
 func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bool) {
-	rkey, token := rd.op.Key, rd.op.Token
+	rkey, keys, token := rd.op.Key, rd.op.Keys, rd.op.Token
 	rd.r.Finish(func(rep quorum.Reply) {
 		if rep.Int > 0 || mayHaveWritten(rep.Err) {
-			c.releaseUnsure(cfg, rep.Node, rkey, token, rep.Err)
+			c.releaseUnsure(cfg, rep.Node, rkey, keys, token, rep.Err)
 		}
 		if rep.Int > 0 && rd.op.Waiter != "" {
 			c.notes.splitLate(rkey, rd.op.Waiter, cfg.jitter(handGrace(cfg)))
 		}
 	})
-	rel := c.run(context.WithoutCancel(ctx), cfg, opRelease, nil, node.Op{Key: rkey, Token: token, KeyArg: rd.op.KeyArg, TokenArg: rd.op.TokenArg, Grace: c.grace(cfg)}, nil, func(i int) bool { return said[i] })
+	rel := c.run(context.WithoutCancel(ctx), cfg, releaseSpec(keys), nil, node.Op{Key: rkey, Keys: keys, Token: token, KeyArg: rd.op.KeyArg, TokenArg: rd.op.TokenArg, Grace: c.grace(cfg)}, nil, func(i int) bool { return said[i] })
 	retry := func(rep quorum.Reply) {
 		switch {
 		case rep.Err == nil:
@@ -38,7 +38,7 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 		default:
 			// Of unknown fate, or never written (no connection, queued
 			// past its deadline): the node said yes, so the key is there.
-			c.releaseUnsure(cfg, rep.Node, rkey, token, rep.Err)
+			c.releaseUnsure(cfg, rep.Node, rkey, keys, token, rep.Err)
 		}
 	}
 	for {
@@ -51,7 +51,16 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 	rel.r.Finish(retry)
 }
 
-// releaseUnsure releases rkey/token on node i when it may hold them and no
+// releaseSpec is the release of a lock of one key (keys nil) or of several.
+func releaseSpec(keys []any) *opSpec {
+	if keys != nil {
+		return opReleaseAll
+	}
+	return opRelease
+}
+
+// releaseUnsure releases rkey/token (a lock of several keys: keys/token,
+// rkey the first of them) on node i when it may hold them and no
 // caller is waiting: after a yes that arrived after its round was decided
 // (err nil), or a call that failed with err. It does not wait: the release
 // is queued on the node's Pool (or runs on a goroutine for Pools that do not
@@ -61,8 +70,8 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 // command held in a proxy, in a frozen server's socket): when the release
 // finds nothing of ours, or fails, it is sent again after recheckDelay,
 // doubling up to maxRecheck, and a last time at recheckHorizon from now.
-func (c *Client) releaseUnsure(cfg *config, i int, rkey, token string, err error) {
-	bg := &background{c: c, cfg: cfg, rkey: rkey, token: token}
+func (c *Client) releaseUnsure(cfg *config, i int, rkey string, keys []any, token string, err error) {
+	bg := &background{c: c, cfg: cfg, rkey: rkey, keys: keys, token: token}
 	if err != nil {
 		bg.recheck = recheckDelay(cfg)
 		bg.horizon = time.Now().Add(c.recheckHorizon(cfg))
@@ -96,7 +105,7 @@ func (c *Client) recheckHorizon(cfg *config) time.Duration {
 // sendRelease queues bg's release on node i (see releaseUnsure).
 func (c *Client) sendRelease(bg *background, i int) {
 	cfg := bg.cfg
-	op := node.New(node.Op{Kind: node.Release, Key: bg.rkey, Token: bg.token, Grace: c.grace(cfg), Background: true})
+	op := node.New(node.Op{Kind: releaseSpec(bg.keys).kind, Key: bg.rkey, Keys: bg.keys, Token: bg.token, Grace: c.grace(cfg), Background: true})
 	deadline := time.Now().Add(cleanupTimeout(cfg))
 	c.wg.Add(1)
 	if s := c.senders[i]; s != nil {
@@ -115,6 +124,7 @@ type background struct {
 	c       *Client
 	cfg     *config
 	rkey    string
+	keys    []any // a lock of several keys: all of them (rkey is the first)
 	token   string
 	recheck time.Duration // > 0: if nothing was released, try again after it
 	horizon time.Time     // no re-send is scheduled after it
@@ -124,7 +134,7 @@ func (b *background) Deliver(i int, r node.Result) {
 	defer b.c.wg.Done()
 	again := r.Err == nil && r.Int == 0 || r.Err != nil && !refused(r.Err)
 	if wait := min(b.recheck, time.Until(b.horizon)); again && b.recheck > 0 && wait > 0 {
-		next := &background{c: b.c, cfg: b.cfg, rkey: b.rkey, token: b.token, recheck: min(2*b.recheck, maxRecheck), horizon: b.horizon}
+		next := &background{c: b.c, cfg: b.cfg, rkey: b.rkey, keys: b.keys, token: b.token, recheck: min(2*b.recheck, maxRecheck), horizon: b.horizon}
 		if !b.c.rechecks.after(&b.c.wg, wait, func() { b.c.sendRelease(next, i) }) {
 			next.recheck = 0 // Close has begun: once more, now, and no more
 			b.c.sendRelease(next, i)
@@ -204,6 +214,6 @@ func (c *Client) releaseLost(l *Lock) {
 	}
 	defer c.wg.Done()
 	for i := range c.pools {
-		c.releaseUnsure(l.cfg, i, l.rkey, l.token, nil)
+		c.releaseUnsure(l.cfg, i, l.rkey, nil, l.token, nil)
 	}
 }

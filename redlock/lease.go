@@ -182,11 +182,18 @@ func (l *Lock) declareLost(why string) {
 // matches ErrLockLost; if the release failed, its error is joined to fn's,
 // never in its place. It returns Lock's error without calling fn when the
 // lock is not acquired, and an error for a nil fn. Safe for concurrent use.
-func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) (err error) {
+func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) error {
+	return c.under(ctx, key, fn, func() (*Lock, error) {
+		return c.Lock(ctx, key, append([]Option{WithAutoExtend(true)}, opts...)...)
+	})
+}
+
+// under is Do with acquire for Lock: name is the key or keys, for errors.
+func (c *Client) under(ctx context.Context, name string, fn func(ctx context.Context) error, acquire func() (*Lock, error)) (err error) {
 	if fn == nil {
-		return fmt.Errorf("redlock: Do %q: fn is nil; pass the function to run under the lock", key)
+		return fmt.Errorf("redlock: Do %q: fn is nil; pass the function to run under the lock", name)
 	}
-	l, err := c.Lock(ctx, key, append([]Option{WithAutoExtend(true)}, opts...)...)
+	l, err := acquire()
 	if err != nil {
 		return err
 	}
@@ -198,7 +205,7 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 		rerr := l.Release(context.WithoutCancel(ctx))
 		switch {
 		case errors.Is(lost, ErrLockLost):
-			err = errors.Join(err, fmt.Errorf("redlock: Do %q: the lock was lost while fn ran: %w", key, ErrLockLost))
+			err = errors.Join(err, fmt.Errorf("redlock: Do %q: the lock was lost while fn ran: %w", name, ErrLockLost))
 		case rerr != nil:
 			err = errors.Join(err, rerr)
 		}

@@ -21,10 +21,14 @@ import (
 type Lock struct {
 	c     *Client
 	cfg   *config
-	key   string // as the caller named it
-	rkey  string // the Redis key
+	key   string // as the caller named it (several keys: joined by ", ")
+	rkey  string // the Redis key (several keys: the first)
 	token string
-	fence uint64 // 0 without fencing
+	// keys and keyArgs are a lock of several keys' own names and Redis
+	// keys (as command arguments); nil for a lock of one key.
+	keys    []string
+	keyArgs []any
+	fence   uint64 // 0 without fencing
 
 	// op serialises Extend and Release: a one-slot semaphore rather than a
 	// mutex, because it is held across I/O and a goroutine waiting on a
@@ -73,8 +77,25 @@ type Lock struct {
 	renewIdx int
 }
 
-// Key returns the lock's key as passed to Lock or TryLock (without prefix).
-func (l *Lock) Key() string { return l.key }
+// Key returns the lock's key as passed to Lock or TryLock (without prefix);
+// for a lock of several keys (TryLockAll), the first of them. Safe for
+// concurrent use.
+func (l *Lock) Key() string {
+	if l.keys != nil {
+		return l.keys[0]
+	}
+	return l.key
+}
+
+// Keys returns every key the lock covers, as passed to TryLockAll or
+// LockAll (without prefix), in that order; for a lock of one key, that key
+// alone. The caller may modify the slice. Safe for concurrent use.
+func (l *Lock) Keys() []string {
+	if l.keys != nil {
+		return slices.Clone(l.keys)
+	}
+	return []string{l.key}
+}
 
 // Token returns the value that marks this lock on the nodes: a random
 // value, followed by the byte 0x1d and the holder's description when the
@@ -167,7 +188,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return l.extendSession(ctx, ttl, start)
 	}
 
-	rd := l.c.run(ctx, cfg, opExtend, l, node.Op{Key: l.rkey, Token: l.token, TTL: ttl, KeyArg: l.keyArg, TokenArg: l.tokenArg}, nil, nil)
+	spec, o := opExtend, node.Op{Key: l.rkey, Token: l.token, TTL: ttl, KeyArg: l.keyArg, TokenArg: l.tokenArg}
+	if l.keys != nil { // every key, with the rules of extend.lua for each
+		spec, o.Keys, o.Tokens = opExtendAll, l.keyArgs, slices.Repeat([]any{l.tokenArg}, len(l.keyArgs))
+	}
+	rd := l.c.run(ctx, cfg, spec, l, o, nil, nil)
 	rd.settle(nil)
 	err := l.extended(ctx, rd.won(), rd.gone(), func() *QuorumError { return rd.quorumError(l.key) }, start, ttl)
 	handed = true
@@ -339,7 +364,7 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	}
 	c, cfg := l.c, l.cfg
 	c.untrack(l)
-	rd := c.run(context.WithoutCancel(ctx), cfg, opRelease, l, l.releaseOp(), nil, nil)
+	rd := c.run(context.WithoutCancel(ctx), cfg, releaseSpec(l.keyArgs), l, l.releaseOp(), nil, nil)
 	l.settleRelease(rd)
 	// A delete that failed without the node's refusal (it may not have
 	// reached the node, or was never written) is sent again in the
@@ -348,9 +373,9 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	retry := func(rep quorum.Reply) {
 		switch {
 		case rep.Err != nil && !refused(rep.Err):
-			c.releaseUnsure(cfg, rep.Node, l.rkey, l.token, rep.Err)
+			c.releaseUnsure(cfg, rep.Node, l.rkey, l.keyArgs, l.token, rep.Err)
 		case rep.Err == nil && rep.Int == 0 && unsure != nil && unsure[rep.Node]:
-			c.releaseUnsure(cfg, rep.Node, l.rkey, l.token, errUnknownFate)
+			c.releaseUnsure(cfg, rep.Node, l.rkey, l.keyArgs, l.token, errUnknownFate)
 		}
 	}
 	for i, r := range rd.res {
@@ -376,7 +401,7 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 // may be in it.
 func (l *Lock) releaseOp() node.Op {
 	c, cfg := l.c, l.cfg
-	o := node.Op{Key: l.rkey, Token: l.token, KeyArg: l.keyArg, TokenArg: l.tokenArg, Grace: c.grace(cfg)}
+	o := node.Op{Key: l.rkey, Keys: l.keyArgs, Token: l.token, KeyArg: l.keyArg, TokenArg: l.tokenArg, Grace: c.grace(cfg)}
 	l.mu.Lock()
 	if l.inLine {
 		o.Waiter, o.LineTTL = l.waiter, lineTTL(cfg)
@@ -393,7 +418,7 @@ func (l *Lock) settleRelease(rd *round) {
 	case c.handoff:
 		// The nodes hand the key to the first waiter and name it; if it
 		// is a waiter of this Client, it tries now.
-		c.notes.releasing(l.rkey, l.token)
+		l.eachKey(func(rkey string) { c.notes.releasing(rkey, l.token) })
 		var handed handTally
 		for rep, yes, ok := rd.next(); ok; rep, yes, ok = rd.next() {
 			handed.vote(rep, yes)
@@ -405,13 +430,24 @@ func (l *Lock) settleRelease(rd *round) {
 		// Each node runs the commands of a batch in order: a waiter's SET
 		// sent now most likely lands behind our delete, so it may try at
 		// once (if it does not, it is told "taken" and waits again).
-		c.notes.released(l.rkey, l.token)
+		l.eachKey(func(rkey string) { c.notes.released(rkey, l.token) })
 		rd.settle(nil)
 	default:
 		rd.settle(nil)
 		if rd.won() {
-			c.notes.released(l.rkey, l.token) // a waiter of this Client tries now
+			l.eachKey(func(rkey string) { c.notes.released(rkey, l.token) }) // a waiter of this Client tries now
 		}
+	}
+}
+
+// eachKey calls f with each of the lock's Redis keys.
+func (l *Lock) eachKey(f func(rkey string)) {
+	if l.keys == nil {
+		f(l.rkey)
+		return
+	}
+	for _, k := range l.keyArgs {
+		f(k.(string))
 	}
 }
 
@@ -487,7 +523,7 @@ func (l *Lock) late(rep quorum.Reply) {
 	// A definite yes is covered by a chained release sent now; an unknown
 	// fate needs the release that re-checks.
 	if !keep && (rep.Int > 0 && !releasing || mayHaveWritten(rep.Err)) {
-		l.c.releaseUnsure(l.cfg, rep.Node, l.rkey, l.token, rep.Err)
+		l.c.releaseUnsure(l.cfg, rep.Node, l.rkey, l.keyArgs, l.token, rep.Err)
 	}
 }
 
@@ -507,11 +543,14 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	defer c.wg.Done()
-	spec := opHeld // a plain GET: another's session lock is not ours either
-	if l.sess != nil {
+	spec, o := opHeld, node.Op{Key: l.rkey, KeyArg: l.keyArg} // a plain GET: another's session lock is not ours either
+	switch {
+	case l.sess != nil:
 		spec = opPeek // whether our session lives there too
+	case l.keys != nil:
+		spec, o.Keys, o.Token, o.TokenArg = opHeldAll, l.keyArgs, l.token, l.tokenArg
 	}
-	rd := c.run(ctx, cfg, spec, l, node.Op{Key: l.rkey, KeyArg: l.keyArg}, nil, nil)
+	rd := c.run(ctx, cfg, spec, l, o, nil, nil)
 	rd.settle(nil)
 	defer rd.r.Finish(nil)
 	switch {
@@ -535,6 +574,9 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 	op := a.rd.op
 	l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), key: key, rkey: op.Key, token: op.Token, keyArg: op.KeyArg, tokenArg: op.TokenArg,
 		acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor), renewIdx: -1}
+	if a.keys != nil {
+		l.keys, l.keyArgs = a.keys, op.Keys
+	}
 	l.landing = append(l.landingv[:0], a.rd.out...)
 	l.waiter, l.inLine = a.waiter, a.inLine
 	if cfg.fencing {

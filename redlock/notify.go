@@ -116,6 +116,14 @@ type waiter struct {
 // remove when it stops waiting.
 func (n *notifier) add(rkey, id string) *waiter {
 	w := &waiter{id: id, wake: make(chan time.Duration, 1)}
+	n.also(rkey, w)
+	return w
+}
+
+// also registers w for rkey too: a waiter of several keys (LockAll) is woken
+// by a release of any of them. The caller must call remove for each key.
+func (n *notifier) also(rkey string, w *waiter) {
+	id := w.id
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.keys == nil {
@@ -136,7 +144,6 @@ func (n *notifier) add(rkey, id string) *waiter {
 		k.named[i] = ""
 		n.wake(w, 0, &n.wokenByRelease)
 	}
-	return w
 }
 
 // remove unregisters w; the key's last waiter leaves the key subscribed

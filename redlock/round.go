@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,11 +49,23 @@ var (
 	opLocked     = &opSpec{name: "locked", kind: node.Get}                          // voted by round.tallyTokens
 	opLockedPeek = &opSpec{name: "locked", kind: node.Peek}                         // the same, when session locks were met
 	opExtendMany = &opSpec{name: "extend", kind: node.ExtendMany, unfollowed: true} // voted per lock by renewal.settle
+
+	// A lock of several keys (TryLockAll): one command covers every key.
+	opAcquireAll = &opSpec{name: "acquire", kind: node.AcquireAll, yes: intPositive, no: OutcomeTaken}
+	opExtendAll  = &opSpec{name: "extend", kind: node.ExtendMany, yes: everyKey, no: OutcomeNotHeld, decisive: true}
+	opReleaseAll = &opSpec{name: "release", kind: node.ReleaseAll, yes: intPositive, no: OutcomeNotHeld, decisive: true}
+	opHeldAll    = &opSpec{name: "held", kind: node.HeldAll, yes: intPositive, no: OutcomeNotHeld, decisive: true}
 )
 
 func intPositive(rep quorum.Reply, _ *Lock) bool { return rep.Int > 0 }
 
 func holdsToken(rep quorum.Reply, l *Lock) bool { return rep.Str == l.token }
+
+// everyKey: an ExtendMany of one lock's keys confirms when every key held
+// the token.
+func everyKey(rep quorum.Reply, _ *Lock) bool {
+	return rep.Str != "" && strings.Trim(rep.Str, "1") == ""
+}
 
 // round is one operation's fan-out and its tally. Owned by one goroutine.
 type round struct {

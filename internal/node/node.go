@@ -34,6 +34,9 @@ const (
 	Leave                      // leave script (Waiter, Grace): Int 1 when the key had been handed to Waiter
 	Resume                     // resume script: Int 1 when the TTL was set, -1 for a session lock of Token, else 0
 	Inspect                    // inspect script (FenceKey): Str, read with ParseInspect
+	AcquireAll                 // multi-key acquire script over Keys (FenceKey: fenced): Int 1 or the counter, 0 when taken
+	ReleaseAll                 // multi-key release script over Keys (Grace): Int 1 when every key held Token
+	HeldAll                    // multi-key check over Keys: Int 1 when every key holds Token
 )
 
 // Op is one command for every node of a round. It must not change once sent.
@@ -57,7 +60,9 @@ type Op struct {
 	Follow time.Duration
 
 	// Keys and Tokens are the locks of an ExtendMany, as command
-	// arguments (Key and Token are unused).
+	// arguments (Key and Token are unused). For the multi-key kinds
+	// (AcquireAll, ReleaseAll, HeldAll, and a RaiseFence of a multi-key
+	// lock), Keys are the lock's keys, Key the first of them.
 	Keys, Tokens []any
 
 	// Session is an AcquireSession's session key, Seq the node's

@@ -32,6 +32,10 @@ var wires = [...]wire{
 		return o.waiter(o.script(3, o.KeyArg, o.FenceKey, o.Key+":fence", o.TokenArg, o.TTL.Milliseconds()))
 	}, reply: intCmd, read: readCounter},
 	RaiseFence: {script: scripts.RaiseFence, args: func(o *Op) []any {
+		if len(o.Keys) > 1 { // a multi-key lock's: its other keys follow the counter
+			a := append(make([]any, 0, 6+len(o.Keys)), argEvalSha, shas[RaiseFence], 1+len(o.Keys), o.KeyArg, o.FenceKey)
+			return append(append(a, o.Keys[1:]...), o.TokenArg, o.Fence)
+		}
 		return o.script(2, o.KeyArg, o.FenceKey, o.TokenArg, o.Fence)
 	}, reply: intCmd, read: readInt},
 	Extend: {script: scripts.Extend, args: func(o *Op) []any {
@@ -76,13 +80,35 @@ var wires = [...]wire{
 	Inspect: {script: scripts.Inspect, args: func(o *Op) []any {
 		return o.script(3, o.KeyArg, o.FenceKey, o.Key+":fence")
 	}, reply: stringCmd, read: readGet},
+	AcquireAll: {script: scripts.AcquireAll, args: func(o *Op) []any {
+		n := len(o.Keys)
+		a := o.scriptKeys(n, 2*n+1)
+		if o.FenceKey != "" {
+			a = append(a, o.FenceKey)
+			for _, k := range o.Keys {
+				a = append(a, k.(string)+":fence")
+			}
+			a[2] = 2*n + 1
+		}
+		return append(a, o.TokenArg, o.TTL.Milliseconds(), n)
+	}, reply: intCmd, read: readCounter},
+	ReleaseAll: {script: scripts.ReleaseAll, args: func(o *Op) []any {
+		a := o.scriptKeys(len(o.Keys), 0)
+		if o.Grace > 0 {
+			return append(a, o.TokenArg, o.Grace.Milliseconds())
+		}
+		return append(a, o.TokenArg)
+	}, reply: intCmd, read: readInt},
+	HeldAll: {script: scripts.HeldAll, args: func(o *Op) []any {
+		return append(o.scriptKeys(len(o.Keys), 0), o.TokenArg)
+	}, reply: intCmd, read: readInt},
 }
 
 // Boxed constants of the commands, so that building Args does not allocate
 // for them.
 var (
 	argGet, argEvalSha any              = "get", "evalsha"
-	shas               [Inspect + 1]any // per Kind, for scripts
+	shas               [HeldAll + 1]any // per Kind, for scripts
 )
 
 func init() {
@@ -97,6 +123,14 @@ func init() {
 func (o *Op) script(numkeys int, keysAndArgs ...any) []any {
 	a := append(o.argv[:0], argEvalSha, shas[o.Kind], numkeys)
 	return append(a, keysAndArgs...)
+}
+
+// scriptKeys returns EVALSHA sha n Keys..., with room for extra more
+// arguments, in storage of its own (a multi-key command's length varies).
+func (o *Op) scriptKeys(n, extra int) []any {
+	a := make([]any, 0, 3+n+extra+3)
+	a = append(a, argEvalSha, shas[o.Kind], n)
+	return append(a, o.Keys...)
 }
 
 // waiter appends an acquire's waiter arguments to a, when it has a waiter.

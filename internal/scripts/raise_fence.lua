@@ -1,11 +1,16 @@
 -- Raise a fencing counter to the maximum a quorum reported, while the lock
 -- is still ours: a later holder's INCR on this node then returns more.
--- KEYS[1] lock key; KEYS[2] fence counter; ARGV[1] token; ARGV[2] maximum.
--- Returns 1 when the lock holds our token (the counter is now >= ARGV[2]),
--- 0 otherwise (nothing changed).
-local v = redis.call('GET', KEYS[1])
-if not v or owner(KEYS[1], v) ~= ARGV[1] then
-  return 0
+-- KEYS[1] lock key; KEYS[2] fence counter; KEYS[3..], for a multi-key lock,
+-- its other keys; ARGV[1] token; ARGV[2] maximum.
+-- Returns 1 when every lock key holds our token (the counter is now >=
+-- ARGV[2]), 0 otherwise (nothing changed).
+for i, k in ipairs(KEYS) do
+  if i ~= 2 then
+    local v = redis.call('GET', k)
+    if not v or owner(k, v) ~= ARGV[1] then
+      return 0
+    end
+  end
 end
 local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
 if cur < tonumber(ARGV[2]) then

@@ -35,6 +35,12 @@ var (
 	resumeSrc string
 	//go:embed inspect.lua
 	inspectSrc string
+	//go:embed acquire_all.lua
+	acquireAllSrc string
+	//go:embed release_all.lua
+	releaseAllSrc string
+	//go:embed held_all.lua
+	heldAllSrc string
 	//go:embed lib.lua
 	lib string // the functions every script that reads a lock key uses
 )
@@ -59,8 +65,9 @@ var (
 	// AcquireFenced sets KEYS[1] to ARGV[1] NX PX ARGV[2] and, if it did,
 	// increments KEYS[2]; it returns the new counter, or 0 when taken.
 	AcquireFenced = script(lib, acquireFencedSrc)
-	// RaiseFence sets KEYS[2] to ARGV[2] if lower, while KEYS[1] holds
-	// ARGV[1]; it returns 1 if KEYS[1] holds ARGV[1], else 0.
+	// RaiseFence sets KEYS[2] to ARGV[2] if lower, while KEYS[1] (and
+	// KEYS[3..], a multi-key lock's other keys) hold ARGV[1]; it returns 1
+	// if they do, else 0.
 	RaiseFence = script(lib, raiseFenceSrc)
 	// ExtendMany is Extend for KEYS[i] and ARGV[i+1], with the TTL in
 	// ARGV[1]; it returns one character per key, '1' if it held its token.
@@ -89,6 +96,18 @@ var (
 	// its old counter KEYS[3]; it returns the TTL, the two counters and the
 	// holder's token, joined by 0x1f (inspect.lua).
 	Inspect = script(lib, inspectSrc)
+	// AcquireAll sets each of KEYS[1..ARGV[3]] to ARGV[1] PX ARGV[2] if
+	// every one is free, in one step (a multi-key lock); fenced (more keys:
+	// the counter, then the keys' old counters), it increments the counter.
+	// It returns 0 when some key is taken, else 1 or the counter.
+	AcquireAll = script(lib, acquireAllSrc)
+	// ReleaseAll deletes each of KEYS that holds ARGV[1], handing it to its
+	// line's first waiter for ARGV[2] ms if given, and publishes each
+	// release like Release; it returns 1 if every key held ARGV[1], else 0.
+	ReleaseAll = script(lib, releaseAllSrc)
+	// HeldAll returns 1 if every one of KEYS holds ARGV[1], else 0; it
+	// writes nothing.
+	HeldAll = script(heldAllSrc)
 )
 
 // script joins parts into one script without its comment lines and blank

@@ -60,7 +60,7 @@ var kindNames = map[node.Kind]string{
 	node.Acquire: "ACQUIRE", node.AcquireFenced: "ACQUIRE-FENCED", node.RaiseFence: "RAISE-FENCE",
 	node.Extend: "EXTEND", node.Release: "RELEASE", node.Get: "GET", node.ExtendMany: "EXTEND-MANY",
 	node.AcquireSession: "ACQUIRE-SESSION", node.RenewSession: "RENEW-SESSION", node.Peek: "PEEK", node.Leave: "LEAVE",
-	node.Resume: "RESUME", node.Inspect: "INSPECT",
+	node.Resume: "RESUME", node.Inspect: "INSPECT", node.AcquireAll: "ACQUIRE-ALL", node.ReleaseAll: "RELEASE-ALL", node.HeldAll: "HELD-ALL",
 }
 
 func (c *call) isDone() bool {

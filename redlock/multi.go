@@ -1,0 +1,142 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// target names what an acquisition takes: one key, or several keys as one
+// lock (TryLockAll).
+type target struct {
+	key    string   // the caller's key; several: the keys joined by ", " (errors, logs)
+	rkey   string   // the Redis key; several: the first
+	keys   []string // several: the caller's keys, in the caller's order (nil: one)
+	rkeys  []any    // several: the Redis keys, as command arguments, in that order
+	sorted []string // several: the Redis keys, sorted (this Client's turns are taken in this order)
+}
+
+// one is the target of a lock of key.
+func (c *Client) one(cfg *config, key string) *target {
+	return &target{key: key, rkey: c.redisKey(cfg, key)}
+}
+
+// gateKeys are the keys whose turns an attempt takes, in order.
+func (t *target) gateKeys() []string {
+	if t.keys == nil {
+		return []string{t.rkey}
+	}
+	return t.sorted
+}
+
+// waitKeys are the keys whose releases wake a waiter.
+func (t *target) waitKeys() []string { return t.gateKeys() }
+
+// TryLockAll makes one attempt to acquire every one of keys as a single
+// lock, without waiting for them to be free. On each node a script takes
+// all the keys or none, so the returned Lock is held on a quorum of nodes
+// that each hold every key, until its Deadline. The Lock has the whole lease
+// API of TryLock's (Extend, Release, Held, Done, Err, Context, Fence with
+// WithFencing, WithAutoExtend) and covers every key: Keys lists them, Key
+// is the first. A failed attempt takes its token back from every node that
+// may hold it, as TryLock's does.
+//
+// On failure the error matches ErrNotAcquired when any key is taken on too
+// many nodes, too few nodes answered or no validity was left (errors.As
+// finds a *QuorumError whose Key is the keys joined by ", "), and both
+// ErrNotAcquired and ctx.Err() when ctx ended first. It is ErrClosed once
+// Close has begun. Before any I/O it returns a plain error for an empty
+// list, an empty or repeated key, an invalid option, Pools that are not all
+// of package pool (only a script takes several keys at once), and, on a
+// Redis Cluster, keys that do not hash to one slot (give them one hash tag:
+// WithKeyPrefix("{orders}:")). It is safe for concurrent use.
+func (c *Client) TryLockAll(ctx context.Context, keys []string, opts ...Option) (*Lock, error) {
+	t, cfg, err := c.several("acquire", keys, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.attempt(ctx, t, cfg, nil)
+}
+
+// LockAll acquires every one of keys as a single lock, like TryLockAll,
+// retrying like Lock until it succeeds, ctx ends or the WithMaxWait budget is
+// spent; a release of any of the keys wakes it. Sets that overlap ({a,b}
+// and {b,c}) never deadlock: no node holds part of a set, and a round that
+// misses its quorum rolls back and tries again after a random delay.
+// Waiters of several keys do not queue: a waiter of one key (Lock) is served
+// in its turn, and a steady stream of them on one of the keys can keep a
+// LockAll waiting (docs/design.md, "Several keys").
+//
+// Its errors are TryLockAll's and Lock's: when ctx ends, the error matches
+// both ErrNotAcquired and ctx.Err(); when the budget is spent, it matches
+// ErrNotAcquired. LockAll is safe for concurrent use.
+func (c *Client) LockAll(ctx context.Context, keys []string, opts ...Option) (*Lock, error) {
+	t, cfg, err := c.several("acquire", keys, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.wait(ctx, t, cfg)
+}
+
+// DoAll is Do for several keys: it acquires them as one lock (waiting like
+// LockAll), runs fn under it, auto-extended unless opts say otherwise, and
+// releases it when fn returns or panics. Its results are Do's. Safe for
+// concurrent use.
+func (c *Client) DoAll(ctx context.Context, keys []string, fn func(ctx context.Context) error, opts ...Option) error {
+	name := strings.Join(keys, ", ")
+	return c.under(ctx, name, fn, func() (*Lock, error) {
+		return c.LockAll(ctx, keys, append([]Option{WithAutoExtend(true)}, opts...)...)
+	})
+}
+
+// several checks a lock of several keys before any I/O and returns its
+// target and configuration.
+func (c *Client) several(op string, keys []string, opts []Option) (*target, *config, error) {
+	if len(keys) == 0 {
+		return nil, nil, fmt.Errorf("redlock: %s: no keys; name the resources the lock protects", op)
+	}
+	name := strings.Join(keys, ", ")
+	seen := make(map[string]bool, len(keys))
+	for i, k := range keys {
+		switch {
+		case k == "":
+			return nil, nil, fmt.Errorf("redlock: %s %q: key %d is empty; name the resource it protects", op, name, i)
+		case seen[k]:
+			return nil, nil, fmt.Errorf("redlock: %s %q: the key %q is listed twice; list each key once", op, name, k)
+		}
+		seen[k] = true
+	}
+	if !c.queued {
+		return nil, nil, fmt.Errorf("redlock: %s %q: a lock of several keys needs every Pool to be of package pool: only a script takes several keys at once on a node", op, name)
+	}
+	cfg, err := c.cfg.apply(len(c.pools), opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	t := &target{key: name, keys: slices.Clone(keys), rkeys: make([]any, len(keys)), sorted: make([]string, len(keys))}
+	for i, k := range keys {
+		t.sorted[i] = c.redisKey(cfg, k)
+		t.rkeys[i] = t.sorted[i]
+	}
+	t.rkey = t.sorted[0]
+	slices.Sort(t.sorted)
+	if c.slotted {
+		if err := oneSlot(t); err != nil {
+			return nil, nil, fmt.Errorf("redlock: %s %q: %w", op, name, err)
+		}
+	}
+	return t, cfg, nil
+}
+
+// oneSlot checks that t's keys are in one Redis Cluster hash slot: a script
+// may only touch keys of one slot (docs/design.md, "Several keys").
+func oneSlot(t *target) error {
+	first := keySlot(t.rkey)
+	for i, k := range t.rkeys {
+		if s := keySlot(k.(string)); s != first {
+			return fmt.Errorf("on a Redis Cluster every key of a lock must hash to one slot, and %q (slot %d) and %q (slot %d) do not: give the keys one hash tag, with WithKeyPrefix(\"{tag}:\") or by starting each key with the same \"{tag}\"", t.keys[0], first, t.keys[i], s)
+		}
+	}
+	return nil
+}

@@ -59,7 +59,7 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 func (c *Client) wait(ctx context.Context, t *target, cfg *config) (*Lock, error) {
 	key := t.key
 	begin := time.Now()
-	s := &sleeper{c: c, cfg: cfg, rkeys: t.waitKeys()}
+	s := &sleeper{c: c, cfg: cfg, t: t}
 	if c.handoff && t.keys == nil {
 		s.ln = c.lines.next()
 	}
@@ -137,7 +137,7 @@ func (s *sleeper) delay(attempt int, err error) time.Duration {
 type sleeper struct {
 	c     *Client
 	cfg   *config
-	rkeys []string
+	t     *target // the key or keys waited for
 	ln    *line // the waiter's place in the key's line, when the Client keeps lines
 	won   bool
 	woken bool      // the last sleep was cut short by a release
@@ -153,17 +153,19 @@ func (s *sleeper) sleep(ctx context.Context, delay time.Duration) {
 		if s.ln != nil {
 			id = s.ln.id
 		}
-		s.w = s.c.notes.add(s.rkeys[0], id)
-		for _, rkey := range s.rkeys[1:] {
-			s.c.notes.also(rkey, s.w)
-		}
+		s.w = s.c.notes.add(s.t.first(), id)
+		s.t.each(func(rkey string) {
+			if rkey != s.t.first() {
+				s.c.notes.also(rkey, s.w)
+			}
+		})
 	}
 	if s.timer == nil {
 		s.timer = time.NewTimer(delay)
 	} else {
 		s.timer.Reset(delay)
 	}
-	s.c.notes.rest(s.rkeys[0], s.w, s.ln)
+	s.c.notes.rest(s.t.first(), s.w, s.ln)
 	s.woken = false
 	select {
 	case <-s.timer.C:
@@ -187,12 +189,10 @@ func (s *sleeper) sleep(ctx context.Context, delay time.Duration) {
 // the lock leaves the key's line; one that did leaves it with its release.
 func (s *sleeper) stop() {
 	if s.w != nil {
-		for _, rkey := range s.rkeys {
-			s.c.notes.remove(rkey, s.w)
-		}
+		s.t.each(func(rkey string) { s.c.notes.remove(rkey, s.w) })
 	}
 	if ln := s.ln; ln != nil && ln.joined && !s.won {
-		s.c.leaveLine(s.cfg, s.rkeys[0], ln.id, true, nil)
+		s.c.leaveLine(s.cfg, s.t.rkey, ln.id, true, nil)
 	}
 	if s.timer != nil {
 		s.timer.Stop()
@@ -210,10 +210,10 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *line) 
 		return nil, err
 	}
 	defer c.wg.Done()
-	if err := c.gates.enterAll(ctx, t.gateKeys()); err != nil {
+	if err := c.gates.enterAll(ctx, t); err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: not attempted: waiting for this Client's round on the key: %w (%w)", key, err, ErrNotAcquired)
 	}
-	defer c.gates.exitAll(t.gateKeys())
+	defer c.gates.exitAll(t)
 	var s *session
 	if t.keys == nil { // a lock of several keys is renewed by extends
 		s = c.sessionFor(cfg)

@@ -72,23 +72,3 @@ func (g *gates) leaveLocked(key string, turn chan struct{}) {
 	g.refs[key] = n
 	turn <- struct{}{}
 }
-
-// enterAll waits for the turn of each of keys, in their order (sorted by
-// the caller, so that two callers never wait for each other's turns). It
-// returns ctx's error, holding no turn, when ctx ends first.
-func (g *gates) enterAll(ctx context.Context, keys []string) error {
-	for i, k := range keys {
-		if err := g.enter(ctx, k); err != nil {
-			g.exitAll(keys[:i])
-			return err
-		}
-	}
-	return nil
-}
-
-// exitAll ends the turns of a successful enterAll.
-func (g *gates) exitAll(keys []string) {
-	for _, k := range keys {
-		g.exit(k)
-	}
-}

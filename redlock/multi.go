@@ -22,16 +22,46 @@ func (c *Client) one(cfg *config, key string) *target {
 	return &target{key: key, rkey: c.redisKey(cfg, key)}
 }
 
-// gateKeys are the keys whose turns an attempt takes, in order.
-func (t *target) gateKeys() []string {
+// first is the Redis key a waiter's line and notices are keyed by: the
+// key, or the first of several in sorted order.
+func (t *target) first() string {
 	if t.keys == nil {
-		return []string{t.rkey}
+		return t.rkey
 	}
-	return t.sorted
+	return t.sorted[0]
 }
 
-// waitKeys are the keys whose releases wake a waiter.
-func (t *target) waitKeys() []string { return t.gateKeys() }
+// each calls f with each Redis key of t, in sorted order.
+func (t *target) each(f func(rkey string)) {
+	if t.keys == nil {
+		f(t.rkey)
+		return
+	}
+	for _, k := range t.sorted {
+		f(k)
+	}
+}
+
+// enter takes this Client's turn on every key of t (gates), in sorted
+// order, so that two attempts never wait for each other's turns. It
+// returns ctx's error, holding no turn, when ctx ends first.
+func (g *gates) enterAll(ctx context.Context, t *target) error {
+	if t.keys == nil {
+		return g.enter(ctx, t.rkey)
+	}
+	for i, k := range t.sorted {
+		if err := g.enter(ctx, k); err != nil {
+			for _, k := range t.sorted[:i] {
+				g.exit(k)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// exitAll ends the turns of a successful enterAll.
+func (g *gates) exitAll(t *target) { t.each(g.exit) }
 
 // TryLockAll makes one attempt to acquire every one of keys as a single
 // lock, without waiting for them to be free. On each node a script takes

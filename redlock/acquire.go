@@ -138,7 +138,7 @@ type sleeper struct {
 	c     *Client
 	cfg   *config
 	t     *target // the key or keys waited for
-	ln    *line // the waiter's place in the key's line, when the Client keeps lines
+	ln    *line   // the waiter's place in the key's line, when the Client keeps lines
 	won   bool
 	woken bool      // the last sleep was cut short by a release
 	quick time.Time // the last quick retry after a split

@@ -234,3 +234,45 @@ func ExampleClient_Inspect() {
 	// held by "host-a pid 4242" on 5 of 5 nodes
 	// free
 }
+
+// A transfer locks both accounts as one lock: each master takes both keys or
+// neither, so a transfer the other way round cannot deadlock with it.
+func ExampleClient_TryLockAll() {
+	pools, stop := servers(5)
+	defer stop()
+	client, _ := redlock.New(pools, redlock.WithFencing(true))
+	defer client.Close()
+	ctx := context.Background()
+
+	lock, err := client.TryLockAll(ctx, []string{"account:alice", "account:bob"})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("holding", lock.Keys(), "fence", lock.Fence() > 0)
+	_, err = client.TryLock(ctx, "account:bob")
+	fmt.Println("bob alone:", errors.Is(err, redlock.ErrNotAcquired))
+	_, err = client.TryLockAll(ctx, []string{"account:bob", "account:carol"})
+	fmt.Println("bob and carol:", errors.Is(err, redlock.ErrNotAcquired))
+	_ = lock.Release(ctx)
+	// Output:
+	// holding [account:alice account:bob] fence true
+	// bob alone: true
+	// bob and carol: true
+}
+
+func ExampleClient_DoAll() {
+	pools, stop := servers(5)
+	defer stop()
+	client, _ := redlock.New(pools)
+	defer client.Close()
+
+	err := client.DoAll(context.Background(), []string{"stock:42", "orders:42"}, func(ctx context.Context) error {
+		// Both keys are held, and renewed, while this runs.
+		fmt.Println("moving stock to the order")
+		return nil
+	})
+	fmt.Println(err)
+	// Output:
+	// moving stock to the order
+	// <nil>
+}

@@ -26,7 +26,7 @@ import (
 // option (before any I/O), a failing token generator, or pools that reach
 // the same server (see New). TryLock is safe for concurrent use.
 func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	cfg, err := c.callConfig("acquire", key, opts)
+	cfg, err := c.acquireConfig(key, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +46,7 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock
 // Errors that do not match ErrNotAcquired are TryLock's, returned at once.
 // Lock is safe for concurrent use.
 func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	cfg, err := c.callConfig("acquire", key, opts)
+	cfg, err := c.acquireConfig(key, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +60,7 @@ func (c *Client) wait(ctx context.Context, t *target, cfg *config) (*Lock, error
 	key := t.key
 	begin := time.Now()
 	s := &sleeper{c: c, cfg: cfg, t: t}
-	if c.handoff && t.keys == nil {
+	if c.handoff && t.keys == nil && !cfg.shared {
 		s.ln = c.lines.next()
 	}
 	defer s.stop()
@@ -153,7 +153,7 @@ func (s *sleeper) sleep(ctx context.Context, delay time.Duration) {
 		if s.ln != nil {
 			id = s.ln.id
 		}
-		s.w = s.c.notes.add(s.t.first(), id)
+		s.w = s.c.notes.add(s.t.first(), id, s.cfg.shared)
 		s.t.each(func(rkey string) {
 			if rkey != s.t.first() {
 				s.c.notes.also(rkey, s.w)
@@ -215,7 +215,7 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *line) 
 	}
 	defer c.gates.exitAll(t)
 	var s *session
-	if t.keys == nil { // a lock of several keys is renewed by extends
+	if t.keys == nil && !cfg.shared { // locks of several keys and shared holders are renewed by extends
 		s = c.sessionFor(cfg)
 	}
 	v, err := c.vote(ctx, cfg, t, s, ln)
@@ -288,6 +288,8 @@ func newToken(cfg *config, s *session) (string, error) {
 		return "", fmt.Errorf("it returned a token with the byte %q, which marks a lock's metadata", node.Meta)
 	case token[0] == node.Handed:
 		return "", fmt.Errorf("it returned a token that starts with the byte %q, which marks keys handed to waiters", node.Handed)
+	case token[0] == node.SharedMark:
+		return "", fmt.Errorf("it returned a token that starts with the byte %q, which marks keys with shared holders", node.SharedMark)
 	}
 	return withMetadata(token, cfg), nil
 }
@@ -312,8 +314,11 @@ func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session, l
 	}
 	spec, o := opAcquire, node.Op{Key: t.rkey, Token: token, TTL: cfg.ttl}
 	a := &acquisition{start: cfg.now(), said: make([]bool, len(c.pools)), keys: t.keys}
-	if t.keys != nil {
+	switch {
+	case t.keys != nil:
 		spec, o.Keys = opAcquireAll, t.rkeys
+	case cfg.shared:
+		spec = opAcquireShared
 	}
 	call := c.call
 	switch {
@@ -354,7 +359,7 @@ func (a *acquisition) vote(rep quorum.Reply, yes bool) {
 			a.gens[rep.Node] = a.sess.accepted(rep.Node, rep.Int, a.start)
 		}
 	case mayHaveWritten(rep.Err):
-		a.rd.c.releaseUnsure(a.rd.cfg, rep.Node, a.rd.op.Key, a.rd.op.Keys, a.rd.op.Token, rep.Err)
+		a.rd.c.releaseUnsure(a.rd.cfg, rep.Node, refOf(a.rd.op), rep.Err)
 		a.refused = true
 	case rep.Err == nil:
 		a.refused = true // taken: a waiter joined the line there

@@ -20,16 +20,17 @@ import (
 // from the nodes still in flight when their reply arrives (late). It
 // returns when the nodes that said yes answered or the timeout passed.
 func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bool) {
-	rkey, keys, token := rd.op.Key, rd.op.Keys, rd.op.Token
+	ref := refOf(rd.op)
+	rkey := ref.rkey
 	rd.r.Finish(func(rep quorum.Reply) {
 		if rep.Int > 0 || mayHaveWritten(rep.Err) {
-			c.releaseUnsure(cfg, rep.Node, rkey, keys, token, rep.Err)
+			c.releaseUnsure(cfg, rep.Node, ref, rep.Err)
 		}
 		if rep.Int > 0 && rd.op.Waiter != "" {
 			c.notes.splitLate(rkey, rd.op.Waiter, cfg.jitter(handGrace(cfg)))
 		}
 	})
-	rel := c.run(context.WithoutCancel(ctx), cfg, releaseSpec(keys), nil, node.Op{Key: rkey, Keys: keys, Token: token, KeyArg: rd.op.KeyArg, TokenArg: rd.op.TokenArg, Grace: c.grace(cfg)}, nil, func(i int) bool { return said[i] })
+	rel := c.run(context.WithoutCancel(ctx), cfg, ref.spec, nil, node.Op{Key: rkey, Keys: ref.keys, Token: ref.token, KeyArg: rd.op.KeyArg, TokenArg: rd.op.TokenArg, Grace: c.grace(cfg)}, nil, func(i int) bool { return said[i] })
 	retry := func(rep quorum.Reply) {
 		switch {
 		case rep.Err == nil:
@@ -38,7 +39,7 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 		default:
 			// Of unknown fate, or never written (no connection, queued
 			// past its deadline): the node said yes, so the key is there.
-			c.releaseUnsure(cfg, rep.Node, rkey, keys, token, rep.Err)
+			c.releaseUnsure(cfg, rep.Node, ref, rep.Err)
 		}
 	}
 	for {
@@ -51,16 +52,40 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 	rel.r.Finish(retry)
 }
 
-// releaseSpec is the release of a lock of one key (keys nil) or of several.
-func releaseSpec(keys []any) *opSpec {
-	if keys != nil {
-		return opReleaseAll
-	}
-	return opRelease
+// ref is what a release takes back from the nodes: a token on a key, on
+// several keys, or a shared holder's place.
+type ref struct {
+	rkey  string
+	keys  []any // a lock of several keys: all of them (rkey is the first); else nil
+	token string
+	spec  *opSpec // the release
 }
 
-// releaseUnsure releases rkey/token (a lock of several keys: keys/token,
-// rkey the first of them) on node i when it may hold them and no
+// refOf is what the acquire command op may have taken.
+func refOf(op *node.Op) ref {
+	r := ref{rkey: op.Key, token: op.Token, spec: opRelease}
+	switch op.Kind {
+	case node.AcquireAll:
+		r.keys, r.spec = op.Keys, opReleaseAll
+	case node.AcquireShared:
+		r.spec = opReleaseShared
+	}
+	return r
+}
+
+// ref is what the lock holds.
+func (l *Lock) ref() ref {
+	r := ref{rkey: l.rkey, keys: l.keyArgs, token: l.token, spec: opRelease}
+	switch {
+	case l.keys != nil:
+		r.spec = opReleaseAll
+	case l.shared:
+		r.spec = opReleaseShared
+	}
+	return r
+}
+
+// releaseUnsure releases r on node i when it may hold it and no
 // caller is waiting: after a yes that arrived after its round was decided
 // (err nil), or a call that failed with err. It does not wait: the release
 // is queued on the node's Pool (or runs on a goroutine for Pools that do not
@@ -70,8 +95,8 @@ func releaseSpec(keys []any) *opSpec {
 // command held in a proxy, in a frozen server's socket): when the release
 // finds nothing of ours, or fails, it is sent again after recheckDelay,
 // doubling up to maxRecheck, and a last time at recheckHorizon from now.
-func (c *Client) releaseUnsure(cfg *config, i int, rkey string, keys []any, token string, err error) {
-	bg := &background{c: c, cfg: cfg, rkey: rkey, keys: keys, token: token}
+func (c *Client) releaseUnsure(cfg *config, i int, r ref, err error) {
+	bg := &background{c: c, cfg: cfg, ref: r}
 	if err != nil {
 		bg.recheck = recheckDelay(cfg)
 		bg.horizon = time.Now().Add(c.recheckHorizon(cfg))
@@ -105,7 +130,7 @@ func (c *Client) recheckHorizon(cfg *config) time.Duration {
 // sendRelease queues bg's release on node i (see releaseUnsure).
 func (c *Client) sendRelease(bg *background, i int) {
 	cfg := bg.cfg
-	op := node.New(node.Op{Kind: releaseSpec(bg.keys).kind, Key: bg.rkey, Keys: bg.keys, Token: bg.token, Grace: c.grace(cfg), Background: true})
+	op := node.New(node.Op{Kind: bg.spec.kind, Key: bg.rkey, Keys: bg.keys, Token: bg.token, Grace: c.grace(cfg), Background: true})
 	deadline := time.Now().Add(cleanupTimeout(cfg))
 	c.wg.Add(1)
 	if s := c.senders[i]; s != nil {
@@ -121,11 +146,9 @@ func (c *Client) sendRelease(bg *background, i int) {
 
 // background receives the result of a release nobody waits for.
 type background struct {
-	c       *Client
-	cfg     *config
-	rkey    string
-	keys    []any // a lock of several keys: all of them (rkey is the first)
-	token   string
+	c   *Client
+	cfg *config
+	ref
 	recheck time.Duration // > 0: if nothing was released, try again after it
 	horizon time.Time     // no re-send is scheduled after it
 }
@@ -134,7 +157,7 @@ func (b *background) Deliver(i int, r node.Result) {
 	defer b.c.wg.Done()
 	again := r.Err == nil && r.Int == 0 || r.Err != nil && !refused(r.Err)
 	if wait := min(b.recheck, time.Until(b.horizon)); again && b.recheck > 0 && wait > 0 {
-		next := &background{c: b.c, cfg: b.cfg, rkey: b.rkey, keys: b.keys, token: b.token, recheck: min(2*b.recheck, maxRecheck), horizon: b.horizon}
+		next := &background{c: b.c, cfg: b.cfg, ref: b.ref, recheck: min(2*b.recheck, maxRecheck), horizon: b.horizon}
 		if !b.c.rechecks.after(&b.c.wg, wait, func() { b.c.sendRelease(next, i) }) {
 			next.recheck = 0 // Close has begun: once more, now, and no more
 			b.c.sendRelease(next, i)
@@ -214,6 +237,6 @@ func (c *Client) releaseLost(l *Lock) {
 	}
 	defer c.wg.Done()
 	for i := range c.pools {
-		c.releaseUnsure(l.cfg, i, l.rkey, nil, l.token, nil)
+		c.releaseUnsure(l.cfg, i, l.ref(), nil)
 	}
 }

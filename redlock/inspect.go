@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,7 +25,8 @@ const (
 	// StateFree: no token is on a quorum, nor could be on the nodes that
 	// did not answer.
 	StateFree
-	// StateHeld: one token is on a quorum of nodes.
+	// StateHeld: one token is on a quorum of nodes: an exclusive holder's
+	// (Inspection.Holder), or shared holders' (Inspection.Shared).
 	StateHeld
 )
 
@@ -46,9 +48,13 @@ type Inspection struct {
 	RedisKey string    // the key on the nodes
 	Quorum   int       // nodes that must hold one token for the lock to be held
 	State    LockState // held, free, or unknown
-	// Holder is the token on a quorum (State held; its own part without
-	// the metadata), Metadata its holder's description (WithMetadata).
+	// Holder is the token on a quorum (State held by an exclusive holder;
+	// its own part without the metadata), Metadata its holder's
+	// description (WithMetadata).
 	Holder, Metadata string
+	// Shared are the shared holders (Shared) each on a quorum of nodes,
+	// ordered by token; State is held when there is one.
+	Shared []Holder
 	// Agreed is the most nodes that hold one token; Answered the nodes
 	// that answered.
 	Agreed, Answered int
@@ -56,6 +62,12 @@ type Inspection struct {
 	// answered: the next fenced holder's token exceeds it.
 	Fence uint64
 	Nodes []NodeInspection // one per pool, in the order given to New
+}
+
+// Holder is one shared holder of a key: its token's own part and its
+// description (WithMetadata).
+type Holder struct {
+	Token, Metadata string
 }
 
 // NodeInspection is what one node said about a lock.
@@ -66,6 +78,9 @@ type NodeInspection struct {
 	// without the metadata), "" when the key is free there; Metadata the
 	// holder's description.
 	Token, Metadata string
+	// Shared are the key's live shared holders on the node (Token is then
+	// ""), ordered by token.
+	Shared []Holder
 	// TTL is how long the key lives on the node (a session lock's: its
 	// session key's); 0 when free, or when the Pool cannot tell (a Pool
 	// not of package pool).
@@ -132,6 +147,11 @@ func readInspection(name, reply string, err error) NodeInspection {
 	}
 	n := NodeInspection{Node: name, TTL: r.TTL}
 	n.Token, n.Metadata = node.SplitToken(r.Token)
+	for _, t := range r.Shared {
+		own, meta := node.SplitToken(t)
+		n.Shared = append(n.Shared, Holder{Token: own, Metadata: meta})
+	}
+	slices.SortFunc(n.Shared, func(a, b Holder) int { return strings.Compare(a.Token, b.Token) })
 	for _, f := range []string{r.Fence, r.OldFence} {
 		v, err := strconv.ParseUint(f, 10, 64)
 		n.BadFence = n.BadFence || f != "" && err != nil
@@ -150,6 +170,12 @@ func (in *Inspection) summarise() {
 		}
 		in.Answered++
 		in.Fence = max(in.Fence, n.Fence)
+		for _, h := range n.Shared {
+			if tally[h.Token]++; tally[h.Token] == in.Quorum {
+				in.Shared = append(in.Shared, h)
+			}
+			in.Agreed = max(in.Agreed, tally[h.Token])
+		}
 		if n.Token == "" {
 			continue
 		}
@@ -166,9 +192,10 @@ func (in *Inspection) summarise() {
 	case in.Agreed+len(in.Nodes)-in.Answered < in.Quorum:
 		in.State = StateFree
 	}
-	if in.State != StateHeld {
-		in.Holder = ""
+	if in.State != StateHeld || tally[in.Holder] < in.Quorum {
+		in.Holder, in.Metadata = "", ""
 	}
+	slices.SortFunc(in.Shared, func(a, b Holder) int { return strings.Compare(a.Token, b.Token) })
 }
 
 // inspectOn runs an Inspect through a Pool's Get: the key and its two
@@ -185,6 +212,8 @@ func inspectOn(ctx context.Context, p pool.Pool, op *node.Op) node.Result {
 	switch {
 	case node.SessionValue(vs[0]):
 		return node.Result{Err: errors.New("a session lock's value: whether its session lives, only a Pool of package pool can tell")}
+	case node.SharedValue(vs[0]):
+		return node.Result{Err: errors.New("a key with shared holders: who they are, only a Pool of package pool can tell")}
 	case node.HandedValue(vs[0]):
 		vs[0] = ""
 	}

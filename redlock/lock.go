@@ -28,6 +28,7 @@ type Lock struct {
 	// keys (as command arguments); nil for a lock of one key.
 	keys    []string
 	keyArgs []any
+	shared  bool   // a shared holder (Shared)
 	fence   uint64 // 0 without fencing
 
 	// op serialises Extend and Release: a one-slot semaphore rather than a
@@ -189,8 +190,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 
 	spec, o := opExtend, node.Op{Key: l.rkey, Token: l.token, TTL: ttl, KeyArg: l.keyArg, TokenArg: l.tokenArg}
-	if l.keys != nil { // every key, with the rules of extend.lua for each
+	switch {
+	case l.keys != nil: // every key, with the rules of extend.lua for each
 		spec, o.Keys, o.Tokens = opExtendAll, l.keyArgs, slices.Repeat([]any{l.tokenArg}, len(l.keyArgs))
+	case l.shared:
+		spec = opExtendShared
 	}
 	rd := l.c.run(ctx, cfg, spec, l, o, nil, nil)
 	rd.settle(nil)
@@ -364,7 +368,7 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	}
 	c, cfg := l.c, l.cfg
 	c.untrack(l)
-	rd := c.run(context.WithoutCancel(ctx), cfg, releaseSpec(l.keyArgs), l, l.releaseOp(), nil, nil)
+	rd := c.run(context.WithoutCancel(ctx), cfg, l.ref().spec, l, l.releaseOp(), nil, nil)
 	l.settleRelease(rd)
 	// A delete that failed without the node's refusal (it may not have
 	// reached the node, or was never written) is sent again in the
@@ -373,9 +377,9 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	retry := func(rep quorum.Reply) {
 		switch {
 		case rep.Err != nil && !refused(rep.Err):
-			c.releaseUnsure(cfg, rep.Node, l.rkey, l.keyArgs, l.token, rep.Err)
+			c.releaseUnsure(cfg, rep.Node, l.ref(), rep.Err)
 		case rep.Err == nil && rep.Int == 0 && unsure != nil && unsure[rep.Node]:
-			c.releaseUnsure(cfg, rep.Node, l.rkey, l.keyArgs, l.token, errUnknownFate)
+			c.releaseUnsure(cfg, rep.Node, l.ref(), errUnknownFate)
 		}
 	}
 	for i, r := range rd.res {
@@ -523,7 +527,7 @@ func (l *Lock) late(rep quorum.Reply) {
 	// A definite yes is covered by a chained release sent now; an unknown
 	// fate needs the release that re-checks.
 	if !keep && (rep.Int > 0 && !releasing || mayHaveWritten(rep.Err)) {
-		l.c.releaseUnsure(l.cfg, rep.Node, l.rkey, l.keyArgs, l.token, rep.Err)
+		l.c.releaseUnsure(l.cfg, rep.Node, l.ref(), rep.Err)
 	}
 }
 
@@ -549,6 +553,8 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 		spec = opPeek // whether our session lives there too
 	case l.keys != nil:
 		spec, o.Keys, o.Token, o.TokenArg = opHeldAll, l.keyArgs, l.token, l.tokenArg
+	case l.shared:
+		spec, o.Token, o.TokenArg = opHeldShared, l.token, l.tokenArg
 	}
 	rd := c.run(ctx, cfg, spec, l, o, nil, nil)
 	rd.settle(nil)
@@ -577,6 +583,7 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 	if a.keys != nil {
 		l.keys, l.keyArgs = a.keys, op.Keys
 	}
+	l.shared = op.Kind == node.AcquireShared
 	l.landing = append(l.landingv[:0], a.rd.out...)
 	l.waiter, l.inLine = a.waiter, a.inLine
 	if cfg.fencing {

@@ -107,6 +107,7 @@ type waiter struct {
 	rank   int64              // its rank in the line (0: none); guarded by notifier.mu
 	alone  bool               // its last attempt saw no waiters but this Client's; guarded by notifier.mu
 	split  time.Time          // its last wake-up by splitLate; guarded by notifier.mu
+	shared bool               // a shared holder's (Shared): all of them may take the key at once
 	wake   chan time.Duration // capacity 1: the delay before trying
 }
 
@@ -114,8 +115,8 @@ type waiter struct {
 // rkey; a key without waiters is subscribed to (in the background). A
 // release that named id already wakes it at once. The caller must call
 // remove when it stops waiting.
-func (n *notifier) add(rkey, id string) *waiter {
-	w := &waiter{id: id, wake: make(chan time.Duration, 1)}
+func (n *notifier) add(rkey, id string, shared bool) *waiter {
+	w := &waiter{id: id, shared: shared, wake: make(chan time.Duration, 1)}
 	n.also(rkey, w)
 	return w
 }
@@ -450,6 +451,13 @@ func (n *notifier) wakeOneLocked(k *keyWaiters, delay time.Duration) {
 		}
 	}
 	n.wake(w, delay, &n.wokenByRelease)
+	if w.shared { // shared holders take the key together: wake them all
+		for _, x := range k.waiters {
+			if x.shared && x.asleep {
+				n.wake(x, delay+n.c.cfg.jitter(notifySpread), &n.wokenByRelease)
+			}
+		}
+	}
 }
 
 // wake makes w try after delay, unless it was woken already, counting the

@@ -21,7 +21,7 @@ func TestNotifier(t *testing.T) {
 			return 0, false
 		}
 	}
-	w := n.add("k", "")
+	w := n.add("k", "", false)
 	n.sleep(w, true)
 	n.published("k", "a")
 	n.published("k", "a")
@@ -49,7 +49,7 @@ func TestNotifier(t *testing.T) {
 	if _, ok := woken(w); ok {
 		t.Fatal("woken by the messages of an own release")
 	}
-	other := n.add("other", "")
+	other := n.add("other", "", false)
 	n.remove("k", w)
 	n.released("k", "d") // no waiter: nothing to do
 	if _, ok := woken(other); ok {
@@ -67,7 +67,7 @@ func TestNotifier(t *testing.T) {
 // not wake it again (a lock held on a bare quorum would make it spin).
 func TestSplitLateWakesTheAsleepWaiter(t *testing.T) {
 	n := memNotifier(t)
-	a, b := n.add("k", "a.1"), n.add("k", "b.1")
+	a, b := n.add("k", "a.1", false), n.add("k", "b.1", false)
 	n.rest("k", a, nil)
 	n.rest("k", b, nil)
 	n.splitLate("k", "a.1", time.Millisecond)
@@ -146,13 +146,13 @@ func TestLingerTimersEndWithClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := &c.notes
-	n.remove("k", n.add("k", ""))
+	n.remove("k", n.add("k", "", false))
 	first := n.keys["k"].linger
-	n.remove("k", n.add("k", "")) // a waiter came back, and left again
+	n.remove("k", n.add("k", "", false)) // a waiter came back, and left again
 	if first == nil || first.Stop() {
 		t.Fatal("the first linger timer was still running after a waiter came back")
 	}
-	n.remove("j", n.add("j", ""))
+	n.remove("j", n.add("j", "", false))
 	timers := []*time.Timer{n.keys["k"].linger, n.keys["j"].linger}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)

@@ -50,6 +50,7 @@ type config struct {
 	fencing     bool
 	customToken bool   // WithTokenGenerator was given
 	metadata    string // WithMetadata: appended to tokens after node.Meta
+	shared      bool   // Shared: a shared holder
 }
 
 func defaultConfig() config {
@@ -384,6 +385,27 @@ func WithObserver(o Observer) Option {
 func WithFencing(on bool) Option {
 	return func(c *config) error {
 		c.fencing = on
+		return nil
+	}
+}
+
+// Shared makes TryLock, Lock and Do take the key as one of its shared
+// holders (a read lock) rather than alone: any number of shared holders may
+// hold a key at once, and no other lock while they do. A waiter of Lock for
+// the key alone (an exclusive holder) is not starved by a stream of shared
+// holders: while one waits in the key's line, new shared holders wait
+// behind it (docs/design.md, "Shared holders"). The returned Lock has the
+// whole lease API, auto-extension included; Fence is 0 (WithFencing is
+// refused: fences order writers).
+//
+// Shared locks need every Pool to be of package pool and none a Cluster
+// client (the masters' lines of waiters hold new shared holders back); the
+// acquire fails with a plain error before any I/O otherwise, and with
+// WithFencing. Client.Resume does not resume shared holders, and
+// TryLockAll, LockAll and DoAll refuse Shared.
+func Shared() Option {
+	return func(c *config) error {
+		c.shared = true
 		return nil
 	}
 }

@@ -55,6 +55,12 @@ var (
 	opExtendAll  = &opSpec{name: "extend", kind: node.ExtendMany, yes: everyKey, no: OutcomeNotHeld, decisive: true}
 	opReleaseAll = &opSpec{name: "release", kind: node.ReleaseAll, yes: intPositive, no: OutcomeNotHeld, decisive: true}
 	opHeldAll    = &opSpec{name: "held", kind: node.HeldAll, yes: intPositive, no: OutcomeNotHeld, decisive: true}
+
+	// A shared holder (Shared).
+	opAcquireShared = &opSpec{name: "acquire", kind: node.AcquireShared, yes: intPositive, no: OutcomeTaken}
+	opExtendShared  = &opSpec{name: "extend", kind: node.ExtendShared, yes: intPositive, no: OutcomeNotHeld, decisive: true}
+	opReleaseShared = &opSpec{name: "release", kind: node.ReleaseShared, yes: intPositive, no: OutcomeNotHeld, decisive: true}
+	opHeldShared    = &opSpec{name: "held", kind: node.HeldShared, yes: intPositive, no: OutcomeNotHeld, decisive: true}
 )
 
 func intPositive(rep quorum.Reply, _ *Lock) bool { return rep.Int > 0 }

@@ -37,6 +37,10 @@ const (
 	AcquireAll                 // multi-key acquire script over Keys (FenceKey: fenced): Int 1 or the counter, 0 when taken
 	ReleaseAll                 // multi-key release script over Keys (Grace): Int 1 when every key held Token
 	HeldAll                    // multi-key check over Keys: Int 1 when every key holds Token
+	AcquireShared              // shared acquire script: Int 1 when Token is a shared holder, 0 when taken
+	ExtendShared               // shared extend script: Int 1 when Token is a live shared holder
+	ReleaseShared              // shared release script (Grace): Int 1 when Token was a live shared holder
+	HeldShared                 // shared check: Int 1 when Token is a live shared holder
 )
 
 // Op is one command for every node of a round. It must not change once sent.
@@ -133,6 +137,15 @@ func SplitToken(token string) (own, meta string) {
 	own, meta, _ = strings.Cut(token, string(Meta))
 	return own, meta
 }
+
+// SharedMark starts the value of a key with shared holders: the holders
+// are kept beside it (internal/scripts/acquire_shared.lua), and no token
+// starts with it, so every script reads the key as taken.
+const SharedMark = '\x1c'
+
+// SharedValue reports whether v, a lock key's value, is a key with shared
+// holders.
+func SharedValue(v string) bool { return v != "" && v[0] == SharedMark }
 
 // Handed starts the value of a key a release handed to the first waiter of
 // its line (internal/scripts/lib.lua): no token contains it, and such a

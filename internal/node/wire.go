@@ -102,13 +102,28 @@ var wires = [...]wire{
 	HeldAll: {script: scripts.HeldAll, args: func(o *Op) []any {
 		return append(o.scriptKeys(len(o.Keys), 0), o.TokenArg)
 	}, reply: intCmd, read: readInt},
+	AcquireShared: {script: scripts.AcquireShared, args: func(o *Op) []any {
+		return o.script(1, o.KeyArg, o.TokenArg, o.TTL.Milliseconds())
+	}, reply: intCmd, read: readInt},
+	ExtendShared: {script: scripts.ExtendShared, args: func(o *Op) []any {
+		return o.script(1, o.KeyArg, o.TokenArg, o.TTL.Milliseconds())
+	}, reply: intCmd, read: readInt},
+	ReleaseShared: {script: scripts.ReleaseShared, args: func(o *Op) []any {
+		if o.Grace > 0 {
+			return o.script(1, o.KeyArg, o.TokenArg, o.Grace.Milliseconds())
+		}
+		return o.script(1, o.KeyArg, o.TokenArg)
+	}, reply: intCmd, read: readInt},
+	HeldShared: {script: scripts.HeldShared, args: func(o *Op) []any {
+		return o.script(1, o.KeyArg, o.TokenArg)
+	}, reply: intCmd, read: readInt},
 }
 
 // Boxed constants of the commands, so that building Args does not allocate
 // for them.
 var (
-	argGet, argEvalSha any              = "get", "evalsha"
-	shas               [HeldAll + 1]any // per Kind, for scripts
+	argGet, argEvalSha any                 = "get", "evalsha"
+	shas               [HeldShared + 1]any // per Kind, for scripts
 )
 
 func init() {
@@ -248,7 +263,10 @@ func readCounter(o *Op, c redis.Cmder) Result {
 
 // Inspection is one node's answer to an Inspect, as ParseInspect reads it.
 type Inspection struct {
-	Token string // the token that holds the key, "" when it is free
+	Token string // the token that holds the key, "" when it is free or shared
+	// Shared are the tokens of the key's live shared holders (non-nil,
+	// perhaps empty, when the key is shared).
+	Shared []string
 	// TTL is how long the key lives (for a session lock: its session
 	// key); meaningful when Token is not "".
 	TTL time.Duration
@@ -269,7 +287,11 @@ func ParseInspect(s string) (Inspection, error) {
 		return Inspection{}, fmt.Errorf("node: an inspect answered a TTL of %q", parts[0])
 	}
 	in := Inspection{Token: parts[3], Fence: parts[1], OldFence: parts[2]}
-	if in.Token != "" {
+	if SharedValue(in.Token) {
+		in.Shared = strings.Split(in.Token, string(Sep))[1:]
+		in.Token = ""
+	}
+	if in.Token != "" || in.Shared != nil {
 		in.TTL = time.Duration(max(ms, 0)) * time.Millisecond
 	}
 	return in, nil

@@ -7,7 +7,9 @@
 -- the two counters (each '' when absent, 'x' when not an integer), and,
 -- last, the token that holds the key ('' when it is free: absent, a session
 -- lock whose session has ended, or handed to a waiter; lib.lua). The token
--- comes last: a value written outside quorumlock may hold any byte.
+-- comes last: a value written outside quorumlock may hold any byte. A key
+-- with shared holders (acquire_shared.lua) answers \28 and their live
+-- tokens, each after a \31, in place of the token.
 local function counter(k)
   local c = redis.call('GET', k)
   if not c then
@@ -19,7 +21,13 @@ local function counter(k)
 end
 local v = redis.call('GET', KEYS[1])
 local t, ttl = '', -2
-if v and string.byte(v, 1) ~= 30 then
+if v and string.byte(v, 1) == 28 then
+  ttl = redis.call('PTTL', KEYS[1])
+  t = '\28'
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1] .. '\31r', now_ms() + 1, '+inf')) do
+    t = t .. '\31' .. m
+  end
+elseif v and string.byte(v, 1) ~= 30 then
   t = owner(KEYS[1], v) or ''
   if t == v then
     ttl = redis.call('PTTL', KEYS[1])

@@ -5,6 +5,9 @@
 -- <prefix>s:<the token's first 16 bytes>, the prefix being the lock key's
 -- first <prefix length> bytes. Tokens never contain \31, so a plain token
 -- never reads as a session lock. (docs/safety.md, "Renewal sessions".)
+-- A key with shared holders holds \28 and the token of the holder that
+-- made it shared, which every script reads as taken (no token starts with
+-- \28); the shared holders are in <key>\31r (acquire_shared.lua).
 
 -- owner returns the token that holds lock key k whose value is v: v itself
 -- for a plain token, a session lock's token while its session lives, and
@@ -94,18 +97,28 @@ local function leave(k, w, ttl)
   end
 end
 
--- hand_off reserves k, just freed, for the first live waiter of its line
--- for grace ms, drops the lapsed ones, and returns the waiter ('' when
--- the line is empty: k stays free). A key nobody waits for costs one read.
-local function hand_off(k, grace)
+-- waiting reports whether a waiter of Lock waits in the line of k, and
+-- drops the lapsed ones. A key nobody waits for costs one read.
+local function waiting(k)
   local q, x = k .. '\31q', k .. '\31x'
   if redis.call('EXISTS', q) == 0 then
-    return ''
+    return false
   end
   local gone = redis.call('ZRANGEBYSCORE', x, '-inf', now_ms())
   if #gone > 0 then
     redis.call('ZREM', q, unpack(gone))
     redis.call('ZREM', x, unpack(gone))
+  end
+  return redis.call('ZCARD', q) > 0
+end
+
+-- hand_off reserves k, just freed, for the first live waiter of its line
+-- for grace ms, drops the lapsed ones, and returns the waiter ('' when
+-- the line is empty: k stays free). A key nobody waits for costs one read.
+local function hand_off(k, grace)
+  local q = k .. '\31q'
+  if not waiting(k) then
+    return ''
   end
   local w = redis.call('ZRANGE', q, 0, 0)[1]
   if not w then

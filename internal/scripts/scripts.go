@@ -41,6 +41,14 @@ var (
 	releaseAllSrc string
 	//go:embed held_all.lua
 	heldAllSrc string
+	//go:embed acquire_shared.lua
+	acquireSharedSrc string
+	//go:embed extend_shared.lua
+	extendSharedSrc string
+	//go:embed release_shared.lua
+	releaseSharedSrc string
+	//go:embed held_shared.lua
+	heldSharedSrc string
 	//go:embed lib.lua
 	lib string // the functions every script that reads a lock key uses
 )
@@ -108,6 +116,22 @@ var (
 	// HeldAll returns 1 if every one of KEYS holds ARGV[1], else 0; it
 	// writes nothing.
 	HeldAll = script(heldAllSrc)
+	// AcquireShared adds ARGV[1] to the shared holders of KEYS[1] for
+	// ARGV[2] ms if the key is free or shared and no waiter of Lock is in
+	// its line; it returns 1 if ARGV[1] is a shared holder, else 0.
+	AcquireShared = script(lib, acquireSharedSrc)
+	// ExtendShared makes shared holder ARGV[1] of KEYS[1] live at least
+	// ARGV[2] ms more; it returns 1 if it is a live holder, else 0. It
+	// never creates a holder and never shortens one.
+	ExtendShared = script(lib, extendSharedSrc)
+	// ReleaseShared takes ARGV[1] out of the shared holders of KEYS[1],
+	// deleting the key (handing it on for ARGV[2] ms if given, and
+	// publishing) when none is left; it returns 1 if ARGV[1] was a live
+	// holder, else 0.
+	ReleaseShared = script(lib, releaseSharedSrc)
+	// HeldShared returns 1 if ARGV[1] is a live shared holder of KEYS[1],
+	// else 0; it writes nothing.
+	HeldShared = script(lib, heldSharedSrc)
 )
 
 // script joins parts into one script without its comment lines and blank

@@ -1,0 +1,43 @@
+-- Release a shared holder (acquire_shared.lua): take the token out of the
+-- key's holders. The key then lives as long as its longest-lived remaining
+-- holder; when none is left, it is deleted, handed to the first waiter of
+-- its line when asked to (lib.lua, hand_off), and the release is told as
+-- release.lua tells it, with the key's value (\28 and the token that made
+-- it shared) as the released token.
+-- KEYS[1] lock key; ARGV[1] token; ARGV[2] the grace in ms a waiter the key
+-- is handed to gets (absent or 0: no hand-off).
+-- Returns 1 when the token was a live shared holder (now gone), else 0
+-- (a lapsed holder is taken out all the same; nothing else changes).
+local k, r = KEYS[1], KEYS[1] .. '\31r'
+local v = redis.call('GET', k)
+if not v or string.byte(v, 1) ~= 28 then
+  return 0
+end
+local now = now_ms()
+local s = redis.call('ZSCORE', r, ARGV[1])
+if not s then
+  return 0
+end
+redis.call('ZREM', r, ARGV[1])
+local last = 0
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', r, now + 1, '+inf')) do
+  last = math.max(last, tonumber(redis.call('ZSCORE', r, m)))
+end
+if last > 0 then
+  redis.call('PEXPIRE', k, last - now)
+  redis.call('PEXPIRE', r, last - now)
+else
+  redis.call('DEL', k, r)
+  local w, msg = '', v
+  if tonumber(ARGV[2] or '0') > 0 then
+    w = hand_off(k, ARGV[2])
+    if w ~= '' then
+      msg = msg .. '\31' .. w
+    end
+  end
+  tell(k, msg, w)
+end
+if tonumber(s) > now then
+  return 1
+end
+return 0

@@ -276,3 +276,28 @@ func ExampleClient_DoAll() {
 	// moving stock to the order
 	// <nil>
 }
+
+// Readers share a key; a writer waits for them, and new readers wait for
+// the writer.
+func ExampleShared() {
+	pools, stop := servers(5)
+	defer stop()
+	client, _ := redlock.New(pools)
+	defer client.Close()
+	ctx := context.Background()
+
+	r1, _ := client.Lock(ctx, "catalog", redlock.Shared())
+	r2, err := client.TryLock(ctx, "catalog", redlock.Shared())
+	fmt.Println("two readers:", err == nil)
+	_, err = client.TryLock(ctx, "catalog")
+	fmt.Println("a writer meanwhile:", errors.Is(err, redlock.ErrNotAcquired))
+	_ = r1.Release(ctx)
+	_ = r2.Release(ctx)
+	w, err := client.TryLock(ctx, "catalog")
+	fmt.Println("the writer after them:", err == nil)
+	_ = w.Release(ctx)
+	// Output:
+	// two readers: true
+	// a writer meanwhile: true
+	// the writer after them: true
+}

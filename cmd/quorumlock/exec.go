@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -37,8 +38,13 @@ that group. SIGTSTP (Ctrl-Z) is ignored while COMMAND runs: a stopped
 command would hold the lock for ever, a stopped quorumlock would let it
 lapse while the command still works.
 
-Example:
+With --shared, COMMAND holds KEY with any number of other --shared holders
+(readers), and with no holder of KEY alone; a holder of KEY alone waiting
+for it holds new --shared holders back. Shared holders get no fencing token.
+
+Examples:
   quorumlock exec --wait 5m --metadata "$(hostname)" nightly-report -- ./report.sh
+  quorumlock exec --shared --wait 1m catalog -- ./read-catalog.sh
 `
 
 // execNodeTimeout is exec's default per-node timeout: above the library's,
@@ -53,6 +59,7 @@ func execCommand(ctx context.Context, e *env, args []string) int {
 	lf.register(fs, "while COMMAND runs")
 	lf.registerAcquire(fs)
 	grace := fs.Duration("grace", 10*time.Second, "after the lock is lost, how long COMMAND has between SIGTERM and SIGKILL")
+	shared := fs.Bool("shared", false, "hold KEY with other --shared holders (readers), not alone; no fencing token")
 	if code, ok := parseFlags(e, fs, args); !ok {
 		return code
 	}
@@ -73,7 +80,14 @@ func execCommand(ctx context.Context, e *env, args []string) int {
 	case *grace < 0:
 		return usageError(e, "exec", fmt.Errorf("--grace %v is negative: use 0 to send SIGKILL at once", *grace))
 	}
-	client, n, closeAll, err := lf.client(e, "exec") // redlock's warnings (failed renewals, the loss and why) go to stderr
+	var opts []redlock.Option
+	if *shared {
+		if flagSet(fs, "fencing") && lf.fencing {
+			return usageError(e, "exec", errors.New("--shared with --fencing: shared holders get no fencing token (fences order the writers of a resource)"))
+		}
+		lf.fencing, opts = false, []redlock.Option{redlock.Shared()}
+	}
+	client, n, closeAll, err := lf.client(e, "exec", opts...) // redlock's warnings (failed renewals, the loss and why) go to stderr
 	if err != nil {
 		return usageError(e, "exec", err)
 	}
@@ -285,3 +299,10 @@ func flagNames(err error) error {
 type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
+
+// flagSet reports whether the flag name was given on fs's command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}

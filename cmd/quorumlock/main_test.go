@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -90,7 +91,7 @@ func TestHelp(t *testing.T) {
 	for _, cmd := range []string{"exec", "status", "hold", "release", "demo"} { // one example each
 		var out bytes.Buffer
 		run(context.Background(), &env{stdout: &out, stderr: &out}, []string{cmd, "--help"})
-		if !strings.Contains(out.String(), "Example:\n  quorumlock "+cmd+" ") {
+		if !regexp.MustCompile(`Examples?:\n  quorumlock ` + cmd + ` `).MatchString(out.String()) {
 			t.Errorf("%s --help has no example:\n%s", cmd, out.String())
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -86,16 +87,7 @@ func printInspection(e *env, in *redlock.Inspection) {
 			fmt.Fprintf(tw, "%s\tno\t-\t-\t-\t-  %v\n", n.Node, n.Err)
 			continue
 		}
-		holder, ttl, meta := "-", "-", "-"
-		if n.Token != "" {
-			holder, ttl = short(n.Token), n.TTL.Round(time.Millisecond).String()
-			if n.TTL == 0 {
-				ttl = "?"
-			}
-			if n.Metadata != "" {
-				meta = strconv.Quote(n.Metadata)
-			}
-		}
+		holder, ttl, meta := nodeHolders(n)
 		fence := "-"
 		switch {
 		case n.BadFence:
@@ -107,18 +99,59 @@ func printInspection(e *env, in *redlock.Inspection) {
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(e.stdout)
-	switch in.State {
-	case redlock.StateHeld:
+	switch {
+	case in.State == redlock.StateHeld && in.Holder == "":
+		fmt.Fprintf(e.stdout, "held shared: %d holders on a quorum (the most agreed: %d of %d nodes):", len(in.Shared), in.Agreed, len(in.Nodes))
+		for _, h := range in.Shared {
+			fmt.Fprintf(e.stdout, " %s", short(h.Token))
+			if h.Metadata != "" {
+				fmt.Fprintf(e.stdout, " (by %q)", h.Metadata)
+			}
+		}
+		fmt.Fprintln(e.stdout)
+	case in.State == redlock.StateHeld:
 		fmt.Fprintf(e.stdout, "held: token %s on %d of %d nodes", short(in.Holder), in.Agreed, len(in.Nodes))
 		if in.Metadata != "" {
 			fmt.Fprintf(e.stdout, ", by %q", in.Metadata)
 		}
 		fmt.Fprintln(e.stdout)
-	case redlock.StateFree:
+	case in.State == redlock.StateFree:
 		fmt.Fprintf(e.stdout, "free: no token is on a quorum of %d nodes\n", in.Quorum)
 	default:
 		fmt.Fprintf(e.stdout, "unknown: %d of %d nodes answered, too few to tell whether a token is on %d\n", in.Answered, len(in.Nodes), in.Quorum)
 	}
+}
+
+// nodeHolders are the HOLDER, TTL and METADATA columns of node n: its
+// holder, or its shared holders ("shared:" and their tokens), "-" when free.
+func nodeHolders(n redlock.NodeInspection) (holder, ttl, meta string) {
+	holder, ttl, meta = "-", "-", "-"
+	if n.Token == "" && n.Shared == nil {
+		return holder, ttl, meta
+	}
+	ttl = n.TTL.Round(time.Millisecond).String()
+	if n.TTL == 0 {
+		ttl = "?"
+	}
+	if n.Token != "" {
+		holder = short(n.Token)
+		if n.Metadata != "" {
+			meta = strconv.Quote(n.Metadata)
+		}
+		return holder, ttl, meta
+	}
+	var tokens, metas []string
+	for _, h := range n.Shared {
+		tokens = append(tokens, short(h.Token))
+		if h.Metadata != "" {
+			metas = append(metas, strconv.Quote(h.Metadata))
+		}
+	}
+	holder = "shared:" + strings.Join(tokens, ",")
+	if metas != nil {
+		meta = strings.Join(metas, ",")
+	}
+	return holder, ttl, meta
 }
 
 // short is the first 8 characters of a token: enough to tell holders apart.
@@ -137,6 +170,7 @@ type statusJSON struct {
 	State    string           `json:"state"` // held, free or unknown
 	Holder   string           `json:"holder,omitempty"`
 	Metadata string           `json:"metadata,omitempty"`
+	Shared   []holderJSON     `json:"shared,omitempty"` // shared holders on a quorum
 	Agreed   int              `json:"agreed"`
 	Answered int              `json:"answered"`
 	Fence    uint64           `json:"fence"`
@@ -144,22 +178,37 @@ type statusJSON struct {
 }
 
 type nodeStatusJSON struct {
-	Node      string `json:"node"`
-	Reachable bool   `json:"reachable"`
-	Error     string `json:"error,omitempty"`
-	Holder    string `json:"holder,omitempty"`
-	Metadata  string `json:"metadata,omitempty"`
-	TTLms     int64  `json:"ttl_ms,omitempty"`
-	Fence     uint64 `json:"fence"`
-	BadFence  bool   `json:"bad_fence,omitempty"`
+	Node      string       `json:"node"`
+	Reachable bool         `json:"reachable"`
+	Error     string       `json:"error,omitempty"`
+	Holder    string       `json:"holder,omitempty"`
+	Metadata  string       `json:"metadata,omitempty"`
+	Shared    []holderJSON `json:"shared,omitempty"`
+	TTLms     int64        `json:"ttl_ms,omitempty"`
+	Fence     uint64       `json:"fence"`
+	BadFence  bool         `json:"bad_fence,omitempty"`
+}
+
+// holderJSON is one shared holder.
+type holderJSON struct {
+	Token    string `json:"token"`
+	Metadata string `json:"metadata,omitempty"`
+}
+
+func holdersJSON(hs []redlock.Holder) []holderJSON {
+	var out []holderJSON
+	for _, h := range hs {
+		out = append(out, holderJSON{Token: h.Token, Metadata: h.Metadata})
+	}
+	return out
 }
 
 // printJSON prints in as one JSON object.
 func printJSON(e *env, in *redlock.Inspection) {
 	out := statusJSON{Key: in.Key, RedisKey: in.RedisKey, Quorum: in.Quorum, State: in.State.String(), Holder: in.Holder,
-		Metadata: in.Metadata, Agreed: in.Agreed, Answered: in.Answered, Fence: in.Fence}
+		Metadata: in.Metadata, Shared: holdersJSON(in.Shared), Agreed: in.Agreed, Answered: in.Answered, Fence: in.Fence}
 	for _, n := range in.Nodes {
-		j := nodeStatusJSON{Node: n.Node, Reachable: n.Err == nil, Holder: n.Token, Metadata: n.Metadata,
+		j := nodeStatusJSON{Node: n.Node, Reachable: n.Err == nil, Holder: n.Token, Metadata: n.Metadata, Shared: holdersJSON(n.Shared),
 			TTLms: n.TTL.Milliseconds(), Fence: n.Fence, BadFence: n.BadFence}
 		if n.Err != nil {
 			j.Error = n.Err.Error()

@@ -214,11 +214,7 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *line) 
 		return nil, fmt.Errorf("redlock: acquire %q: not attempted: waiting for this Client's round on the key: %w (%w)", key, err, ErrNotAcquired)
 	}
 	defer c.gates.exitAll(t)
-	var s *session
-	if t.keys == nil && !cfg.shared { // locks of several keys and shared holders are renewed by extends
-		s = c.sessionFor(cfg)
-	}
-	v, err := c.vote(ctx, cfg, t, s, ln)
+	v, err := c.vote(ctx, cfg, t, c.sessionFor(cfg), ln)
 	if err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: token generator: %w", key, err)
 	}

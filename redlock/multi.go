@@ -147,6 +147,9 @@ func (c *Client) several(op string, keys []string, opts []Option) (*target, *con
 	if cfg.shared {
 		return nil, nil, fmt.Errorf("redlock: %s %q: a lock of several keys cannot be shared (Shared): take each key's shared lock", op, name)
 	}
+	several := *cfg // renewed by its own extends, never through a session
+	several.several = true
+	cfg = &several
 	t := &target{key: name, keys: slices.Clone(keys), rkeys: make([]any, len(keys)), sorted: make([]string, len(keys))}
 	for i, k := range keys {
 		t.sorted[i] = c.redisKey(cfg, k)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -183,6 +184,7 @@ func TestLockAllOneSlotOnCluster(t *testing.T) {
 func TestLockAllLeaseAPI(t *testing.T) {
 	e := newEnv(t, 5)
 	c := e.scriptClient(WithTTL(10*time.Second), WithFencing(true))
+	verifyAll(t, c) // tests read every node
 	ctx := context.Background()
 	prev, err := c.TryLock(ctx, "b")
 	if err != nil {
@@ -201,10 +203,7 @@ func TestLockAllLeaseAPI(t *testing.T) {
 	if l.Fence() <= prev.Fence() {
 		t.Fatalf("fence %d after a holder of b with fence %d", l.Fence(), prev.Fence())
 	}
-	verifyAll(t, c)
-	for _, k := range []string{"a", "b", "c"} {
-		e.waitHolders(rkey(k), l.Token(), 5)
-	}
+	holding := e.settledAll(t, l)
 	if _, err := c.TryLock(ctx, "b"); !errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("TryLock of a key of the lock: %v, want ErrNotAcquired", err)
 	}
@@ -218,22 +217,23 @@ func TestLockAllLeaseAPI(t *testing.T) {
 	if err := l.Extend(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "every key lives a minute on every node after Extend", func() bool {
-		for _, n := range e.nodes { // a quorum answered; the others follow
+	waitFor(t, "every key lives a minute on the nodes that hold the lock after Extend", func() bool {
+		for _, i := range holding { // a quorum answered; the others follow
 			for _, k := range []string{"a", "b", "c"} {
-				if n.m.TTL(rkey(k)) < 50*time.Second {
+				if e.nodes[i].m.TTL(rkey(k)) < 50*time.Second {
 					return false
 				}
 			}
 		}
 		return true
 	})
-	e.nodes[0].m.Del(rkey("a")) // one key gone on two nodes: the lock is not held there
-	e.nodes[1].m.Del(rkey("a"))
+	for _, i := range holding[3:] { // one key gone: the lock is not held there
+		e.nodes[i].m.Del(rkey("a"))
+	}
 	if held, err := l.Held(ctx); !held || err != nil {
 		t.Fatalf("Held with 3 of 5 nodes holding every key = %v, %v", held, err)
 	}
-	e.nodes[2].m.Del(rkey("c"))
+	e.nodes[holding[0]].m.Del(rkey("c"))
 	if held, err := l.Held(ctx); held || err != nil {
 		t.Fatalf("Held with 2 of 5 nodes holding every key = %v, %v; want false", held, err)
 	}
@@ -255,12 +255,45 @@ func TestLockAllLeaseAPI(t *testing.T) {
 	}
 }
 
+// settledAll waits until every node has answered l's acquire command and
+// holds every key of l or none, none where the command failed (it is
+// released), and returns the nodes that hold them. (A quorum answered
+// before l was returned; on a loaded machine, the others may time out.)
+func (e *env) settledAll(t *testing.T, l *Lock) []int {
+	t.Helper()
+	waitFor(t, "every node answered the acquire", func() bool { return l.landingNow() == nil })
+	l.mu.Lock()
+	unsure := slices.Clone(l.unsure)
+	l.mu.Unlock()
+	var holding []int
+	waitFor(t, "every node holds every key or none", func() bool {
+		holding = holding[:0]
+		for i := range e.nodes {
+			n := 0
+			for _, k := range l.Keys() {
+				if e.value(i, rkey(k)) == l.Token() {
+					n++
+				}
+			}
+			if n != 0 && n != len(l.Keys()) || n != 0 && unsure != nil && unsure[i] {
+				return false
+			}
+			if n > 0 {
+				holding = append(holding, i)
+			}
+		}
+		return true
+	})
+	return holding
+}
+
 // TestLockAllReleaseLeavesOthers: Release deletes the lock's keys, never a
 // key that holds another token, and a key a waiter of one key (Lock) waits
 // for is handed to it.
 func TestLockAllReleaseLeavesOthers(t *testing.T) {
 	e := newEnv(t, 3)
 	c := e.scriptClient(WithTTL(10 * time.Second))
+	verifyAll(t, c) // tests read every node
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l, err := c.TryLockAll(ctx, []string{"x", "y"})
@@ -304,6 +337,7 @@ func TestLockAllOverlappingSetsProgress(t *testing.T) {
 	var wg sync.WaitGroup
 	for w := range 8 {
 		c := e.scriptClient(WithTTL(5*time.Second), WithRetryBackoff(time.Millisecond, 20*time.Millisecond))
+		verifyAll(t, c) // tests read every node
 		set := sets[w%len(sets)]
 		wg.Go(func() {
 			for range 10 {
@@ -337,6 +371,7 @@ func TestLockAllOverlappingSetsProgress(t *testing.T) {
 func TestLockAllAutoExtend(t *testing.T) {
 	e := newEnv(t, 3)
 	c := e.scriptClient(WithNodeTimeout(50*time.Millisecond), WithTTL(600*time.Millisecond), WithAutoExtend(true))
+	verifyAll(t, c) // tests read every node
 	ctx := context.Background()
 	l, err := c.LockAll(ctx, []string{"p", "q"})
 	if err != nil {

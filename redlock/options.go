@@ -51,6 +51,7 @@ type config struct {
 	customToken bool   // WithTokenGenerator was given
 	metadata    string // WithMetadata: appended to tokens after node.Meta
 	shared      bool   // Shared: a shared holder
+	several     bool   // a lock of several keys (TryLockAll): set by Client.several
 }
 
 func defaultConfig() config {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,6 +113,7 @@ func sharedSubset(t *testing.T, e *env, c *Client, taken, failing int) {
 func TestSharedExcludesExclusive(t *testing.T) {
 	e := newEnv(t, 3)
 	c := e.scriptClient(WithTTL(10 * time.Second))
+	verifyAll(t, c) // tests read every node
 	ctx := context.Background()
 	a, err := c.TryLock(ctx, "doc", Shared(), WithMetadata("reader a"))
 	if err != nil {
@@ -130,7 +132,6 @@ func TestSharedExcludesExclusive(t *testing.T) {
 	if locked, err := c.Locked(ctx, "doc"); !locked || err != nil {
 		t.Fatalf("Locked while shared = %v, %v", locked, err)
 	}
-	verifyAll(t, c)
 	in, err := c.Inspect(ctx, "doc")
 	if err != nil || in.State != StateHeld || len(in.Shared) != 2 || in.Holder != "" {
 		t.Fatalf("Inspect while shared: %+v, %v", in, err)
@@ -171,6 +172,7 @@ func TestSharedWriterNotStarved(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	readers := e.scriptClient(WithTTL(5*time.Second), WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
+	verifyAll(t, readers)    // tests read every node
 	var holding atomic.Int32 // shared holds now
 	var stop, writerDone atomic.Bool
 	var after atomic.Int32 // shared holds that began after the writer's
@@ -207,6 +209,7 @@ func TestSharedWriterNotStarved(t *testing.T) {
 	}
 	waitFor(t, "readers overlap", func() bool { return holding.Load() >= 2 })
 	writer := e.scriptClient(WithTTL(5 * time.Second))
+	verifyAll(t, writer) // tests read every node
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer wcancel()
 	w, err := writer.Lock(wctx, "doc")
@@ -230,6 +233,7 @@ func TestSharedWriterNotStarved(t *testing.T) {
 func TestSharedLeaseAPI(t *testing.T) {
 	e := newEnv(t, 3)
 	c := e.scriptClient(WithNodeTimeout(50*time.Millisecond), WithTTL(600*time.Millisecond))
+	verifyAll(t, c) // tests read every node
 	ctx := context.Background()
 	auto, err := c.Lock(ctx, "doc", Shared(), WithAutoExtend(true))
 	if err != nil {
@@ -264,6 +268,9 @@ func TestSharedLeaseAPI(t *testing.T) {
 	}
 	for i := range e.nodes { // the key lives as long as l, now its longest-lived holder
 		waitFor(t, "the key lives as long as its longest-lived holder", func() bool {
+			if !slices.Contains(e.sharedHolders(i, rkey("doc")), l.Token()) {
+				return true // l's acquire timed out there (a loaded machine)
+			}
 			ttl := e.nodes[i].m.TTL(rkey("doc"))
 			return ttl > 5*time.Second && ttl <= 10*time.Second
 		})
@@ -329,12 +336,14 @@ func TestSharedHandsToWaitingWriter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := e.scriptClient(WithTTL(10 * time.Second))
+	verifyAll(t, c) // tests read every node
 	r, err := c.TryLock(ctx, "doc", Shared())
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
 	writer := e.scriptClient(WithTTL(10 * time.Second))
+	verifyAll(t, writer) // tests read every node
 	go func() {
 		w, err := writer.Lock(ctx, "doc")
 		if err == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -58,7 +59,7 @@ func sameResult(op *node.Op, got, want node.Result) bool {
 		w, werr := node.ParseInspect(want.Str)
 		d := g.TTL - w.TTL
 		g.TTL, w.TTL = 0, 0
-		return gerr == nil && werr == nil && g == w && d < time.Second && d > -time.Second
+		return gerr == nil && werr == nil && reflect.DeepEqual(g, w) && d < time.Second && d > -time.Second
 	}
 	return fmt.Sprint(got.Int, got.Str, got.Err != nil) == fmt.Sprint(want.Int, want.Str, want.Err != nil)
 }

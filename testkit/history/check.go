@@ -168,6 +168,7 @@ func (r *Report) String() string {
 // holding is one successful acquisition and what became of it.
 type holding struct {
 	key, client, token string
+	keys               []string // a lock of several keys: all of them; else nil
 	fence              uint64
 	ttl                time.Duration
 	start, ret         time.Duration // the acquire call's start and return
@@ -179,7 +180,11 @@ type holding struct {
 }
 
 func (x *holding) String() string {
-	return fmt.Sprintf("%s (token %s, fence %d, window [%v, %v])", x.client, x.token, x.fence, us(x.ret), us(x.end))
+	keys := ""
+	if len(x.keys) > 0 {
+		keys = fmt.Sprintf("keys %s, ", strings.Join(x.keys, "+"))
+	}
+	return fmt.Sprintf("%s (%stoken %s, fence %d, window [%v, %v])", x.client, keys, x.token, x.fence, us(x.ret), us(x.end))
 }
 
 // us rounds d to the microsecond, for messages.
@@ -188,6 +193,16 @@ func us(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
 // Check checks the History against every property it has the data for and
 // returns the Report; it does not change h and may be called while
 // recording goes on (it checks a snapshot).
+//
+// A lock of several keys (Op.Keys) is judged as a holder of each of them:
+// its window must overlap no other lock's window on any of its keys (S1),
+// and no lock of one key and no other lock of several keys that shares a
+// key with it, so that two sets that share one key are judged on that key;
+// its fence must exceed those of the earlier holders of each key (S4);
+// each key's mutex model takes its acquisition and release (LIN); a
+// critical section under it excludes every section of another lock on any
+// of its keys (SEC, Section.Keys); and each of its keys found holding its
+// token after its release, or a failed round's token, is a leftover (L2).
 //
 // The window of a successful acquisition (S1, S4, LIN) runs from the moment
 // the acquire call returned to the end of its claim: the latest deadline it
@@ -254,7 +269,9 @@ func allowance(ttl time.Duration, cfg Config) time.Duration {
 }
 
 // holdings gathers the successful acquisitions, by token and by key (each
-// key's sorted by return).
+// key's sorted by return). A lock of several keys is one holding (one
+// token), listed under each of its keys: it is judged against every holder
+// of each.
 func holdings(ops []Op, leases []Lease, cfg Config, r *Report) (map[string]*holding, map[string][]*holding) {
 	holds := map[string]*holding{}
 	for _, op := range ops {
@@ -262,7 +279,7 @@ func holdings(ops []Op, leases []Lease, cfg Config, r *Report) (map[string]*hold
 		case op.Kind == Acquire && op.Outcome == OK:
 			r.Acquired++
 			holds[op.Token] = &holding{
-				key: op.Key, client: op.Client, token: op.Token, fence: op.Fence, ttl: op.TTL,
+				key: op.Key, keys: op.Keys, client: op.Client, token: op.Token, fence: op.Fence, ttl: op.TTL,
 				start: op.Start, ret: op.End, deadline: op.Deadline, session: op.Session,
 				round: max(op.Start, op.Deadline-(op.TTL-allowance(op.TTL, cfg))),
 			}
@@ -303,7 +320,9 @@ func holdings(ops []Op, leases []Lease, cfg Config, r *Report) (map[string]*hold
 		if at, ok := doneAt[tok]; ok && at < x.end {
 			x.end = at
 		}
-		byKey[x.key] = append(byKey[x.key], x)
+		for _, k := range keysOr(x.keys, x.key) {
+			byKey[k] = append(byKey[k], x)
+		}
 	}
 	for _, xs := range byKey {
 		slices.SortFunc(xs, func(a, b *holding) int { return cmp.Or(cmp.Compare(a.ret, b.ret), strings.Compare(a.token, b.token)) })
@@ -724,10 +743,11 @@ type gone struct {
 	ttl    time.Duration
 }
 
-// nodeToken is one key of ours on one node.
+// nodeToken is one key of ours on one node: the Redis key and the token
+// it holds (a lock of several keys leaves its token on each).
 type nodeToken struct {
-	node  int
-	token string
+	node       int
+	key, token string
 }
 
 // checkL2: no key found by the final scan holds the token of a round that
@@ -744,7 +764,7 @@ func checkL2(s snapshot, cfg Config, r *Report) {
 	r.Checked[L2] = len(j.tokens)
 	for _, l := range s.leftovers {
 		if lv, g, ok := j.lookup(l); ok && !j.landedBeyond(l, g) {
-			j.reported[nodeToken{l.Node, lv.Token}] = true
+			j.reported[nodeToken{l.Node, l.Key, lv.Token}] = true
 			r.add(L2, l.Key, "node%d still holds the token %q of %s (call returned at %v) after the run (PTTL %dms)", l.Node, lv.Token, g.what, us(g.end), l.PTTL)
 		}
 	}
@@ -821,7 +841,7 @@ func goneTokens(s snapshot) map[string]gone {
 func (j *l2Judge) landedBeyond(l Leftover, g gone) bool {
 	lv, _, _, _ := sessionView(l, j.cfg, j.maxTTL)
 	if j.cfg.Horizon > 0 && landed(l, g, j.cfg, j.maxTTL) > g.end+j.cfg.Horizon {
-		j.beyond[nodeToken{l.Node, lv.Token}] = true
+		j.beyond[nodeToken{l.Node, l.Key, lv.Token}] = true
 		return true
 	}
 	return false
@@ -852,7 +872,7 @@ func (j *l2Judge) lookup(l Leftover) (Leftover, gone, bool) {
 		// as generated, the node holds it with the description.
 		g, ok = j.tokens[own]
 	}
-	k := nodeToken{l.Node, lv.Token}
+	k := nodeToken{l.Node, l.Key, lv.Token}
 	if ok && isFree {
 		j.free[k] = true
 		return lv, g, false
@@ -912,7 +932,7 @@ func judgeSweeps(s snapshot, cfg Config, r *Report, maxTTL time.Duration, report
 		if !ok || landedBeyond(l, g) {
 			continue
 		}
-		k := nodeToken{l.Node, lv.Token}
+		k := nodeToken{l.Node, l.Key, lv.Token}
 		if l.At-g.end > landedLate {
 			late[k] = true
 		}

@@ -27,6 +27,11 @@
 //     overlap in time (see Config.TolerateOverruns for a section that ran
 //     past its own lock's validity).
 //
+// A lock of several keys (Client.TryLockAll, LockAll, DoAll; recorded by
+// Recorder.AcquireAll and DoAll, with Op.Keys) is judged as a holder of
+// each of its keys: no other lock of any of them, of one key or of
+// several, may overlap it there.
+//
 // A History is filled while the test runs (every method is safe for
 // concurrent use) and checked once at the end with Check, which returns a
 // Report naming every violation. An Audit follows the MONITOR stream of

@@ -69,8 +69,13 @@ func (o Outcome) String() string {
 // (see History.Now): Start is read just before the call, End just after it
 // returned.
 type Op struct {
-	Client  string
-	Key     string // the lock's key as the caller named it
+	Client string
+	Key    string // the lock's key as the caller named it; of several keys, the first
+	// Keys are the keys of a lock of several keys (Client.TryLockAll,
+	// LockAll, DoAll), in the caller's order, Key being the first; nil for
+	// a lock of one key. Such a lock holds each of them: Check judges it
+	// as a holder of every one (S1, S4, LIN, SEC).
+	Keys    []string
 	Kind    Kind
 	Start   time.Duration
 	End     time.Duration
@@ -99,6 +104,20 @@ type Op struct {
 	// renewals, which the History learns from Leases and ReplyRenew
 	// replies. Empty for every other lock.
 	Session string
+}
+
+// keys returns every key op's lock covers.
+func (op *Op) keys() []string { return keysOr(op.Keys, op.Key) }
+
+// keys returns every key of the lock the section ran under.
+func (s *Section) keys() []string { return keysOr(s.Keys, s.Key) }
+
+// keysOr is keys, or key alone when keys is empty.
+func keysOr(keys []string, key string) []string {
+	if len(keys) == 0 {
+		return []string{key}
+	}
+	return keys
 }
 
 // Lease is a session lock's Deadline as its holder (or a watcher on its
@@ -139,11 +158,16 @@ const (
 // (S5); it may also have written a fenced resource (Fenced).
 type Section struct {
 	Client string
-	Key    string
-	Token  string // the holder's lock token
-	Fence  uint64 // the holder's fencing token
-	Start  time.Duration
-	End    time.Duration
+	// Key is the key whose guarded counter the section read (S5, LIN).
+	Key string
+	// Keys, when the holder's lock has several keys, lists them all (Key
+	// among them): no section of another lock of any of them may overlap
+	// this one (SEC). Nil for a lock of one key.
+	Keys  []string
+	Token string // the holder's lock token
+	Fence uint64 // the holder's fencing token
+	Start time.Duration
+	End   time.Duration
 	// Counted says the section read the guarded counter: Read is its value.
 	// A section that only wrote the fenced resource leaves it false.
 	Counted bool

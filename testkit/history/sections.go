@@ -7,7 +7,8 @@ import (
 
 // checkSections: sweeping each key's sections in order of start, a section
 // that started before the latest end seen so far, under another lock,
-// overlaps that section (SEC). An overlap in which a section ran past its
+// overlaps that section (SEC). A section under a lock of several keys is a
+// section of each of them. An overlap in which a section ran past its
 // own holder's window is the holder's overrun, not the lock's failure: a
 // note with cfg.TolerateOverruns.
 func checkSections(sections []Section, holds map[string]*holding, cfg Config, r *Report) {
@@ -17,7 +18,9 @@ func checkSections(sections []Section, holds map[string]*holding, cfg Config, r 
 	}
 	byKey := map[string][]Section{}
 	for _, sec := range sections {
-		byKey[sec.Key] = append(byKey[sec.Key], sec)
+		for _, k := range sec.keys() {
+			byKey[k] = append(byKey[k], sec)
+		}
 	}
 	overran := func(sec Section) bool {
 		x := holds[sec.Token]

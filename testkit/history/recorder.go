@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,17 +94,55 @@ func (r *Recorder) Lock(ctx context.Context, key string, opts ...redlock.Option)
 // redlock.WithMaxWait(wait), records the call and returns the lock (nil on
 // failure), the record and the call's error.
 func (r *Recorder) Acquire(ctx context.Context, key string, wait time.Duration, opts ...redlock.Option) (*redlock.Lock, Op, error) {
+	return r.acquire(ctx, []string{key}, false, wait, opts)
+}
+
+// TryLockAll calls Client.TryLockAll, records the call (an Acquire Op with
+// Keys) and returns what TryLockAll returned.
+func (r *Recorder) TryLockAll(ctx context.Context, keys []string, opts ...redlock.Option) (*redlock.Lock, error) {
+	l, _, err := r.AcquireAll(ctx, keys, 0, opts...)
+	return l, err
+}
+
+// LockAll calls Client.LockAll, records the call and returns what LockAll
+// returned.
+func (r *Recorder) LockAll(ctx context.Context, keys []string, opts ...redlock.Option) (*redlock.Lock, error) {
+	l, _, err := r.AcquireAll(ctx, keys, -1, opts...)
+	return l, err
+}
+
+// AcquireAll is Acquire for a lock of several keys: it calls TryLockAll
+// (wait 0), LockAll (wait < 0) or LockAll with redlock.WithMaxWait(wait),
+// records the call (Op.Keys holds keys, Op.Key the first) and returns the
+// lock (nil on failure), the record and the call's error.
+func (r *Recorder) AcquireAll(ctx context.Context, keys []string, wait time.Duration, opts ...redlock.Option) (*redlock.Lock, Op, error) {
+	return r.acquire(ctx, slices.Clone(keys), true, wait, opts)
+}
+
+// acquire is Acquire (keys: the one key) and, with all, AcquireAll.
+func (r *Recorder) acquire(ctx context.Context, keys []string, all bool, wait time.Duration, opts []redlock.Option) (*redlock.Lock, Op, error) {
 	n0 := r.tokenCount()
-	op := Op{Client: r.name, Key: key, Kind: Acquire, TTL: r.ttl, Start: r.h.Now()}
+	op := Op{Client: r.name, Kind: Acquire, TTL: r.ttl, Start: r.h.Now()}
+	if len(keys) > 0 {
+		op.Key = keys[0]
+	}
+	if all && len(keys) > 0 {
+		op.Keys = keys
+	}
+	if wait > 0 {
+		opts = append(slices.Clip(opts), redlock.WithMaxWait(wait))
+	}
 	var l *redlock.Lock
 	var err error
 	switch {
+	case all && wait == 0:
+		l, err = r.c.TryLockAll(ctx, keys, opts...)
+	case all:
+		l, err = r.c.LockAll(ctx, keys, opts...)
 	case wait == 0:
-		l, err = r.c.TryLock(ctx, key, opts...)
-	case wait > 0:
-		l, err = r.c.Lock(ctx, key, append(opts, redlock.WithMaxWait(wait))...)
+		l, err = r.c.TryLock(ctx, op.Key, opts...)
 	default:
-		l, err = r.c.Lock(ctx, key, opts...)
+		l, err = r.c.Lock(ctx, op.Key, opts...)
 	}
 	var deadline time.Time
 	if err == nil {
@@ -132,7 +171,7 @@ func (r *Recorder) Acquire(ctx context.Context, key string, wait time.Duration, 
 // Extend calls l.Extend(ctx, ttl) (ttl 0: the lock's own TTL), records the
 // call and returns the record and Extend's error.
 func (r *Recorder) Extend(ctx context.Context, l *redlock.Lock, ttl time.Duration) (Op, error) {
-	op := Op{Client: r.name, Key: l.Key(), Kind: Extend, TTL: cmp.Or(ttl, r.ttl), Token: l.Token(), Fence: l.Fence(),
+	op := Op{Client: r.name, Key: l.Key(), Keys: several(l), Kind: Extend, TTL: cmp.Or(ttl, r.ttl), Token: l.Token(), Fence: l.Fence(),
 		Start: r.h.Now(), Session: r.sessionKey(l)}
 	err := l.Extend(ctx, ttl)
 	deadline := l.Deadline() // as the call returned (see Acquire)
@@ -171,7 +210,7 @@ func (r *Recorder) Resume(ctx context.Context, key, token string, ttl time.Durat
 // Release calls l.Release, records the call and returns the record and
 // Release's error.
 func (r *Recorder) Release(ctx context.Context, l *redlock.Lock) (Op, error) {
-	op := Op{Client: r.name, Key: l.Key(), Kind: Release, Token: l.Token(), Fence: l.Fence(), Start: r.h.Now()}
+	op := Op{Client: r.name, Key: l.Key(), Keys: several(l), Kind: Release, Token: l.Token(), Fence: l.Fence(), Start: r.h.Now()}
 	err := l.Release(ctx)
 	op.End = r.h.Now()
 	r.finish(&op, ctx, err)
@@ -183,7 +222,7 @@ func (r *Recorder) Release(ctx context.Context, l *redlock.Lock) (Op, error) {
 // (a Section: SEC checks that no two overlap), also when fn panics; it
 // returns fn's error.
 func (r *Recorder) Section(l *redlock.Lock, fn func() error) (err error) {
-	sec := Section{Client: r.name, Key: l.Key(), Token: l.Token(), Fence: l.Fence(), Start: r.h.Now()}
+	sec := Section{Client: r.name, Key: l.Key(), Keys: several(l), Token: l.Token(), Fence: l.Fence(), Start: r.h.Now()}
 	defer func() {
 		sec.End = r.h.Now()
 		if err != nil {
@@ -202,11 +241,27 @@ func (r *Recorder) Section(l *redlock.Lock, fn func() error) (err error) {
 // matching redlock.ErrLockLost if the lock was lost while fn ran, or else
 // with Release's error; Lock's error without calling fn; and an error for a
 // nil fn.
-func (r *Recorder) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...redlock.Option) (err error) {
-	if fn == nil {
-		return fmt.Errorf("history: Do %q: fn is nil", key)
+func (r *Recorder) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...redlock.Option) error {
+	return r.do(ctx, []string{key}, false, fn, opts)
+}
+
+// DoAll is Do for a lock of several keys (Client.DoAll, recorded, without
+// auto-extension): it waits for them with LockAll, and its Section covers
+// every key (Section.Keys). Its results are Do's.
+func (r *Recorder) DoAll(ctx context.Context, keys []string, fn func(ctx context.Context) error, opts ...redlock.Option) error {
+	return r.do(ctx, slices.Clone(keys), true, fn, opts)
+}
+
+// do is Do (keys: the one key) and, with all, DoAll.
+func (r *Recorder) do(ctx context.Context, keys []string, all bool, fn func(ctx context.Context) error, opts []redlock.Option) (err error) {
+	name, what := strings.Join(keys, ", "), "Do"
+	if all {
+		what = "DoAll"
 	}
-	l, err := r.Lock(ctx, key, slices.Concat(opts, []redlock.Option{redlock.WithAutoExtend(false)})...)
+	if fn == nil {
+		return fmt.Errorf("history: %s %q: fn is nil", what, name)
+	}
+	l, _, err := r.acquire(ctx, keys, all, -1, slices.Concat(opts, []redlock.Option{redlock.WithAutoExtend(false)}))
 	if err != nil {
 		return err
 	}
@@ -217,12 +272,21 @@ func (r *Recorder) Do(ctx context.Context, key string, fn func(ctx context.Conte
 		_, rerr := r.Release(context.WithoutCancel(ctx), l)
 		switch {
 		case errors.Is(lost, redlock.ErrLockLost):
-			err = errors.Join(err, fmt.Errorf("history: Do %q: the lock was lost while fn ran: %w", key, redlock.ErrLockLost))
+			err = errors.Join(err, fmt.Errorf("history: %s %q: the lock was lost while fn ran: %w", what, name, redlock.ErrLockLost))
 		case rerr != nil:
 			err = errors.Join(err, rerr)
 		}
 	}()
 	return r.Section(l, func() error { return fn(lctx) })
+}
+
+// several returns the keys of l, a lock of several keys, or nil for a lock
+// of one key.
+func several(l *redlock.Lock) []string {
+	if keys := l.Keys(); len(keys) > 1 {
+		return keys
+	}
+	return nil
 }
 
 // finish sets the outcome and error of op from the call's error.

@@ -14,7 +14,9 @@ import (
 
 // RecordReplies wraps p, client's Pool of node n, so that every yes the
 // node gives the client to an acquire, a fencing write-back, an extend or
-// a session renewal is recorded (AddReply): with Config.Replies set, S2
+// a session renewal is recorded (AddReply; a lock of several keys is
+// recorded under its first key, and its extend counts as a yes only where
+// every one of its keys held its token): with Config.Replies set, S2
 // then requires a quorum of them before each success returned. With sent
 // not nil, the token of every acquire command the client sends is noted
 // there too. Give the wrapped Pools to redlock.New. p must be a Pool of
@@ -95,7 +97,7 @@ func (p *replyPool) Extend(ctx context.Context, key, token string, ttl time.Dura
 func (p *replyPool) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag int) {
 	if p.sent != nil {
 		switch op.Kind {
-		case node.Acquire, node.AcquireFenced, node.AcquireSession:
+		case node.Acquire, node.AcquireFenced, node.AcquireSession, node.AcquireAll:
 			p.sent.add(op.Token, op.Session)
 		}
 	}
@@ -113,8 +115,10 @@ type replyReceiver struct {
 func (r *replyReceiver) Deliver(tag int, res node.Result) {
 	if res.Err == nil {
 		switch k := r.op.Kind; {
-		case k == node.AcquireFenced && res.Int > 0, k == node.Acquire && res.Int == 1:
-			r.p.record(ReplyAcquire, r.op.Key, r.op.Token, r.start)
+		case k == node.AcquireFenced && res.Int > 0, k == node.Acquire && res.Int == 1, k == node.AcquireAll && res.Int > 0:
+			r.p.record(ReplyAcquire, r.op.Key, r.op.Token, r.start) // a lock of several keys: its first key
+		case k == node.ExtendMany:
+			r.extendedMany(res.Str)
 		case k == node.RaiseFence && res.Int == 1:
 			r.p.record(ReplyRaise, r.op.Key, r.op.Token, r.start)
 		case (k == node.Extend || k == node.Resume) && res.Int == 1: // a resume's yes is an extend's
@@ -127,6 +131,38 @@ func (r *replyReceiver) Deliver(tag int, res node.Result) {
 		}
 	}
 	r.rcv.Deliver(tag, res)
+}
+
+// extendedMany records the yes of an ExtendMany whose reply is bits, one
+// '1' per key that held its token: a yes for each token all of whose keys
+// held it (a lock of several keys is extended only on the nodes where every
+// one of its keys was), under its first key.
+func (r *replyReceiver) extendedMany(bits string) {
+	if len(bits) != len(r.op.Keys) || len(r.op.Tokens) != len(r.op.Keys) {
+		return
+	}
+	type lock struct {
+		key string
+		all bool
+	}
+	var order []string
+	locks := map[string]*lock{}
+	for i, t := range r.op.Tokens {
+		tok, _ := t.(string)
+		key, _ := r.op.Keys[i].(string)
+		x := locks[tok]
+		if x == nil {
+			x = &lock{key: key, all: true}
+			locks[tok] = x
+			order = append(order, tok)
+		}
+		x.all = x.all && bits[i] == '1'
+	}
+	for _, tok := range order {
+		if locks[tok].all {
+			r.p.record(ReplyExtend, locks[tok].key, tok, r.start)
+		}
+	}
 }
 
 // SentTokens notes the tokens of the acquire commands a client sends

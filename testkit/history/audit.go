@@ -51,6 +51,15 @@ const (
 	// ScriptInspect reads a lock key, its TTL and its fencing counters; it
 	// writes nothing.
 	ScriptInspect
+	// ScriptAcquireAll is the acquire of a lock of several keys: SET every
+	// key to the token if all are free (and, fenced, INCR the counter).
+	ScriptAcquireAll
+	// ScriptReleaseAll is the release of a lock of several keys: DEL each
+	// key that holds the token (then maybe SET it, handed to a waiter).
+	ScriptReleaseAll
+	// ScriptHeldAll reads whether every key of a lock of several keys
+	// holds its token; it writes nothing.
+	ScriptHeldAll
 )
 
 // LibraryScripts maps the SHA1 (lower-case hex, as EVALSHA sends it) of each
@@ -69,6 +78,9 @@ func LibraryScripts() map[string]ScriptKind {
 		scripts.Leave.Hash():          ScriptLeave,
 		scripts.Resume.Hash():         ScriptResume,
 		scripts.Inspect.Hash():        ScriptInspect,
+		scripts.AcquireAll.Hash():     ScriptAcquireAll,
+		scripts.ReleaseAll.Hash():     ScriptReleaseAll,
+		scripts.HeldAll.Hash():        ScriptHeldAll,
 	}
 }
 
@@ -292,10 +304,16 @@ func (a *Audit) scriptLine(n int, nd *auditNode, s *openScript, cmd string, e En
 			a.check(n, nd, s, "extend set the TTL of")
 		}
 	case ScriptRaise:
-		// GET key; only if it holds the token: GET counter, maybe SET it.
-		if s.lines >= 2 && !s.checked && s.key != "" {
+		// GET key (and, for a lock of several keys, its other keys,
+		// KEYS[3..]); only if every one holds the token: GET counter
+		// (KEYS[2]), maybe SET it.
+		if cmd == "get" && !s.checked && len(s.keys) > 1 && len(e.Args) > 1 && e.Args[1] == s.keys[1] {
 			s.checked = true
-			a.check(n, nd, s, "the fencing write-back raised the counter of")
+			for i, k := range s.keys {
+				if i != 1 && a.isLockKey(k) {
+					a.check(n, nd, &openScript{key: k, token: s.token}, "the fencing write-back raised the counter of")
+				}
+			}
 		}
 	case ScriptAcquirePlain:
 		// GET key (and a session key); SET key token PX ttl if free.
@@ -317,10 +335,37 @@ func (a *Audit) scriptLine(n int, nd *auditNode, s *openScript, cmd string, e En
 				a.check(n, nd, one, "a batched extend set the TTL of")
 			}
 		}
-	case ScriptPeek, ScriptInspect:
-		a.scriptWrite(n, nd, cmd, e, "a read-only script (peek, inspect)")
+	case ScriptAcquireAll:
+		// GET each key; if all are free: (INCR counter,) SET each key
+		// that does not hold the token yet.
+		if cmd == "set" && len(e.Args) > 1 && s.token != "" && a.isLockKey(e.Args[1]) && slices.Contains(s.keys, e.Args[1]) {
+			nd.keys[e.Args[1]] = keyState{known: true, token: s.token}
+		}
+	case ScriptReleaseAll:
+		// per key: GET it; only if it holds the token: DEL it, then maybe
+		// SET it, handed to the next waiter, and PUBLISH.
+		a.releaseAll(n, nd, s, cmd, e)
+	case ScriptPeek, ScriptInspect, ScriptHeldAll:
+		a.scriptWrite(n, nd, cmd, e, "a read-only script (peek, inspect, held)")
 	default:
 		a.scriptWrite(n, nd, cmd, e, "a script that is not one of quorumlock's")
+	}
+}
+
+// releaseAll follows a release of a lock of several keys: each delete must
+// hit a key of the lock that holds its token; a SET hands a key to a
+// waiter.
+func (a *Audit) releaseAll(n int, nd *auditNode, s *openScript, cmd string, e Entry) {
+	if len(e.Args) < 2 || !a.isLockKey(e.Args[1]) || !slices.Contains(s.keys, e.Args[1]) {
+		return
+	}
+	k := e.Args[1]
+	switch {
+	case cmd == "del":
+		a.check(n, nd, &openScript{key: k, token: s.token}, "release deleted")
+		nd.keys[k] = keyState{known: true}
+	case cmd == "set" && len(e.Args) > 2:
+		nd.keys[k] = keyState{known: true, token: e.Args[2]}
 	}
 }
 

@@ -202,3 +202,119 @@ func TestAuditAfterExpiryOrGap(t *testing.T) {
 		t.Errorf("allowed injection: %v, stats %+v", f, a.Stats())
 	}
 }
+
+// The MONITOR lines of a lock of several keys' scripts.
+
+func acquireAllLines(keys []string, tok string) []string {
+	all := append(append([]string{}, keys...), "quorumlock:fence")
+	for _, k := range keys {
+		all = append(all, k+":fence")
+	}
+	l := []string{evalsha(scripts.AcquireAll, all, tok, "1000", fmt.Sprint(len(keys)))}
+	for _, k := range keys {
+		l = append(l, lua("GET", k))
+	}
+	l = append(l, lua("INCR", "quorumlock:fence"))
+	for _, k := range keys {
+		l = append(l, lua("GET", k+":fence"))
+	}
+	for _, k := range keys {
+		l = append(l, lua("GET", k), lua("SET", k, tok, "PX", "1000"))
+	}
+	return l
+}
+
+// releaseAllLines: held says which keys hold tok (and are deleted).
+func releaseAllLines(keys []string, tok string, held ...bool) []string {
+	l := []string{evalsha(scripts.ReleaseAll, keys, tok)}
+	for i, k := range keys {
+		l = append(l, lua("GET", k))
+		if held[i] {
+			l = append(l, lua("DEL", k), lua("PUBLISH", k, tok))
+		}
+	}
+	return l
+}
+
+func heldAllLines(keys []string, tok string) []string {
+	l := []string{evalsha(scripts.HeldAll, keys, tok)}
+	for _, k := range keys {
+		l = append(l, lua("GET", k))
+	}
+	return l
+}
+
+// raiseAllLines is the fencing write-back of a lock of several keys: the
+// first key, the counter, then the others.
+func raiseAllLines(keys []string, tok string) []string {
+	l := []string{evalsha(scripts.RaiseFence, append([]string{keys[0], "quorumlock:fence"}, keys[1:]...), tok, "7")}
+	for _, k := range keys {
+		l = append(l, lua("GET", k))
+	}
+	return append(l, lua("GET", "quorumlock:fence"), lua("SET", "quorumlock:fence", "7"))
+}
+
+// extendAllLines is the extend of a lock of several keys: ExtendMany with
+// its token once per key.
+func extendAllLines(keys []string, tok string) []string {
+	args := []string{"1000"}
+	for range keys {
+		args = append(args, tok)
+	}
+	l := []string{evalsha(scripts.ExtendMany, keys, args...)}
+	for _, k := range keys {
+		l = append(l, lua("GET", k), lua("PEXPIRE", k, "1000", "GT"))
+	}
+	return l
+}
+
+const (
+	lka = "quorumlock:{a}"
+	lkb = "quorumlock:{b}"
+	lkc = "quorumlock:{c}"
+)
+
+func TestAuditSeveralKeys(t *testing.T) {
+	a := NewAudit(AuditConfig{Prefix: "quorumlock:"})
+	ab := []string{lka, lkb}
+	feed(a, 0, acquireAllLines(ab, "ta")...)
+	feed(a, 0, acquireLines(lkc, "tc")...)
+	feed(a, 0, extendAllLines(ab, "ta")...)
+	feed(a, 0, raiseAllLines(ab, "ta")...)
+	feed(a, 0, heldAllLines(ab, "ta")...)
+	feed(a, 0, releaseAllLines([]string{lkb, lkc}, "tb", false, false)...) // another lock's roll-back: nothing deleted
+	feed(a, 0, releaseAllLines(ab, "ta", true, true)...)
+	feed(a, 0, acquireLines(lkb, "tb")...) // now b is free for a lock of its own
+	feed(a, 0, releaseLines(lkb, "tb", true)...)
+	if f, n := a.Findings(); n != 0 {
+		t.Fatalf("violations in a correct stream: %v", f)
+	}
+	if st := a.Stats(); st.Checked != 7 || st.Unchecked != 0 {
+		t.Errorf("stats %+v, want 7 checked (two extends, two raises, three deletes)", st)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		lines []string
+	}{
+		{"release of several keys deletes another token's key", releaseAllLines([]string{lka, lkc}, "ta", true, true)},
+		{"extend of several keys sets another token's TTL", extendAllLines([]string{lka, lkc}, "ta")},
+		{"raise while another key of the lock holds another token", raiseAllLines([]string{lka, lkc}, "ta")},
+		{"the check of several keys writes", append(heldAllLines(ab, "ta"), lua("PEXPIRE", lkc, "1"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := NewAudit(AuditConfig{Prefix: "quorumlock:"})
+			feed(a, 1, acquireAllLines(ab, "ta")...)
+			feed(a, 1, acquireLines(lkc, "tc")...)
+			feed(a, 1, tc.lines...)
+			f, n := a.Findings()
+			if n != 1 {
+				t.Fatalf("%d violations, want 1: %v", n, f)
+			}
+			t.Log(f[0])
+			if !strings.Contains(f[0].Msg, "node1") || f[0].Key != lkc {
+				t.Errorf("finding does not name the node and the key %q: %v", lkc, f[0])
+			}
+		})
+	}
+}

@@ -17,7 +17,8 @@ import (
 )
 
 // TestScriptsAgreeWithRedis runs the same random sequence of the library's
-// commands (every node.Kind, waiters and hand-offs, sessions, fencing) on a
+// commands (every node.Kind, waiters and hand-offs, sessions, fencing, locks
+// of several keys) on a
 // real redis-server and on a simulated node, and requires the same reply
 // to each and the same keys, values and types after each: the simulator's
 // store and Lua bridge are Redis as far as the scripts can tell. TTLs are
@@ -79,7 +80,7 @@ func randomOp(r *rand.Rand) *node.Op {
 	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
 	key := pick("p:{a}", "p:{b}")
 	o := node.Op{Key: key, Token: pick("tokenAAAAAAAAAAAAA1", "tokenBBBBBBBBBBBBBB2", "tokenCCCCCCCCCCCCCC3"), TTL: time.Duration(5+r.IntN(20)) * time.Second}
-	switch r.IntN(13) {
+	switch r.IntN(18) {
 	case 0, 1:
 		o.Kind = node.Acquire
 	case 2:
@@ -105,13 +106,49 @@ func randomOp(r *rand.Rand) *node.Op {
 		o.Kind, o.Token, o.FenceKey = node.Inspect, "", "p:{"+key[3:4]+"}:fence"
 	case 9:
 		o.Kind, o.Session, o.Seq, o.KeyTTL, o.PrefixLen = node.AcquireSession, "p:s:"+o.Token[:16], "p:s:seq", 60*time.Second, 2
-	default:
+	case 12:
 		o.Kind, o.Key, o.Token = node.RenewSession, "p:s:"+o.Token[:16], pick("1", "2", "3")
+	case 13, 14: // a lock of several keys (some of them alone), fenced or not
+		o.Kind, o.Keys = node.AcquireAll, someKeys(r)
+		if r.IntN(2) == 0 {
+			o.FenceKey = "p:fence" // the shared counter: the keys' own are folded in
+		}
+	case 15:
+		o.Kind, o.Keys = node.ReleaseAll, someKeys(r)
+		if r.IntN(2) == 0 {
+			o.Grace = 5 * time.Second // hand each key to its line's first waiter
+		}
+	case 16:
+		o.Kind, o.Keys = node.HeldAll, someKeys(r)
+	default: // the extend and the fencing write-back of a lock of several keys, or a batch of locks
+		o.Keys = someKeys(r)
+		if r.IntN(2) == 0 {
+			o.Kind, o.FenceKey, o.Fence = node.RaiseFence, "p:fence", uint64(r.IntN(30))
+			break
+		}
+		o.Kind = node.ExtendMany
+		for range o.Keys {
+			tok := o.Token // one lock's keys, or (1 in 3) each its own
+			if r.IntN(3) == 0 {
+				tok = pick("tokenAAAAAAAAAAAAA1", "tokenBBBBBBBBBBBBBB2", "tokenCCCCCCCCCCCCCC3")
+			}
+			o.Tokens = append(o.Tokens, tok)
+		}
+	}
+	if len(o.Keys) > 0 {
+		o.Key = o.Keys[0].(string)
 	}
 	if (o.Kind == node.Acquire || o.Kind == node.AcquireFenced) && r.IntN(2) == 0 {
 		o.Waiter, o.Rank, o.LineTTL, o.InLine = pick("w1.x", "w2.y", "w3.z"), int64(r.IntN(5)), 30*time.Second, r.IntN(2) == 0
 	}
 	return node.New(o)
+}
+
+// someKeys draws one to three of the keys, in a random order.
+func someKeys(r *rand.Rand) []any {
+	keys := []any{"p:{a}", "p:{b}", "p:{c}"}
+	r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	return keys[:1+r.IntN(len(keys))]
 }
 
 func describe(op *node.Op) string { return fmt.Sprintf("%s %q", kindNames[op.Kind], op.Args) }

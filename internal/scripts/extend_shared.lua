@@ -7,13 +7,8 @@
 -- Returns 1 when the token is a live shared holder (it now lives at least
 -- ARGV[2] ms more), 0 otherwise (nothing changed).
 local k, r = KEYS[1], KEYS[1] .. '\31r'
-local v = redis.call('GET', k)
-if not v or string.byte(v, 1) ~= 28 then
-  return 0
-end
-local now = now_ms()
-local s = tonumber(redis.call('ZSCORE', r, ARGV[1]) or '0')
-if s <= now then
+local s, now = place(k, ARGV[1])
+if not s or s <= now then
   return 0
 end
 if now + tonumber(ARGV[2]) > s then

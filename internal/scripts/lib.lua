@@ -172,3 +172,36 @@ local function free_for(k, v, i)
   end
   return owner(k, v)
 end
+
+-- let_go tells that lock key k, just deleted, is free: it hands k to the
+-- first waiter of its line for grace ms when grace is given and positive
+-- (hand_off), then tells the waiters (tell) with msg, the released token,
+-- followed by \31 and the waiter when it was handed to one. It returns
+-- that waiter, or ''.
+local function let_go(k, msg, grace)
+  local w = ''
+  if tonumber(grace or '0') > 0 then
+    w = hand_off(k, grace)
+    if w ~= '' then
+      msg = msg .. '\31' .. w
+    end
+  end
+  tell(k, msg, w)
+  return w
+end
+
+-- place reads the place of shared holder t on lock key k
+-- (acquire_shared.lua): the instant it lapses (ms on this node's clock),
+-- this node's time and k's value; false when k has no shared holders or t
+-- is not among them.
+local function place(k, t)
+  local v = redis.call('GET', k)
+  if not v or string.byte(v, 1) ~= 28 then
+    return false
+  end
+  local s = redis.call('ZSCORE', k .. '\31r', t)
+  if not s then
+    return false
+  end
+  return tonumber(s), now_ms(), v
+end

@@ -19,7 +19,6 @@
 -- our token in a session that has ended: deleted). When it handed the key
 -- to a waiter, it returns that as a string, followed by \31 and the
 -- waiter.
-local handing = tonumber(ARGV[2] or '0') > 0
 if ARGV[3] then
   leave(KEYS[1], ARGV[3], ARGV[4])
 end
@@ -30,14 +29,7 @@ if v and names(v, ARGV[1]) then
     held = 1
   end
   redis.call('DEL', KEYS[1])
-  local msg = ARGV[1]
-  if handing then
-    w = hand_off(KEYS[1], ARGV[2])
-    if w ~= '' then
-      msg = msg .. '\31' .. w
-    end
-  end
-  tell(KEYS[1], msg, w)
+  w = let_go(KEYS[1], ARGV[1], ARGV[2])
 end
 if w ~= '' then
   return held .. '\31' .. w

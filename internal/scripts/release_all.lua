@@ -8,19 +8,11 @@
 -- handed to gets (absent or 0: no hand-off).
 -- Returns 1 when every key held our token (all are deleted now), else 0
 -- (the keys that held it are deleted all the same).
-local handing = tonumber(ARGV[2] or '0') > 0
 local all = 1
 for _, k in ipairs(KEYS) do
   if redis.call('GET', k) == ARGV[1] then
     redis.call('DEL', k)
-    local w, msg = '', ARGV[1]
-    if handing then
-      w = hand_off(k, ARGV[2])
-      if w ~= '' then
-        msg = msg .. '\31' .. w
-      end
-    end
-    tell(k, msg, w)
+    let_go(k, ARGV[1], ARGV[2])
   else
     all = 0
   end

@@ -9,12 +9,7 @@
 -- Returns 1 when the token was a live shared holder (now gone), else 0
 -- (a lapsed holder is taken out all the same; nothing else changes).
 local k, r = KEYS[1], KEYS[1] .. '\31r'
-local v = redis.call('GET', k)
-if not v or string.byte(v, 1) ~= 28 then
-  return 0
-end
-local now = now_ms()
-local s = redis.call('ZSCORE', r, ARGV[1])
+local s, now, v = place(k, ARGV[1])
 if not s then
   return 0
 end
@@ -28,16 +23,9 @@ if last > 0 then
   redis.call('PEXPIRE', r, last - now)
 else
   redis.call('DEL', k, r)
-  local w, msg = '', v
-  if tonumber(ARGV[2] or '0') > 0 then
-    w = hand_off(k, ARGV[2])
-    if w ~= '' then
-      msg = msg .. '\31' .. w
-    end
-  end
-  tell(k, msg, w)
+  let_go(k, v, ARGV[2])
 end
-if tonumber(s) > now then
+if s > now then
   return 1
 end
 return 0

@@ -96,14 +96,20 @@ type oursSession struct {
 func (s *oursSession) tryLock(ctx context.Context, key string) (bool, error) {
 	l, err := s.c.TryLock(ctx, key)
 	if err != nil {
-		var qe *redlock.QuorumError
-		if errors.As(err, &qe) && qe.Op == "acquire" && qe.Phase == "" {
-			return false, nil // taken, or too few nodes answered in time
+		if notAcquired(err) {
+			return false, nil
 		}
 		return false, err
 	}
 	s.l = l
 	return true, nil
+}
+
+// notAcquired reports whether err is a round that did not get the lock:
+// taken, or too few nodes answered in time.
+func notAcquired(err error) bool {
+	var qe *redlock.QuorumError
+	return errors.As(err, &qe) && qe.Op == "acquire" && qe.Phase == ""
 }
 
 func (s *oursSession) lock(ctx context.Context, key string) error {

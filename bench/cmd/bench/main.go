@@ -8,15 +8,18 @@
 // key; 16 workers blocking on one key (hand-off); 16 workers on distinct keys
 // with one node 2 ms slower (an in-process proxy delays its replies); N
 // separate processes (-procs-n, child processes of this command) blocking on
-// one key, quorumlock and redsync only (see procs.go). In the 16-worker
-// distinct-keys scenario (w16) a fourth implementation, floor, sends the
-// same 25 server commands per cycle as quorumlock in plain go-redis
+// one key, quorumlock and redsync only (see procs.go); several keys as one
+// lock (multi: TryLockAll against a lock per key taken in sorted order, over
+// quorumlock and over redsync, for 2 and 8 keys; see multi.go). In the
+// 16-worker distinct-keys scenario (w16) a fourth implementation, floor,
+// sends the same 25 server commands per cycle as quorumlock in plain go-redis
 // pipelines, the yardstick of the total (client + servers) CPU per cycle
 // (see floor.go).
 //
 //	go run ./cmd/bench -d 10s -passes 3 -md ../docs/performance.md -png ../docs/performance.png
 //
 //	go run ./cmd/bench -scenarios procs -d 3s -warm 1s -passes 1 # the procs scenario alone, quickly
+//	go run ./cmd/bench -scenarios multi -passes 3 -md ../docs/performance.md # several keys alone (-multi-d per run)
 //
 // The starved scenario (issue 11: timeout storms under a starved client) runs
 // only when named, once per implementation (quorumlock and redsync unless
@@ -57,7 +60,7 @@ func main() {
 	dur := flag.Duration("d", 10*time.Second, "measured duration of each run")
 	warm := flag.Duration("warm", time.Second, "warm-up before each run's measured window")
 	passes := flag.Int("passes", 3, "interleaved passes over every scenario and implementation")
-	only := flag.String("scenarios", "", "comma-separated scenario ids to run (w1,w16,try1,block1,slow,procs,starved,held); empty: all but starved and held, which ignore -d and -passes (see -starve-* and -held-*)")
+	only := flag.String("scenarios", "", "comma-separated scenario ids to run (w1,w16,try1,block1,slow,procs,multi,starved,held; multi-w1, multi-w16 and multi-ring are multi's parts); empty: all but starved and held, which ignore -d and -passes (see -starve-* and -held-*)")
 	which := flag.String("impls", "", "comma-separated implementations to run (quorumlock,redsync,raw,floor); empty: all (floor runs in w16 only)")
 	bin := flag.String("redis-server", "redis-server", "the redis-server binary")
 	md := flag.String("md", "", "write the results table into this Markdown file, between the bench markers")
@@ -74,6 +77,9 @@ func main() {
 	flag.DurationVar(&hc.acquireMax, "held-acquire-max", 2*time.Minute, "held: stop acquiring after this long and hold the locks acquired so far")
 	var pc procsCfg
 	flag.StringVar(&pc.nList, "procs-n", "2,4,16", "procs: comma-separated numbers of client processes blocking on one key")
+	var mc multiCfg
+	flag.StringVar(&mc.kList, "multi-k", "2,8", "multi: comma-separated numbers of keys per lock (at most 16)")
+	flag.DurationVar(&mc.dur, "multi-d", 2*time.Second, "multi: measured duration of each run (at most -d)")
 	// Internal: the procs scenario re-execs this command as its clients.
 	procsChildFlag := flag.Bool("procs-child", false, "internal: run as one of the procs scenario's clients")
 	procsImpl := flag.String("procs-impl", "", "internal")
@@ -131,13 +137,13 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *dur, *warm, *passes, *only, *which, *bin, *md, *png, sc, hc, pc); err != nil {
+	if err := run(ctx, *dur, *warm, *passes, *only, *which, *bin, *md, *png, sc, hc, pc, mc); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, bin, md, png string, sc starvedCfg, hc heldCfg, pc procsCfg) error {
+func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, bin, md, png string, sc starvedCfg, hc heldCfg, pc procsCfg, mc multiCfg) error {
 	scs := scenarios
 	starved := slices.Contains(strings.Split(only, ","), starvedID)
 	held := slices.Contains(strings.Split(only, ","), heldID)
@@ -163,7 +169,11 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 			}
 		}
 	}
-	if (len(scs) == 0 && !starved && !held && !procs) || len(ims) == 0 || passes < 1 {
+	mb, err := newMultiBench(only, starvedImpls, mc, dur)
+	if err != nil {
+		return err
+	}
+	if (len(scs) == 0 && !starved && !held && !procs && mb == nil) || len(ims) == 0 || passes < 1 {
 		return fmt.Errorf("nothing to run")
 	}
 	heldImpls, heldPNG, err := heldSetup(held, &hc, starvedImpls, png, len(scs) > 0 || procs)
@@ -187,12 +197,15 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 	for i, s := range srvs {
 		addrs[i] = s.addr
 	}
-	if len(scs) > 0 || pb != nil {
+	if len(scs) > 0 || pb != nil || mb != nil {
 		fmt.Fprintf(os.Stderr, "bench: 5 redis-server on %s; %d pass(es) of %d scenario(s) × %d implementation(s), %v each (+%v warm-up)\n",
 			strings.Join(addrs, " "), passes, len(scs), len(ims), dur, warm)
 	}
 	if pb != nil {
 		fmt.Fprintf(os.Stderr, "bench: and procs: %v client processes blocking on one key, for %s\n", pb.cfg.ns, strings.Join(pb.impls, " and "))
+	}
+	if mb != nil {
+		fmt.Fprintf(os.Stderr, "bench: and multi: %d workload(s) × %v keys × %d implementation(s), %v each (+%v warm-up)\n", len(mb.wls), mb.cfg.ks, len(mb.impls), mb.cfg.dur, warm)
 	}
 	if starved {
 		text, err := runStarved(ctx, srvs, starvedImpls, sc)
@@ -212,7 +225,7 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 			return err
 		}
 	}
-	if len(scs) == 0 && pb == nil {
+	if len(scs) == 0 && pb == nil && mb == nil {
 		return nil
 	}
 
@@ -226,6 +239,9 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 		if err := pb.pass(ctx, p, srvs, warm, dur); err != nil {
 			return err
 		}
+		if err := mb.pass(ctx, p, addrs, srvs, warm); err != nil {
+			return err
+		}
 	}
 	if len(scs) > 0 {
 		var names []string
@@ -236,7 +252,10 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 			return err
 		}
 	}
-	return pb.report(environment(bin), passes, warm, dur, md)
+	if err := pb.report(environment(bin), passes, warm, dur, md); err != nil {
+		return err
+	}
+	return mb.report(environment(bin), passes, warm, md)
 }
 
 // runScenario runs scenario sc in pass p with every implementation, in an

@@ -15,11 +15,11 @@
 -- Returns 0 when some key is taken; else 1, or, fenced, the counter (>= 1).
 local n = tonumber(ARGV[3])
 local fenced = #KEYS > n
-local mine = 0
+local mine, ours = 0, {}
 for i = 1, n do
   local o = free_for(KEYS[i], redis.call('GET', KEYS[i]), 4)
   if o == ARGV[1] then
-    mine = mine + 1
+    mine, ours[i] = mine + 1, true
   elseif o then
     return 0
   end
@@ -41,7 +41,7 @@ elseif fenced then
   end
 end
 for i = 1, n do
-  if redis.call('GET', KEYS[i]) ~= ARGV[1] then
+  if not ours[i] then
     redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
   end
 end

@@ -91,13 +91,14 @@ func (c *cluster) reachable(t *testing.T, what string, fn func(i int, cl *redis.
 }
 
 // lockKeys returns every key with the lock prefix on the node but the
-// lines of waiters (lineKeys).
+// sorted sets beside lock keys (lineKeys).
 func lockKeys(t *testing.T, cl *redis.Client) []string {
 	return prefixed(t, cl, false)
 }
 
-// lineKeys returns the keys of the lines of waiters on the node: a lock
-// key's name, 0x1f and q or x (sorted sets; docs/design.md, "Hand-off").
+// lineKeys returns the sorted sets beside lock keys on the node: a lock
+// key's name, 0x1f and q or x (lines of waiters; docs/design.md,
+// "Hand-off") or r (shared holders; "Shared holders").
 func lineKeys(t *testing.T, cl *redis.Client) []string {
 	return prefixed(t, cl, true)
 }
@@ -110,7 +111,7 @@ func prefixed(t *testing.T, cl *redis.Client, lines bool) []string {
 	iter := cl.Scan(ctx, 0, redlock.DefaultKeyPrefix+"*", 1000).Iterator()
 	for iter.Next(ctx) {
 		k := iter.Val()
-		line := strings.HasSuffix(k, "\x1fq") || strings.HasSuffix(k, "\x1fx")
+		line := strings.HasSuffix(k, "\x1fq") || strings.HasSuffix(k, "\x1fx") || strings.HasSuffix(k, "\x1fr")
 		if line == lines {
 			keys = append(keys, k)
 		}
@@ -179,7 +180,7 @@ func (c *cluster) checkKeyTTLs(t *testing.T, maxTTL time.Duration) {
 		}
 		for _, k := range lineKeys(t, cl) {
 			if pttl(t, cl, k) == -1 {
-				t.Errorf("node%d: line of waiters %q has no TTL: it would stay forever", i, k)
+				t.Errorf("node%d: sorted set %q beside a lock key has no TTL: it would stay forever", i, k)
 			}
 		}
 	})
@@ -198,6 +199,23 @@ func (c *cluster) checkNoTokens(t *testing.T, who string, tokens map[string]bool
 			if v := get(t, cl, k); tokens[v] {
 				found++
 				t.Errorf("%s: node%d still holds %q = %q, the token of a FAILED acquisition (PTTL %dms)", who, i, k, v, pttl(t, cl, k))
+			}
+		}
+		for _, k := range lineKeys(t, cl) {
+			if !strings.HasSuffix(k, "\x1fr") {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			holders, err := cl.ZRange(ctx, k, 0, -1).Result()
+			cancel()
+			if err != nil {
+				t.Errorf("%s: node%d: ZRANGE %q: %v", who, i, k, err)
+			}
+			for _, h := range holders {
+				if tokens[h] {
+					found++
+					t.Errorf("%s: node%d still has %q among the shared holders %q, the token of a FAILED acquisition (PTTL %dms)", who, i, h, k, pttl(t, cl, k))
+				}
 			}
 		}
 	})

@@ -294,7 +294,7 @@ func (l *Lock) chain(rd *round, hold []bool) {
 		switch {
 		case !h || !rd.out[i]:
 		case l.landing[i]:
-			l.chained = append(l.chained, chainedSend{node: i, r: rd.r, release: rd.spec == opRelease})
+			l.chained = append(l.chained, chainedSend{node: i, r: rd.r, release: rd.spec == opRelease || rd.spec == opReleaseAll || rd.spec == opReleaseShared})
 		default:
 			now = append(now, i)
 		}

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"context"
+	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -21,13 +23,19 @@ import (
 // confirmed anew (the Client then retries: it may have missed messages).
 // Latencies and losses come from a generator per link apart from the
 // commands', so that when a Client subscribes does not change the fates of
-// its commands.
+// its commands. A schedule must replay although a Client subscribes from
+// goroutines of its own, in any order with the nodes' scripts within one
+// virtual instant: a change of a subscription takes effect after the
+// instant it was made in (what a node publishes in that instant is judged
+// by the subscription as it was before), and a confirmation's latency is
+// drawn from the channel and when it was asked for, not from the link's
+// generator.
 
 var _ node.Subscriber = (*simPool)(nil)
 
 // Subscribe opens a subscription of the pool's client to its node.
 func (p *simPool) Subscribe(h node.Handler, _ time.Duration) node.Subscription {
-	s := &subscription{p: p, h: h, channels: map[string]bool{}}
+	s := &subscription{p: p, h: h, channels: map[string]subscribed{}}
 	p.n.lock()
 	p.n.subs = append(p.n.subs, s)
 	p.n.unlock()
@@ -39,14 +47,21 @@ type subscription struct {
 	h node.Handler
 
 	mu       sync.Mutex
-	channels map[string]bool
+	channels map[string]subscribed
 	closed   bool
 }
 
+// subscribed is when a channel was added to a subscription and, once it
+// was removed, when (zero while it is still wanted).
+type subscribed struct{ since, until time.Time }
+
 func (s *subscription) Add(_ context.Context, channels ...string) error {
+	now := time.Now()
 	s.mu.Lock()
 	for _, ch := range channels {
-		s.channels[ch] = true
+		if e, ok := s.channels[ch]; !ok || !e.until.IsZero() {
+			s.channels[ch] = subscribed{since: now}
+		}
 	}
 	s.mu.Unlock()
 	s.p.n.lock()
@@ -59,28 +74,37 @@ func (s *subscription) Add(_ context.Context, channels ...string) error {
 }
 
 // confirm tells the Client, a round trip from now, that channels are
-// subscribed (those still wanted then).
+// subscribed (those still wanted then). Each channel's round trip is drawn
+// on its own: a Client may ask for channels one by one or together,
+// depending on how its goroutines ran, without changing the schedule.
 func (s *subscription) confirm(channels []string) {
-	d := s.p.net.notice(s.p.client, s.p.n.id, false)
-	time.AfterFunc(d, func() {
-		for _, ch := range channels {
+	for _, ch := range channels {
+		time.AfterFunc(s.p.net.confirmation(s.p.client, s.p.n.id, ch), func() {
 			if s.has(ch) {
 				s.h.Subscribed(ch)
 			}
-		}
-	})
+		})
+	}
 }
 
+// has reports whether ch was subscribed before this instant and not
+// removed before it.
 func (s *subscription) has(ch string) bool {
+	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.closed && s.channels[ch]
+	e, ok := s.channels[ch]
+	return !s.closed && ok && e.since.Before(now) && (e.until.IsZero() || !e.until.Before(now))
 }
 
 func (s *subscription) Remove(_ context.Context, channels ...string) error {
+	now := time.Now()
 	s.mu.Lock()
 	for _, ch := range channels {
-		delete(s.channels, ch)
+		if e, ok := s.channels[ch]; ok && e.until.IsZero() {
+			e.until = now
+			s.channels[ch] = e
+		}
 	}
 	s.mu.Unlock()
 	return nil
@@ -101,8 +125,10 @@ func (s *subscription) Close() error {
 func (s *subscription) resubscribe() {
 	s.mu.Lock()
 	chs := make([]string, 0, len(s.channels))
-	for ch := range s.channels {
-		chs = append(chs, ch)
+	for ch, e := range s.channels {
+		if e.until.IsZero() {
+			chs = append(chs, ch)
+		}
 	}
 	s.mu.Unlock()
 	slices.Sort(chs)
@@ -117,7 +143,7 @@ func (n *simNode) publishLocked() {
 			if !s.has(m.channel) {
 				continue
 			}
-			d := s.p.net.notice(s.p.client, n.id, true)
+			d := s.p.net.notice(s.p.client, n.id)
 			if d < 0 {
 				if n.tr.on {
 					n.tr.add("message %q on %s to %s lost", short(m.message), printable(m.channel), s.p.client)
@@ -140,17 +166,29 @@ func (n *simNode) publishLocked() {
 // printable is a channel's name for the trace.
 func printable(s string) string { return strings.ReplaceAll(s, "\x1f", `\x1f`) }
 
-// notice draws the latency of a subscription's confirmation or message on
-// the link, or −1 for a message lost.
-func (nw *network) notice(client string, nodeID int, message bool) time.Duration {
+// notice draws the latency of a message on the link, or −1 for a message
+// lost.
+func (nw *network) notice(client string, nodeID int) time.Duration {
 	nw.mu.Lock()
 	defer nw.mu.Unlock()
 	ls := nw.link(client, nodeID)
 	if ls.sub == nil {
 		ls.sub = rand.New(rand.NewPCG(nw.seed^0x5b5b, hash(client, nodeID)))
 	}
-	if message && ls.sub.Float64() < nw.cfg.pDrop {
+	if ls.sub.Float64() < nw.cfg.pDrop {
 		return -1
 	}
 	return time.Duration(ls.sub.ExpFloat64()*float64(nw.cfg.latency)) + 50*time.Microsecond
+}
+
+// confirmation is the latency of a subscription's confirmation of channel
+// ch on the link, now: drawn from a generator seeded by the channel and the
+// time, so that the confirmations a Client asks for in one instant, from
+// several goroutines, get the same latencies in whatever order they come.
+func (nw *network) confirmation(client string, nodeID int, ch string) time.Duration {
+	h := fnv.New64a()
+	h.Write([]byte(ch))
+	fmt.Fprint(h, "\x00", time.Since(nw.t0).Nanoseconds())
+	r := rand.New(rand.NewPCG(nw.seed^0xc0c0, hash(client, nodeID)^h.Sum64()))
+	return time.Duration(r.ExpFloat64()*float64(nw.cfg.latency)) + 50*time.Microsecond
 }

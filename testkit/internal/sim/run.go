@@ -25,6 +25,9 @@ type outcome struct {
 	// resumed and resumeFailed count the Resume calls of abandoned locks
 	// that returned a lock and that failed.
 	resumed, resumeFailed int
+	// several and severalHeld count the acquire calls of locks of several
+	// keys and those that returned a lock.
+	several, severalHeld int
 }
 
 // violated reports whether the checker found a violation or the simulator
@@ -87,6 +90,8 @@ func (s schedule) run(trace bool) outcome {
 	for _, w := range ws {
 		o.resumed += w.resumed
 		o.resumeFailed += w.resumeFailed
+		o.several += w.tried
+		o.severalHeld += w.held
 	}
 	return o
 }

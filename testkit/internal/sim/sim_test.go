@@ -97,7 +97,7 @@ func TestSimulate(t *testing.T) {
 // totals sums what the schedules did and what the checker examined.
 type totals struct {
 	schedules, ops, acquired, failed, extends, releases, sections, commands int
-	resumed, resumeFailed                                                   int
+	resumed, resumeFailed, several, severalHeld                             int
 	checked                                                                 map[history.Property]int
 }
 
@@ -113,6 +113,8 @@ func (s *totals) add(o outcome) {
 	s.commands += o.commands
 	s.resumed += o.resumed
 	s.resumeFailed += o.resumeFailed
+	s.several += o.several
+	s.severalHeld += o.severalHeld
 	if s.checked == nil {
 		s.checked = map[history.Property]int{}
 	}
@@ -126,10 +128,10 @@ func (s *totals) String() string {
 		return "no schedules"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "per schedule: %.1f operations (%.1f acquisitions, %.1f failed acquire calls, %.1f extends, %.1f releases, %.1f critical sections), %.0f commands run on the nodes; %d abandoned locks resumed, %d resumes failed; cases checked in all:",
+	fmt.Fprintf(&b, "per schedule: %.1f operations (%.1f acquisitions, %.1f failed acquire calls, %.1f extends, %.1f releases, %.1f critical sections), %.0f commands run on the nodes; %d abandoned locks resumed, %d resumes failed; %d locks of several keys held (of %d acquire calls); cases checked in all:",
 		float64(s.ops)/float64(s.schedules), float64(s.acquired)/float64(s.schedules), float64(s.failed)/float64(s.schedules),
 		float64(s.extends)/float64(s.schedules), float64(s.releases)/float64(s.schedules), float64(s.sections)/float64(s.schedules),
-		float64(s.commands)/float64(s.schedules), s.resumed, s.resumeFailed)
+		float64(s.commands)/float64(s.schedules), s.resumed, s.resumeFailed, s.severalHeld, s.several)
 	for _, p := range history.Properties {
 		if n, ok := s.checked[p]; ok {
 			fmt.Fprintf(&b, " %s %d", p, n)

@@ -15,7 +15,8 @@ import (
 // recorded, playing s.ops operations drawn from its own generator on a few
 // keys: TryLock and Lock (waiting up to 2 TTLs), critical sections, Extend
 // with TTLs shorter and longer than the lock's, Release, abandoning a lock
-// to its TTL, and Do.
+// to its TTL, and Do; and, in one operation of six, the same with a lock of
+// several keys (TryLockAll, LockAll, DoAll; see several).
 type worker struct {
 	name string
 	s    schedule
@@ -27,19 +28,91 @@ type worker struct {
 	ctx  context.Context
 
 	resumed, resumeFailed int // Resume calls that returned a lock, and failed
+	// tried and held count the acquire calls of locks of several keys and
+	// those that returned a lock (DoAll's included).
+	tried, held int
+
+	// auto holds the auto-extended locks of several keys a schedule of
+	// plain locks takes: their deadlines move with their own renewals, so
+	// their holders record what they read (history.Lease), as session
+	// locks' do.
+	auto map[*redlock.Lock]bool
 }
 
 func (w *worker) run() {
 	time.Sleep(w.upTo(w.s.ttl / 4)) // the clients start apart
 	for range w.s.ops {
-		key := fmt.Sprintf("k%d", w.r.IntN(w.s.keys))
-		if w.r.IntN(6) == 0 {
-			w.do(key)
-		} else {
-			w.hold(key)
+		switch x := w.r.IntN(12); {
+		case x < 2:
+			w.do(w.key())
+		case x < 4:
+			w.several()
+		default:
+			w.hold(w.key())
 		}
 		time.Sleep(w.upTo(w.s.ttl / 2))
 	}
+}
+
+// key draws one of the schedule's keys.
+func (w *worker) key() string { return fmt.Sprintf("k%d", w.r.IntN(w.s.keys)) }
+
+// someKeys draws a set of keys for a lock of several keys: two or three
+// (one in six: one alone, which TryLockAll takes too) of the schedule's
+// keys and one more key that only such locks take, in a random order. Sets
+// overlap each other and the locks of one key in every way: {k0, k1} and
+// {k1, k2} share one key; with the schedule's one key k0, {k0, k1} takes it
+// from the locks of k0 alone.
+func (w *worker) someKeys() []string {
+	keys := make([]string, w.s.keys+1)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+	}
+	w.r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	n := 2 + w.r.IntN(2)
+	if w.r.IntN(6) == 0 {
+		n = 1
+	}
+	return keys[:min(n, len(keys))]
+}
+
+// several takes a set of keys as one lock (see someKeys): with DoAll (one in
+// four), else with TryLockAll or LockAll, held like hold's locks: fenced in
+// the schedules with fencing, auto-extended in the schedules of sessions
+// (a lock of several keys renews itself, not through a session) and in one
+// in three of the others; an auto-extended lock is never abandoned (its
+// renewals would keep it), and none is resumed (Resume takes one key).
+func (w *worker) several() {
+	keys := w.someKeys()
+	if w.r.IntN(4) == 0 {
+		w.doAll(keys)
+		return
+	}
+	wait := []time.Duration{0, w.s.ttl, 2 * w.s.ttl}[w.r.IntN(3)]
+	var opts []redlock.Option
+	auto := w.s.sessions
+	if !auto && w.r.IntN(3) == 0 {
+		auto, opts = true, []redlock.Option{redlock.WithAutoExtend(true)}
+	}
+	l, _, err := w.rec.AcquireAll(w.ctx, keys, wait, opts...)
+	w.trace("%s acquire all %q (wait %v, auto-extended %v): %v", w.name, keys, wait, auto, errOf(err))
+	w.count(err)
+	if l == nil {
+		return
+	}
+	if auto && !w.s.sessions {
+		if w.auto == nil {
+			w.auto = map[*redlock.Lock]bool{}
+		}
+		w.auto[l] = true
+		defer delete(w.auto, l)
+	}
+	w.use(l)
+	if !auto && w.r.IntN(8) == 0 {
+		w.trace("%s abandons %q token %s", w.name, keys, short(l.Token()))
+		return
+	}
+	w.release(l)
 }
 
 // upTo is a random duration in (0, d].
@@ -55,6 +128,20 @@ func (w *worker) hold(key string) {
 	if l == nil {
 		return
 	}
+	w.use(l)
+	if !w.s.sessions && w.r.IntN(8) == 0 { // a session lock would be renewed on
+		w.trace("%s abandons %q token %s", w.name, key, short(l.Token()))
+		if w.r.IntN(2) == 0 {
+			w.resume(key, l.Token())
+		}
+		return
+	}
+	w.release(l)
+}
+
+// use reads l's deadline and uses l a few times: critical sections,
+// extends, pauses.
+func (w *worker) use(l *redlock.Lock) {
 	w.deadline(l)
 	for range w.r.IntN(4) {
 		switch w.r.IntN(3) {
@@ -65,20 +152,16 @@ func (w *worker) hold(key string) {
 			// shorter one must not cut a later, longer one short.
 			ttl := max(time.Duration(float64(w.s.ttl)*(0.3+3*w.r.Float64())), 2*w.s.nodeTimeout+10*time.Millisecond)
 			_, err := w.rec.Extend(w.ctx, l, ttl.Truncate(time.Millisecond))
-			w.trace("%s extend %q token %s by %v: %v", w.name, key, short(l.Token()), ttl, errOf(err))
+			w.trace("%s extend %q token %s by %v: %v", w.name, l.Keys(), short(l.Token()), ttl, errOf(err))
 		default:
 			time.Sleep(w.upTo(w.s.ttl / 3))
 		}
 	}
-	if !w.s.sessions && w.r.IntN(8) == 0 { // a session lock would be renewed on
-		w.trace("%s abandons %q token %s", w.name, key, short(l.Token()))
-		if w.r.IntN(2) == 0 {
-			w.resume(key, l.Token())
-		}
-		return
-	}
-	w.release(l)
 }
+
+// leased reports whether l's deadline moves by itself (a session lock, an
+// auto-extended lock of several keys): its holder records what it reads.
+func (w *worker) leased(l *redlock.Lock) bool { return w.s.sessions || w.auto[l] }
 
 // resume takes back, by its token, a lock it abandoned, as a process that
 // restarted would: a while later, sometimes after its TTL (the lock is lost
@@ -98,12 +181,13 @@ func (w *worker) resume(key, token string) {
 	w.release(l)
 }
 
-// release releases l; a session lock's Done must then close.
+// release releases l; a session lock's Done (an auto-extended one's) must
+// then close.
 func (w *worker) release(l *redlock.Lock) {
-	key := l.Key()
+	key := l.Keys()
 	_, err := w.rec.Release(w.ctx, l)
 	w.trace("%s release %q token %s: %v", w.name, key, short(l.Token()), errOf(err))
-	if w.s.sessions {
+	if w.leased(l) {
 		select {
 		case <-l.Done():
 			w.lease(l, l.Deadline(), true)
@@ -114,11 +198,11 @@ func (w *worker) release(l *redlock.Lock) {
 }
 
 // deadline reads l's deadline, as a holder does before it acts; for a
-// session lock, whose deadline moves with its session, it records what it
-// read (history.Lease).
+// session lock, whose deadline moves with its session, and an auto-extended
+// one, it records what it read (history.Lease).
 func (w *worker) deadline(l *redlock.Lock) time.Time {
 	d := l.Deadline()
-	if w.s.sessions {
+	if w.leased(l) {
 		w.lease(l, d, false)
 	}
 	return d
@@ -151,6 +235,33 @@ func (w *worker) do(key string) {
 		return nil
 	})
 	w.trace("%s do %q: %v", w.name, key, errOf(err))
+}
+
+// doAll runs a critical section with DoAll, waiting up to 3 TTLs for the
+// keys.
+func (w *worker) doAll(keys []string) {
+	ctx, cancel := context.WithTimeout(w.ctx, 3*w.s.ttl)
+	defer cancel()
+	d := w.upTo(w.s.ttl / 2)
+	ran := false
+	err := w.rec.DoAll(ctx, keys, func(context.Context) error {
+		ran = true
+		time.Sleep(d)
+		return nil
+	})
+	if ran {
+		err = nil // it held the keys: count it so
+	}
+	w.count(err)
+	w.trace("%s do all %q: %v", w.name, keys, errOf(err))
+}
+
+// count counts an acquire call of a lock of several keys.
+func (w *worker) count(err error) {
+	w.tried++
+	if err == nil {
+		w.held++
+	}
 }
 
 // trace adds a line to the trace when it is on (the arguments are not

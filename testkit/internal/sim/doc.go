@@ -4,9 +4,11 @@
 // schedule's history with the test kit's checker (testkit/history).
 //
 // What is real: the Clients (rounds, roll-backs, late replies, re-sent
-// releases, waiters' lines and hand-offs, fencing) and the library's Lua
-// scripts, which each simulated node runs with gopher-lua on a store that
-// answers as Redis does (TestScriptsAgreeWithRedis compares the two). What
+// releases, waiters' lines and hand-offs, fencing, locks of several keys)
+// and the library's Lua scripts, which each simulated node runs with
+// gopher-lua on a store that answers as Redis does
+// (TestScriptsAgreeWithRedis compares the two; TestFindsBrokenAcquireAll
+// runs broken ones, which the checker must catch). What
 // is simulated: the nodes' Pools (node.Sender, as package pool's are), the
 // network (latency, commands that land after their caller gave up, lost
 // replies, resets, commands queued past their deadline), the nodes (pauses,

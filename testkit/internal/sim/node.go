@@ -42,6 +42,10 @@ type simNode struct {
 
 	exec chan *call // commands landing, to serve
 	ran  int        // commands run
+
+	// mutate, if not nil, gives the text the node runs for a script's
+	// (a control's broken script, see mutants); nil runs the library's.
+	mutate func(src string) string
 }
 
 // nodeClockBase is what every node's clock reads at the simulation's start
@@ -209,6 +213,9 @@ func (s scripter) Eval(ctx context.Context, script string, keys []string, args .
 		default:
 			argv[i] = fmt.Sprint(a)
 		}
+	}
+	if s.n.mutate != nil {
+		script = s.n.mutate(script)
 	}
 	cmd := redis.NewCmd(ctx)
 	v, err := s.n.eng.eval(s.n.now(), script, keys, argv)

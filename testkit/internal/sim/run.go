@@ -43,6 +43,7 @@ func (s schedule) run(trace bool) outcome {
 	nodes := make([]*simNode, s.nodes)
 	for i := range nodes {
 		nodes[i] = newNode(i, s.rates[i], t0, tr)
+		nodes[i].mutate = mutants[s.control]
 		go nodes[i].serve()
 	}
 	defer func() {

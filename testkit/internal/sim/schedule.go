@@ -16,6 +16,10 @@ const (
 	none     control = ""
 	driftOut control = "drift"   // some nodes' clocks run faster than the drift factor allows
 	amnesia  control = "amnesia" // nodes restart without their data
+	// The nodes run a broken acquire_all.lua (see mutants): takeAll takes
+	// every key whoever holds it; firstOnly checks only the first key.
+	takeAll   control = "acquire-all-takes-all"
+	firstOnly control = "acquire-all-first-only"
 )
 
 // schedule is everything a seed decides: the cluster, the clients'

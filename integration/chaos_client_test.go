@@ -115,6 +115,17 @@ func (cc *chaosClient) acquire(ctx context.Context, key string, wait time.Durati
 	return l, op, err
 }
 
+// acquireAll is cc.rec.AcquireAll (TryLockAll with wait 0, else LockAll
+// with WithMaxWait(wait)); a session client's lock of several keys, which
+// its own extends renew, is watched like its session locks (watch).
+func (cc *chaosClient) acquireAll(ctx context.Context, keys []string, wait time.Duration) (*redlock.Lock, hist.Op, error) {
+	l, op, err := cc.rec.AcquireAll(ctx, keys, wait)
+	if err == nil && cc.session {
+		cc.watch(l)
+	}
+	return l, op, err
+}
+
 // partition blackholes (on) or restores (off) this client's links to nodes;
 // a dead client's links stay cut.
 func (cc *chaosClient) partition(on bool, nodes ...int) {
@@ -151,7 +162,8 @@ func (cc *chaosClient) lease(l *redlock.Lock, d time.Time, done bool) {
 	cc.h.AddLease(hist.Lease{Client: cc.name, Key: l.Key(), Token: l.Token(), At: cc.h.Now(), Deadline: cc.h.Since(d), Done: done})
 }
 
-// watch follows a session lock's deadline until its Done closes, and
+// watch follows a session lock's deadline (or an auto-extended one's) until
+// its Done closes, and
 // records every change it reads (the moments a holder that reads Deadline
 // may believe it holds the lock), then, once Done has closed, the deadline
 // its lease ended at and that it ended (a holder that saw its lock lost

@@ -26,20 +26,36 @@ type resource struct {
 func counterKey(key string) string  { return "chaos:counter:" + key }
 func registerKey(key string) string { return "chaos:register:" + key }
 
-// section runs one critical section under l for cc: read the counter, work
-// briefly, and, if the deadline is not near, write it back incremented and
-// write the fenced register. It records the section and returns false if it
-// found too little validity left to start.
+// The margins of a critical section.
+const (
+	startMargin = 500 * time.Millisecond // validity needed to start
+	writeMargin = 250 * time.Millisecond // validity needed to write: a stall shorter than this cannot push the write past the deadline
+)
+
+// section runs one critical section under l for cc: for each key of l (a
+// lock of several keys guards each), read its counter, work briefly, and,
+// if the deadline is not near, write it back incremented and write the
+// key's fenced register. It records a section per key and returns false if
+// it found too little validity left to start.
 func (res *resource) section(ctx context.Context, cc *chaosClient, l *redlock.Lock, rng *rand.Rand) bool {
-	const (
-		startMargin = 500 * time.Millisecond // validity needed to start
-		writeMargin = 250 * time.Millisecond // validity needed to write: a stall shorter than this cannot push the write past the deadline
-	)
-	if time.Until(cc.deadline(l)) < startMargin {
-		return false
+	keys := l.Keys()
+	for i, key := range keys {
+		if time.Until(cc.deadline(l)) < startMargin {
+			return i > 0
+		}
+		var all []string
+		if len(keys) > 1 {
+			all = keys
+		}
+		res.sectionOf(ctx, cc, l, key, all, rng)
 	}
-	key := l.Key()
-	s := hist.Section{Client: cc.name, Key: key, Token: l.Token(), Fence: l.Fence(), Start: res.h.Now()}
+	return true
+}
+
+// sectionOf is the section of key under l (all: l's keys when it has
+// several).
+func (res *resource) sectionOf(ctx context.Context, cc *chaosClient, l *redlock.Lock, key string, all []string, rng *rand.Rand) {
+	s := hist.Section{Client: cc.name, Key: key, Keys: all, Token: l.Token(), Fence: l.Fence(), Start: res.h.Now()}
 	defer func() {
 		s.End = res.h.Now()
 		res.h.AddSection(s)
@@ -52,25 +68,24 @@ func (res *resource) section(ctx context.Context, cc *chaosClient, l *redlock.Lo
 	}
 	if err != nil {
 		s.Err = "read: " + err.Error()
-		return true
+		return
 	}
 	s.Read, s.Counted = v, true
 	time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond) // the work
 	// Read again: a session lock's deadline moves with its session, later
 	// or, when a node drops out, earlier.
 	if time.Until(cc.deadline(l)) < writeMargin {
-		return true // too late to write: stop, as a careful holder does
+		return // too late to write: stop, as a careful holder does
 	}
 	if err := res.cl.Set(rctx, counterKey(key), v+1, 0).Err(); err != nil {
 		s.Err, s.Unsure = "write: "+err.Error(), true
-		return true
+		return
 	}
 	s.Wrote = true
 	if l.Fence() == 0 {
-		return true // no fencing token: nothing to write to the fenced register
+		return // no fencing token: nothing to write to the fenced register
 	}
 	s.Fenced, s.Err = fencedWrite(rctx, res.cl, key, l.Fence(), fmt.Sprint(v+1))
-	return true
 }
 
 // fencedWrite writes v to key's fenced register with fencing token f and

@@ -18,24 +18,24 @@ import (
 // probe of a dead holder's lock (L1), the sweeps after a late delivery and
 // the scan at the end (L2), and the MONITOR audit (S3).
 
-// probe reads the dead lock's key on every node, directly (L1). For a
-// session lock, the node holds it while the key names its token and the
-// session key holds the incarnation the key names, until the earlier of
-// the two keys' expiries.
-func probe(ctx context.Context, admins []*redis.Client, h *hist.History, l *redlock.Lock, ttl, died, lastTouch time.Duration) hist.Probe {
-	p := hist.Probe{Key: l.Key(), Token: l.Token(), TTL: ttl, Died: died, LastTouch: lastTouch, Nodes: make([]hist.ProbeNode, len(admins))}
+// probe reads key, a key of the dead lock l, on every node, directly (L1).
+// For a session lock, the node holds it while the key names its token and
+// the session key holds the incarnation the key names, until the earlier
+// of the two keys' expiries.
+func probe(ctx context.Context, admins []*redis.Client, h *hist.History, l *redlock.Lock, key string, ttl, died, lastTouch time.Duration) hist.Probe {
+	p := hist.Probe{Key: key, Token: l.Token(), TTL: ttl, Died: died, LastTouch: lastTouch, Nodes: make([]hist.ProbeNode, len(admins))}
 	var wg sync.WaitGroup
 	for i, cl := range admins {
 		wg.Go(func() {
 			pn := hist.ProbeNode{Node: i, At: h.Now()}
 			pctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
 			defer cancel()
-			v, ms, err := getPTTL(pctx, cl, rkey(l.Key()))
+			v, ms, err := getPTTL(pctx, cl, rkey(key))
 			if err == nil {
 				pn.Reached = true
 				pn.Holds = v == l.Token()
 				pn.PTTL = ms
-				if tok, inc, sk, ok := node.ParseSession(rkey(l.Key()), v); ok && tok == l.Token() {
+				if tok, inc, sk, ok := node.ParseSession(rkey(key), v); ok && tok == l.Token() {
 					sv, sms, err := getPTTL(pctx, cl, sk)
 					pn.Reached = err == nil
 					pn.Holds = sv == inc

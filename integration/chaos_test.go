@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,27 +50,41 @@ const (
 	chaosGuard       = 3 * time.Second // restart guard: above TTL + allowance
 )
 
-var chaosKeys = []string{"chaos-a", "chaos-b", "chaos-c"}
+// chaosKeys are the keys the clients lock one at a time; chaosSetKeys are
+// taken only in locks of several keys, with at most one of chaosKeys: a
+// set of the hot keys would rarely find them all free at once (a waiter of
+// several keys does not queue), and sets that share a key, with each other
+// and with the locks of one key, are what the run must exercise.
+var (
+	chaosKeys    = []string{"chaos-a", "chaos-b", "chaos-c"}
+	chaosSetKeys = []string{"chaos-d", "chaos-e"}
+	allChaosKeys = slices.Concat(chaosKeys, chaosSetKeys)
+)
 
 // TestChaosMixed runs 16 independent clients, each behind its own proxies,
-// contending for 3 keys with fencing, a guarded counter and a fenced
-// register, while nodes are killed (and restarted with their data after more
+// contending for 3 keys, one at a time or (1 in 4) in sets of two or three
+// keys held as one lock (TryLockAll, LockAll) that share keys with each
+// other and with the locks of one key, with fencing, a guarded counter and
+// a fenced register per key, while nodes are killed (and restarted with their data after more
 // than the TTL), paused, cut off from single clients, reset and slowed, and
 // single clients' commands are held past the node timeout and then land
 // (late delivery, swept for leftovers afterwards).
 // Holders extend, release, and sometimes die. Every operation is recorded,
 // every node's MONITOR stream is audited, and at the end the history is
-// checked for S1–S5, L1, L2, linearizability and SEC. QUORUMLOCK_CHAOS_DURATION
+// checked for S1–S5, L1, L2, linearizability and SEC, a lock of several
+// keys against every other lock of each of its keys. QUORUMLOCK_CHAOS_DURATION
 // sets how long it runs (default 15 s; `make chaos` runs 10 minutes).
 func TestChaosMixed(t *testing.T) { runChaos(t, false) }
 
 // TestChaosSessions is TestChaosMixed with session locks (docs/safety.md,
 // "Renewal sessions"): the clients take auto-extended locks with the
 // library's random tokens and no fencing, so that each Client's locks hang
-// on one renewal session per node. A session lock's deadline moves with
-// its session's renewals: watchers record every deadline the holders could
-// read (hist.Lease), which the checker takes as the end of their windows
-// (S1, LIN) and backs with the session's recorded confirmations (S2). A
+// on one renewal session per node (its locks of several keys renew
+// themselves, and are watched the same way). A session lock's deadline
+// moves with its session's renewals: watchers record every deadline the
+// holders could read (hist.Lease), which the checker takes as the end of
+// their windows (S1, LIN) and backs with the session's recorded
+// confirmations (S2). A
 // holder that dies takes its whole Client with it (the process stops: its
 // links are cut for good, and its session is no longer renewed), and a new
 // client takes its place. QUORUMLOCK_CHAOS_DURATION sets how long it runs
@@ -93,6 +108,9 @@ type chaosRun struct {
 
 	lat    latencies
 	deaths atomic.Int64
+	// several and severalHeld count the acquire calls of locks of several
+	// keys and those that won.
+	several, severalHeld atomic.Int64
 	// resumed and resumeFailed count the hand-overs by token (resume).
 	resumed, resumeFailed atomic.Int64
 	why                   *tally
@@ -134,7 +152,7 @@ func runChaos(t *testing.T, sessions bool) {
 	<-faultsDone
 	r.closeClients()
 	scanLeftovers(t, r.admins, r.h)
-	r.res.readCounters(t, chaosKeys)
+	r.res.readCounters(t, allChaosKeys)
 	stopAudit()
 	r.report(dur, r.check())
 }
@@ -183,7 +201,7 @@ func (r *chaosRun) startClients(ctx context.Context) []*chaosClient {
 
 func (r *chaosRun) newFaulter(clients []*chaosClient) *faulter {
 	f := newFaulter(r.t, r.c, clients, chaosTTL, chaosNodeTimeout, chaosGuard, uint64(time.Now().UnixNano()))
-	f.admins, f.h, f.keys = r.admins, r.h, chaosKeys
+	f.admins, f.h, f.keys = r.admins, r.h, allChaosKeys
 	if r.sessions {
 		// A session lock's key that landed late may be held as long as its
 		// session lives: follow it longer than a plain key's TTL.
@@ -192,9 +210,10 @@ func (r *chaosRun) newFaulter(clients []*chaosClient) *faulter {
 	return f
 }
 
-// work drives the client in slot k until ctx ends: it takes a random key,
-// runs critical sections under it, extends it now and then, and releases
-// it, or (1 in 40) dies holding it.
+// work drives the client in slot k until ctx ends: it takes a random key
+// (or, 1 in 4, a set of keys as one lock), runs critical sections under
+// it, extends it now and then, and releases it, or (1 in 40) dies holding
+// it.
 func (r *chaosRun) work(ctx context.Context, k int, cc *chaosClient) {
 	rng := rand.New(rand.NewPCG(uint64(k), 99))
 	for ctx.Err() == nil {
@@ -203,7 +222,7 @@ func (r *chaosRun) work(ctx context.Context, k int, cc *chaosClient) {
 			continue
 		}
 		lastTouch := r.hold(ctx, cc, l, rng)
-		if !r.sessions && rng.IntN(20) == 0 {
+		if !r.sessions && len(l.Keys()) == 1 && rng.IntN(20) == 0 { // Resume takes one key
 			r.resume(ctx, cc, l, rng)
 			continue
 		}
@@ -240,15 +259,30 @@ func (r *chaosRun) resume(ctx context.Context, cc *chaosClient, l *redlock.Lock,
 	_, _ = cc.rec.Release(ctx, rl)
 }
 
-// acquire tries a random key, with TryLock or (2 in 3) with Lock for up to
-// 200–1000 ms.
+// acquire tries a random key, or (1 in 4) a set of keys as one lock (see
+// chaosSet), with TryLock or (2 in 3) with Lock for up to 200–1000 ms.
 func (r *chaosRun) acquire(ctx context.Context, cc *chaosClient, rng *rand.Rand) (*redlock.Lock, bool) {
 	key := chaosKeys[rng.IntN(len(chaosKeys))]
+	var keys []string
+	if rng.IntN(4) == 0 {
+		keys = chaosSet(rng)
+	}
 	wait := time.Duration(0)
 	if rng.IntN(3) > 0 {
 		wait = time.Duration(200+rng.IntN(800)) * time.Millisecond
 	}
-	l, op, err := cc.acquire(ctx, key, wait)
+	var l *redlock.Lock
+	var op hist.Op
+	var err error
+	if keys != nil {
+		l, op, err = cc.acquireAll(ctx, keys, wait)
+		r.several.Add(1)
+		if err == nil {
+			r.severalHeld.Add(1)
+		}
+	} else {
+		l, op, err = cc.acquire(ctx, key, wait)
+	}
 	r.lat.add(err == nil, op.End-op.Start)
 	if err == nil {
 		return l, true
@@ -258,6 +292,21 @@ func (r *chaosRun) acquire(ctx context.Context, cc *chaosClient, rng *rand.Rand)
 		time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
 	}
 	return nil, false
+}
+
+// chaosSet draws a set of two or three keys for a lock of several keys,
+// in a random order: one or both of chaosSetKeys and (2 in 3) one of
+// chaosKeys. Sets share keys with each other ({a, d} and {d, e} share d)
+// and with the locks of one key ({a, d} and a).
+func chaosSet(rng *rand.Rand) []string {
+	keys := slices.Clone(chaosSetKeys)
+	rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	keys = keys[:1+rng.IntN(len(keys))]
+	if len(keys) == 1 || rng.IntN(3) > 0 {
+		keys = append(keys, chaosKeys[rng.IntN(len(chaosKeys))])
+	}
+	rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	return keys
 }
 
 // hold runs 1–3 critical sections under l, extending it after some, and
@@ -291,13 +340,17 @@ func (r *chaosRun) die(ctx context.Context, k int, cc *chaosClient, l *redlock.L
 		cc.die()
 	}
 	died := r.h.Now()
-	r.h.Add(hist.Op{Client: cc.name, Key: l.Key(), Kind: hist.Abandon, Token: l.Token(), Fence: l.Fence(), Start: died, End: died})
+	var keys []string
+	if len(l.Keys()) > 1 {
+		keys = l.Keys()
+	}
+	r.h.Add(hist.Op{Client: cc.name, Key: l.Key(), Keys: keys, Kind: hist.Abandon, Token: l.Token(), Fence: l.Fence(), Start: died, End: died})
 	if !r.sessions {
-		r.h.AddProbe(probe(ctx, r.admins, r.h, l, chaosTTL, died, lastTouch))
+		r.probe(ctx, l, died, lastTouch)
 		return cc, nil
 	}
 	r.h.Add(hist.Op{Client: cc.name, Kind: hist.Crash, Start: died, End: died})
-	r.h.AddProbe(probe(ctx, r.admins, r.h, l, chaosTTL, died, died))
+	r.probe(ctx, l, died, died)
 	n := r.deaths.Add(1)
 	next, err := r.newClient(fmt.Sprintf("c%02d-%d", k, n))
 	if err != nil {
@@ -308,6 +361,14 @@ func (r *chaosRun) die(ctx context.Context, k int, cc *chaosClient, l *redlock.L
 	}
 	r.f.replace(k, next)
 	return next, nil
+}
+
+// probe records what the nodes hold of each key of l, whose holder died
+// (L1: a lock of several keys must free each of them).
+func (r *chaosRun) probe(ctx context.Context, l *redlock.Lock, died, lastTouch time.Duration) {
+	for _, key := range l.Keys() {
+		r.h.AddProbe(probe(ctx, r.admins, r.h, l, key, chaosTTL, died, lastTouch))
+	}
 }
 
 // progress logs what the run has done every few seconds until dur has
@@ -364,8 +425,8 @@ func (r *chaosRun) check() *hist.Report {
 func (r *chaosRun) report(dur time.Duration, rep *hist.Report) {
 	t := r.t
 	_, counts := r.f.status()
-	t.Logf("chaos summary (max %d faults at once; %d bytes delivered late; go-redis logged %d failed dials; %d clients died; %d locks resumed by token, %d resumes failed)",
-		r.f.maxFaults, r.f.lateBytes, r.quiet.n.Load(), r.deaths.Load(), r.resumed.Load(), r.resumeFailed.Load())
+	t.Logf("chaos summary (max %d faults at once; %d bytes delivered late; go-redis logged %d failed dials; %d clients died; %d locks resumed by token, %d resumes failed; %d locks of several keys held of %d acquire calls)",
+		r.f.maxFaults, r.f.lateBytes, r.quiet.n.Load(), r.deaths.Load(), r.resumed.Load(), r.resumeFailed.Load(), r.severalHeld.Load(), r.several.Load())
 	t.Logf("acquire calls that won: %s", durations(r.lat.get(true)))
 	t.Logf("acquire calls that failed: %s; their last rounds' node answers: %s", durations(r.lat.get(false)), r.why.all())
 	kind := "mixed"
@@ -373,7 +434,7 @@ func (r *chaosRun) report(dur time.Duration, rep *hist.Report) {
 		kind = "sessions"
 	}
 	t.Logf("| scenario | faults | properties checked | operations | violations |")
-	t.Logf("| %s: %d clients, %d keys, %v | %s | %s | %s | %s |", kind, chaosClients, len(chaosKeys), dur, faultSummary(counts),
+	t.Logf("| %s: %d clients, %d keys (+%d in sets), %v | %s | %s | %s | %s |", kind, chaosClients, len(chaosKeys), len(chaosSetKeys), dur, faultSummary(counts),
 		checkedList(rep), fmt.Sprintf("%d (%d acquisitions, %d failed attempts, %d extends, %d releases, %d deaths, %d sections)", rep.Ops, rep.Acquired, rep.FailedAcquires, rep.Extends, rep.Releases, rep.Abandoned, rep.Sections),
 		violationList(rep))
 	if rep.Checked[hist.S3] == 0 {
@@ -384,6 +445,9 @@ func (r *chaosRun) report(dur time.Duration, rep *hist.Report) {
 	// almost nothing to check proves nothing.
 	if rep.Acquired < 10 {
 		t.Errorf("only %d acquisitions in %v: the scenario did not exercise the lock", rep.Acquired, dur)
+	}
+	if r.severalHeld.Load() == 0 {
+		t.Errorf("no lock of several keys was acquired (of %d attempts): the scenario did not exercise them", r.several.Load())
 	}
 	if r.sessions {
 		st := r.h.Stats()

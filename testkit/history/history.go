@@ -106,9 +106,6 @@ type Op struct {
 	Session string
 }
 
-// keys returns every key op's lock covers.
-func (op *Op) keys() []string { return keysOr(op.Keys, op.Key) }
-
 // keys returns every key of the lock the section ran under.
 func (s *Section) keys() []string { return keysOr(s.Keys, s.Key) }
 

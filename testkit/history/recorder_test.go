@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,7 +52,10 @@ func wrappedMemClient(t *testing.T, addrs []string, wrap func(i int, p pool.Pool
 		}
 		pools = append(pools, wrapped)
 	}
-	c, err := redlock.New(pools, opts...)
+	// A generous node timeout (opts may set another): the race detector
+	// and a loaded machine (make test runs the packages in parallel) slow
+	// the in-memory servers far beyond the default's 50 ms.
+	c, err := redlock.New(pools, slices.Concat([]redlock.Option{redlock.WithNodeTimeout(400 * time.Millisecond)}, opts)...)
 	if err != nil {
 		t.Fatal(err)
 	}

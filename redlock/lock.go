@@ -98,6 +98,10 @@ func (l *Lock) Keys() []string {
 	return []string{l.key}
 }
 
+// Shared reports whether the lock is one of its key's shared holders
+// (acquired with Shared). Safe for concurrent use.
+func (l *Lock) Shared() bool { return l.shared }
+
 // Token returns the value that marks this lock on the nodes: a random
 // value, followed by the byte 0x1d and the holder's description when the
 // lock was acquired WithMetadata. Client.Resume takes it.

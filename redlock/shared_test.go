@@ -123,6 +123,9 @@ func TestSharedExcludesExclusive(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a second shared holder: %v", err)
 	}
+	if !a.Shared() || !b.Shared() {
+		t.Fatal("Lock.Shared is false for shared holders")
+	}
 	if _, err := c.TryLock(ctx, "doc"); !errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("TryLock while shared: %v, want ErrNotAcquired", err)
 	}
@@ -154,6 +157,9 @@ func TestSharedExcludesExclusive(t *testing.T) {
 	w, err := c.TryLock(ctx, "doc")
 	if err != nil {
 		t.Fatalf("TryLock after the shared holders left: %v", err)
+	}
+	if w.Shared() {
+		t.Fatal("Lock.Shared is true for a lock held alone")
 	}
 	if _, err := c.TryLock(ctx, "doc", Shared()); !errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("a shared holder while held alone: %v, want ErrNotAcquired", err)

@@ -426,25 +426,32 @@ func checkS2(s snapshot, cfg Config, r *Report) {
 }
 
 // checkQuorum: op (a success) had a quorum of yes of kind k, sent after it
-// started and seen before it returned; with earned ≥ 0, none of them was
-// sent before the round its deadline counts from.
+// started and seen before it returned; with earned ≥ 0, a quorum of them
+// was sent no earlier than the round its deadline counts from. (A yes sent
+// earlier, within the call, is another round's of the same lock: an
+// auto-extended lock's renewal that the call waited for. It cannot back
+// this deadline, and it does not disprove it either.)
 func checkQuorum(s snapshot, cfg Config, r *Report, op Op, k ReplyKind, earned time.Duration) {
-	nodes := map[int]bool{}
+	nodes, since := map[int]bool{}, map[int]bool{}
 	first := time.Duration(-1)
 	for _, rep := range s.replies[op.Token] {
 		if rep.Kind != k || rep.End > op.End || rep.Start < op.Start {
 			continue
 		}
 		nodes[rep.Node] = true
+		if rep.Start >= earned {
+			since[rep.Node] = true
+		}
 		if first < 0 || rep.Start < first {
 			first = rep.Start
 		}
 	}
 	if len(nodes) < cfg.Quorum {
 		r.add(S2, op.Key, "%s by %s (token %s) succeeded with %d yes (%s) before it returned, quorum %d", op.Kind, op.Client, op.Token, len(nodes), replyName(k), cfg.Quorum)
+		return
 	}
-	if k != ReplyRaise && earned >= 0 && first >= 0 && first < earned {
-		r.add(S2, op.Key, "%s by %s (token %s): its first request left at %v, but its deadline %v counts the TTL from %v", op.Kind, op.Client, op.Token, first, op.Deadline, earned)
+	if k != ReplyRaise && earned >= 0 && len(since) < cfg.Quorum {
+		r.add(S2, op.Key, "%s by %s (token %s): its deadline %v counts the TTL from %v, but only %d nodes said yes to requests sent at or after it (its first request left at %v), quorum %d", op.Kind, op.Client, op.Token, op.Deadline, earned, len(since), first, cfg.Quorum)
 	}
 }
 

@@ -475,3 +475,31 @@ func TestL2LandedByItsOwnTTL(t *testing.T) {
 	b.h.AddSweep(Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: 400, At: ms(3500)})
 	want(t, check(t, b, c), map[Property]int{L2: 1})
 }
+
+// TestS2RenewalInsideExtend: an Extend call of an auto-extended lock may
+// wait for a renewal round of the same lock; the renewal's yes-replies fall
+// within the call but were sent before the round its deadline counts from.
+// They neither back the deadline nor disprove it: a quorum of the call's own
+// round does.
+func TestS2RenewalInsideExtend(t *testing.T) {
+	build := func(own ...int) *builder {
+		b := newBuilder()
+		b.acquire("a", "k", "ta", 1, 0, 0, 5)
+		for n := range 3 { // the renewal, sent at 100 ms
+			b.h.AddReply(Reply{Node: n, Kind: ReplyExtend, Token: "ta", Start: ms(100), End: ms(104)})
+		}
+		for _, n := range own { // the call's own round, from 110 ms
+			b.h.AddReply(Reply{Node: n, Kind: ReplyExtend, Token: "ta", Start: ms(110), End: ms(113)})
+		}
+		b.h.Add(Op{Client: "a", Key: "k", Kind: Extend, Start: ms(98), End: ms(114), Outcome: OK, Token: "ta", TTL: ttl, Deadline: ms(110) + ttl - allow})
+		return b
+	}
+	want(t, check(t, build(0, 1, 3), cfg), nil)
+	// Only the renewal's quorum: the deadline, counted from 110 ms, is not
+	// backed.
+	r := check(t, build(4), cfg)
+	want(t, r, map[Property]int{S2: 1})
+	if !strings.Contains(r.Violations[0].Msg, "only 1 nodes said yes to requests sent at or after it") {
+		t.Errorf("violation: %v", r.Violations[0])
+	}
+}

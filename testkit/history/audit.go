@@ -60,6 +60,20 @@ const (
 	// ScriptHeldAll reads whether every key of a lock of several keys
 	// holds its token; it writes nothing.
 	ScriptHeldAll
+	// ScriptAcquireShared joins a key's shared holders: SET the key to
+	// the shared mark and the token if free, then ZADD the holder and
+	// lengthen the key (PEXPIRE) while it is shared.
+	ScriptAcquireShared
+	// ScriptExtendShared lengthens a shared holder's place and its key
+	// (PEXPIRE) only while the key is shared.
+	ScriptExtendShared
+	// ScriptReleaseShared takes a shared holder out: PEXPIRE the key to
+	// its last remaining holder, or DEL it (then maybe SET it, handed to a
+	// waiter), only while the key is shared.
+	ScriptReleaseShared
+	// ScriptHeldShared reads whether a token is a live shared holder; it
+	// writes nothing.
+	ScriptHeldShared
 )
 
 // LibraryScripts maps the SHA1 (lower-case hex, as EVALSHA sends it) of each
@@ -81,6 +95,10 @@ func LibraryScripts() map[string]ScriptKind {
 		scripts.AcquireAll.Hash():     ScriptAcquireAll,
 		scripts.ReleaseAll.Hash():     ScriptReleaseAll,
 		scripts.HeldAll.Hash():        ScriptHeldAll,
+		scripts.AcquireShared.Hash():  ScriptAcquireShared,
+		scripts.ExtendShared.Hash():   ScriptExtendShared,
+		scripts.ReleaseShared.Hash():  ScriptReleaseShared,
+		scripts.HeldShared.Hash():     ScriptHeldShared,
 	}
 }
 
@@ -222,13 +240,16 @@ func (a *Audit) Gap(n int) {
 
 func (a *Audit) isLockKey(k string) bool {
 	return strings.HasPrefix(k, a.cfg.Prefix) && !strings.HasSuffix(k, ":fence") && !strings.HasPrefix(k[len(a.cfg.Prefix):], "s:") &&
-		!strings.HasSuffix(k, lineSuffix) && !strings.HasSuffix(k, lapseSuffix)
+		!strings.HasSuffix(k, lineSuffix) && !strings.HasSuffix(k, lapseSuffix) && !strings.HasSuffix(k, holdersSuffix)
 }
 
-// The suffixes of a lock key's line of waiters (internal/scripts/lib.lua).
+// The suffixes of a lock key's line of waiters (internal/scripts/lib.lua)
+// and of its shared holders' set (acquire_shared.lua): beside the key,
+// not lock keys. Only the lock key says whether the key is shared.
 const (
-	lineSuffix  = string(node.Sep) + "q"
-	lapseSuffix = string(node.Sep) + "x"
+	lineSuffix    = string(node.Sep) + "q"
+	lapseSuffix   = string(node.Sep) + "x"
+	holdersSuffix = string(node.Sep) + "r"
 )
 
 // isSessionKey reports whether k is a renewal session's key (not the
@@ -345,7 +366,9 @@ func (a *Audit) scriptLine(n int, nd *auditNode, s *openScript, cmd string, e En
 		// per key: GET it; only if it holds the token: DEL it, then maybe
 		// SET it, handed to the next waiter, and PUBLISH.
 		a.releaseAll(n, nd, s, cmd, e)
-	case ScriptPeek, ScriptInspect, ScriptHeldAll:
+	case ScriptAcquireShared, ScriptExtendShared, ScriptReleaseShared:
+		a.sharedLine(n, nd, s, cmd, e)
+	case ScriptPeek, ScriptInspect, ScriptHeldAll, ScriptHeldShared:
 		a.scriptWrite(n, nd, cmd, e, "a read-only script (peek, inspect, held)")
 	default:
 		a.scriptWrite(n, nd, cmd, e, "a script that is not one of quorumlock's")
@@ -366,6 +389,50 @@ func (a *Audit) releaseAll(n int, nd *auditNode, s *openScript, cmd string, e En
 		nd.keys[k] = keyState{known: true}
 	case cmd == "set" && len(e.Args) > 2:
 		nd.keys[k] = keyState{known: true, token: e.Args[2]}
+	}
+}
+
+// sharedLine follows a shared holder's script on its lock key (the
+// holders' set is not audited: only the key says whether others are kept
+// out). The join may SET the key to the shared mark and its token; every
+// PEXPIRE (a join, an extend, a release to the last remaining holder) and
+// the DEL of a release must hit a key that holds shared holders: a key held
+// alone, or absent, is not theirs to lengthen or delete. A release's SET
+// after its DEL hands the key to a waiter.
+func (a *Audit) sharedLine(n int, nd *auditNode, s *openScript, cmd string, e Entry) {
+	if s.key == "" || len(e.Args) < 2 || e.Args[1] != s.key {
+		return
+	}
+	switch {
+	case cmd == "set" && len(e.Args) > 2:
+		v := e.Args[2]
+		if s.kind == ScriptAcquireShared && v != string(node.SharedMark)+s.token {
+			a.report(n, s.key, "a shared join set %q to %q, not the shared mark and its token %q", s.key, v, s.token)
+		}
+		nd.keys[s.key] = keyState{known: true, token: v}
+	case cmd == "pexpire":
+		a.checkShared(n, nd, s, "a shared holder's script set the TTL of")
+	case cmd == "del":
+		a.checkShared(n, nd, s, "a shared release deleted")
+		nd.keys[s.key] = keyState{known: true}
+	}
+}
+
+// checkShared verifies that the key of s holds shared holders on node n
+// (its value starts with node.SharedMark).
+func (a *Audit) checkShared(n int, nd *auditNode, s *openScript, what string) {
+	st := nd.keys[s.key]
+	if !st.known {
+		a.stats.Unchecked++
+		return
+	}
+	a.stats.Checked++
+	if !node.SharedValue(st.token) {
+		held := "was absent"
+		if st.token != "" {
+			held = fmt.Sprintf("held token %q alone", st.token)
+		}
+		a.report(n, s.key, "%s %q for shared holder %q while the key %s", what, s.key, s.token, held)
 	}
 }
 
@@ -397,7 +464,10 @@ func (a *Audit) check(n int, nd *auditNode, s *openScript, what string) {
 	a.stats.Checked++
 	if st.token != s.token {
 		held := "was absent"
-		if st.token != "" {
+		switch {
+		case node.SharedValue(st.token):
+			held = fmt.Sprintf("held shared holders (%q)", st.token)
+		case st.token != "":
 			held = fmt.Sprintf("held token %q", st.token)
 		}
 		a.report(n, s.key, "%s %q for token %q while the key %s", what, s.key, s.token, held)

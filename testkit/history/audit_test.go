@@ -318,3 +318,85 @@ func TestAuditSeveralKeys(t *testing.T) {
 		})
 	}
 }
+
+// The MONITOR lines of shared holders' scripts: the key holds \x1c and the
+// token that made it shared; the holders are in <key>\x1fr.
+
+// joinLines is a shared join; first says it finds the key free and makes
+// it shared (else it joins holders already there).
+func joinLines(key, tok string, first bool) []string {
+	r := key + `\x1fr`
+	l := []string{evalsha(scripts.AcquireShared, []string{key}, tok, "1000"), lua("GET", key), lua("TIME")}
+	if first {
+		l = append(l, lua("EXISTS", key+`\x1fq`), lua("DEL", r), lua("SET", key, `\x1c`+tok, "PX", "1000"))
+	} else {
+		l = append(l, lua("ZSCORE", r, tok), lua("EXISTS", key+`\x1fq`))
+	}
+	return append(l, lua("ZADD", r, "1700000001000", tok), lua("PTTL", key), lua("PEXPIRE", key, "1000"), lua("PTTL", r), lua("PEXPIRE", r, "1000"))
+}
+
+func extendSharedLines(key, tok string) []string {
+	r := key + `\x1fr`
+	return []string{evalsha(scripts.ExtendShared, []string{key}, tok, "2000"), lua("GET", key), lua("ZSCORE", r, tok), lua("TIME"),
+		lua("ZADD", r, "1700000002000", tok), lua("PTTL", key), lua("PEXPIRE", key, "2000"), lua("PTTL", r), lua("PEXPIRE", r, "2000")}
+}
+
+// leaveSharedLines is a shared release; last says no holder remains (the
+// key is deleted).
+func leaveSharedLines(key, tok string, last bool) []string {
+	r := key + `\x1fr`
+	l := []string{evalsha(scripts.ReleaseShared, []string{key}, tok), lua("GET", key), lua("ZSCORE", r, tok), lua("TIME"),
+		lua("ZREM", r, tok), lua("ZRANGEBYSCORE", r, "1700000000001", "+inf")}
+	if last {
+		return append(l, lua("DEL", key, r), lua("PUBLISH", key, `\x1c`+tok))
+	}
+	return append(l, lua("ZSCORE", r, "other"), lua("PEXPIRE", key, "900"), lua("PEXPIRE", r, "900"))
+}
+
+func heldSharedLines(key, tok string) []string {
+	return []string{evalsha(scripts.HeldShared, []string{key}, tok), lua("GET", key), lua("ZSCORE", key+`\x1fr`, tok), lua("TIME")}
+}
+
+func TestAuditShared(t *testing.T) {
+	a := NewAudit(AuditConfig{Prefix: "quorumlock:"})
+	feed(a, 0, joinLines(lka, "ta", true)...)
+	feed(a, 0, joinLines(lka, "tb", false)...)
+	feed(a, 0, extendSharedLines(lka, "tb")...)
+	feed(a, 0, heldSharedLines(lka, "tb")...)
+	feed(a, 0, leaveSharedLines(lka, "ta", false)...)
+	feed(a, 0, leaveSharedLines(lka, "tb", true)...)
+	feed(a, 0, acquireLines(lka, "tw")...) // free again: held alone
+	feed(a, 0, releaseLines(lka, "tw", true)...)
+	if f, n := a.Findings(); n != 0 {
+		t.Fatalf("violations in a correct stream: %v", f)
+	}
+	if st := a.Stats(); st.Checked != 6 || st.Unchecked != 0 {
+		t.Errorf("stats %+v, want 6 checked (two joins, an extend, two releases, the delete of the lock held alone)", st)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		lines []string
+	}{
+		{"a join lengthens a key held alone", joinLines(lkc, "ts", false)},
+		{"a shared extend lengthens a key held alone", extendSharedLines(lkc, "ts")},
+		{"a shared release deletes a key held alone", leaveSharedLines(lkc, "ts", true)},
+		{"a plain release deletes a shared key", releaseLines(lkb, "tb", true)},
+		{"the shared check writes", append(heldSharedLines(lkb, "tb"), lua("PEXPIRE", lkb, "1"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := NewAudit(AuditConfig{Prefix: "quorumlock:"})
+			feed(a, 1, joinLines(lkb, "tb", true)...)
+			feed(a, 1, acquireLines(lkc, "tc")...)
+			feed(a, 1, tc.lines...)
+			f, n := a.Findings()
+			if n != 1 {
+				t.Fatalf("%d violations, want 1: %v", n, f)
+			}
+			t.Log(f[0])
+			if !strings.Contains(f[0].Msg, "node1") {
+				t.Errorf("finding does not name the node: %v", f[0])
+			}
+		})
+	}
+}

@@ -169,6 +169,7 @@ func (r *Report) String() string {
 type holding struct {
 	key, client, token string
 	keys               []string // a lock of several keys: all of them; else nil
+	shared             bool     // a shared holder (Op.Shared)
 	fence              uint64
 	ttl                time.Duration
 	start, ret         time.Duration // the acquire call's start and return
@@ -184,6 +185,9 @@ func (x *holding) String() string {
 	if len(x.keys) > 0 {
 		keys = fmt.Sprintf("keys %s, ", strings.Join(x.keys, "+"))
 	}
+	if x.shared {
+		keys = "shared, " + keys
+	}
 	return fmt.Sprintf("%s (%stoken %s, fence %d, window [%v, %v])", x.client, keys, x.token, x.fence, us(x.ret), us(x.end))
 }
 
@@ -193,6 +197,11 @@ func us(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
 // Check checks the History against every property it has the data for and
 // returns the Report; it does not change h and may be called while
 // recording goes on (it checks a snapshot).
+//
+// A shared holder (Op.Shared) may overlap the other shared holders of its
+// key; a lock held alone may overlap no other lock of any of its keys,
+// shared or not (S1, SEC), and LIN models each key as a read/write lock.
+// Shared holders have no fence (S4 leaves them out).
 //
 // A lock of several keys (Op.Keys) is judged as a holder of each of them:
 // its window must overlap no other lock's window on any of its keys (S1),
@@ -279,7 +288,7 @@ func holdings(ops []Op, leases []Lease, cfg Config, r *Report) (map[string]*hold
 		case op.Kind == Acquire && op.Outcome == OK:
 			r.Acquired++
 			holds[op.Token] = &holding{
-				key: op.Key, keys: op.Keys, client: op.Client, token: op.Token, fence: op.Fence, ttl: op.TTL,
+				key: op.Key, keys: op.Keys, shared: op.Shared, client: op.Client, token: op.Token, fence: op.Fence, ttl: op.TTL,
 				start: op.Start, ret: op.End, deadline: op.Deadline, session: op.Session,
 				round: max(op.Start, op.Deadline-(op.TTL-allowance(op.TTL, cfg))),
 			}
@@ -348,19 +357,31 @@ func applyLeases(holds map[string]*holding, leases []Lease) map[string]time.Dura
 }
 
 // checkS1: sweeping each key's holdings in order of return, a holding that
-// returned before the latest window end seen so far overlaps that window.
+// returned before the latest window end seen so far overlaps that window;
+// shared holders overlap each other freely, so a shared holding is held
+// against the latest window of a lock held alone only. (If holdings A and
+// B, B returning later, overlap and one is held alone, B returned before
+// A's end: the sweep reaches B with a window at least as late as A's of
+// the kind B must not overlap.)
 func checkS1(byKey map[string][]*holding, r *Report) {
 	for key, xs := range byKey {
-		var last *holding // the holding seen so far whose window ends last
+		var last, lastAlone *holding // the holdings seen so far whose windows end last (of any kind; held alone)
 		for _, x := range xs {
-			if last != nil {
+			against := last
+			if x.shared {
+				against = lastAlone
+			}
+			if against != nil {
 				r.Checked[S1]++
-				if x.ret < last.end {
-					r.add(S1, key, "%s acquired at %v, %v before the window of %s ended", x, us(x.ret), us(last.end-x.ret), last)
+				if x.ret < against.end {
+					r.add(S1, key, "%s acquired at %v, %v before the window of %s ended", x, us(x.ret), us(against.end-x.ret), against)
 				}
 			}
 			if last == nil || x.end > last.end {
 				last = x
+			}
+			if !x.shared && (lastAlone == nil || x.end > lastAlone.end) {
+				lastAlone = x
 			}
 		}
 	}
@@ -412,7 +433,7 @@ func checkS2(s snapshot, cfg Config, r *Report) {
 		kinds := []ReplyKind{ReplyAcquire}
 		if op.Kind == Extend {
 			kinds = []ReplyKind{ReplyExtend}
-		} else if cfg.Fencing {
+		} else if cfg.Fencing && !op.Shared { // a shared holder has no fence
 			kinds = append(kinds, ReplyRaise)
 		}
 		for _, k := range kinds {
@@ -584,7 +605,8 @@ func checkS3(cfg Config, r *Report) {
 }
 
 // checkS4: along each key's holdings in order of return, fences strictly
-// increase. (G2 promises B.Fence > A.Fence when B's call started after A
+// increase (shared holders have no fence and are left out: fences order
+// writers). (G2 promises B.Fence > A.Fence when B's call started after A
 // returned, and, while S1 holds, in the order of the windows, which is the
 // order of return.) Refused fenced writes are noted.
 func checkS4(byKey map[string][]*holding, sections []Section, holds map[string]*holding, cfg Config, r *Report) {
@@ -592,7 +614,8 @@ func checkS4(byKey map[string][]*holding, sections []Section, holds map[string]*
 		r.Skipped[S4] = "fencing off"
 		return
 	}
-	for key, xs := range byKey {
+	for key, all := range byKey {
+		xs := slices.DeleteFunc(slices.Clone(all), func(x *holding) bool { return x.shared })
 		for i, x := range xs {
 			if x.fence == 0 {
 				r.add(S4, key, "%s got fencing token 0", x)

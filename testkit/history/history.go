@@ -75,7 +75,11 @@ type Op struct {
 	// LockAll, DoAll), in the caller's order, Key being the first; nil for
 	// a lock of one key. Such a lock holds each of them: Check judges it
 	// as a holder of every one (S1, S4, LIN, SEC).
-	Keys    []string
+	Keys []string
+	// Shared says the lock is one of its key's shared holders
+	// (redlock.Shared, Lock.Shared): Check lets shared holders of a key
+	// overlap each other, and no lock held alone overlap any of them.
+	Shared  bool
 	Kind    Kind
 	Start   time.Duration
 	End     time.Duration
@@ -160,11 +164,16 @@ type Section struct {
 	// Keys, when the holder's lock has several keys, lists them all (Key
 	// among them): no section of another lock of any of them may overlap
 	// this one (SEC). Nil for a lock of one key.
-	Keys  []string
-	Token string // the holder's lock token
-	Fence uint64 // the holder's fencing token
-	Start time.Duration
-	End   time.Duration
+	Keys []string
+	// Shared says the holder is a shared holder of Key (redlock.Shared):
+	// its section may overlap those of other shared holders, never one of
+	// a lock held alone (SEC). A shared holder's section only reads the
+	// guarded counter (Wrote false): shared holders are readers.
+	Shared bool
+	Token  string // the holder's lock token
+	Fence  uint64 // the holder's fencing token
+	Start  time.Duration
+	End    time.Duration
 	// Counted says the section read the guarded counter: Read is its value.
 	// A section that only wrote the fenced resource leaves it false.
 	Counted bool

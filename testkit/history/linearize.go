@@ -10,12 +10,15 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
-// The linearizability check models one key as a mutex guarding a counter:
+// The linearizability check models one key as a read/write lock guarding
+// a counter:
 //
-//	acquire(T)   legal when free; the lock is then held by T
+//	acquire(T)   legal when free (no holder, no shared holder); the lock is then held by T
 //	release(T)   legal when held by T; the lock is then free
-//	inc(T, v)    legal when held by T and the counter is v; it becomes v+1
-//	read(T, v)   legal when held by T and the counter is v
+//	share(T)     legal when no lock is held alone; T joins the shared holders
+//	unshare(T)   legal when T is a shared holder; it leaves them
+//	inc(T, v)    legal when held by T alone and the counter is v; it becomes v+1
+//	read(T, v)   legal when held by T (alone or shared) and the counter is v
 //
 // Each successful acquisition is an acquire that takes effect somewhere
 // between the start of its winning round and its return, and a release at
@@ -42,6 +45,8 @@ const (
 	linIncAny // an increment by a holder past its window
 	linIncMaybe
 	linRead
+	linShare   // a shared holder's acquisition
+	linUnshare // a shared holder's release
 )
 
 type linInput struct {
@@ -52,7 +57,31 @@ type linInput struct {
 
 type linState struct {
 	holder  string
+	readers string // the shared holders' tokens, each followed by \x00, sorted (comparable)
 	counter int64
+}
+
+// reads reports whether token t is one of st's shared holders.
+func (st linState) reads(t string) bool {
+	return strings.Contains("\x00"+st.readers, "\x00"+t+"\x00")
+}
+
+// withReaders returns st with the shared holders ts.
+func (st linState) withReaders(ts []string) linState {
+	slices.Sort(ts)
+	st.readers = ""
+	for _, t := range ts {
+		st.readers += t + "\x00"
+	}
+	return st
+}
+
+// readerList returns st's shared holders.
+func (st linState) readerList() []string {
+	if st.readers == "" {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(st.readers, "\x00"), "\x00")
 }
 
 var linModel = porcupine.NondeterministicModel{
@@ -60,12 +89,20 @@ var linModel = porcupine.NondeterministicModel{
 		st, in := state.(linState), input.(linInput)
 		switch in.kind {
 		case linAcquire:
-			if st.holder == "" {
+			if st.holder == "" && st.readers == "" {
 				return []any{linState{holder: in.token, counter: st.counter}}
 			}
 		case linRelease:
 			if st.holder == in.token {
 				return []any{linState{counter: st.counter}}
+			}
+		case linShare:
+			if st.holder == "" && !st.reads(in.token) {
+				return []any{st.withReaders(append(st.readerList(), in.token))}
+			}
+		case linUnshare:
+			if st.reads(in.token) {
+				return []any{st.withReaders(slices.DeleteFunc(st.readerList(), func(t string) bool { return t == in.token }))}
 			}
 		case linInc:
 			if st.holder == in.token && st.counter == in.read {
@@ -80,7 +117,7 @@ var linModel = porcupine.NondeterministicModel{
 				return []any{st, linState{holder: st.holder, counter: st.counter + 1}}
 			}
 		case linRead:
-			if st.holder == in.token && st.counter == in.read {
+			if (st.holder == in.token || st.reads(in.token)) && st.counter == in.read {
 				return []any{st}
 			}
 		}
@@ -93,6 +130,10 @@ var linModel = porcupine.NondeterministicModel{
 			return "acquire " + in.token
 		case linRelease:
 			return "release " + in.token
+		case linShare:
+			return "acquire shared " + in.token
+		case linUnshare:
+			return "release shared " + in.token
 		case linRead:
 			return fmt.Sprintf("read %d by %s", in.read, in.token)
 		}
@@ -100,6 +141,9 @@ var linModel = porcupine.NondeterministicModel{
 	},
 	DescribeState: func(state any) string {
 		st := state.(linState)
+		if st.readers != "" {
+			return fmt.Sprintf("shared holders %q, counter %d", st.readerList(), st.counter)
+		}
 		return fmt.Sprintf("holder %q, counter %d", st.holder, st.counter)
 	},
 }
@@ -109,9 +153,13 @@ func checkLinearizable(byKey map[string][]*holding, sections []Section, holds ma
 	ops := map[string][]porcupine.Operation{}
 	for key, xs := range byKey {
 		for _, x := range xs {
+			acq, rel := linAcquire, linRelease
+			if x.shared {
+				acq, rel = linShare, linUnshare
+			}
 			ops[key] = append(ops[key],
-				porcupine.Operation{Input: linInput{kind: linAcquire, token: x.token}, Call: int64(x.round), Return: int64(x.ret)},
-				porcupine.Operation{Input: linInput{kind: linRelease, token: x.token}, Call: int64(x.end), Return: int64(x.end)})
+				porcupine.Operation{Input: linInput{kind: acq, token: x.token}, Call: int64(x.round), Return: int64(x.ret)},
+				porcupine.Operation{Input: linInput{kind: rel, token: x.token}, Call: int64(x.end), Return: int64(x.end)})
 		}
 	}
 	for _, sec := range sections {
@@ -154,9 +202,9 @@ func checkKeyLinearizable(key string, ops []porcupine.Operation, cfg Config, r *
 	for i, op := range ops {
 		in := op.Input.(linInput)
 		switch in.kind {
-		case linAcquire:
+		case linAcquire, linShare:
 			open++
-		case linRelease:
+		case linRelease, linUnshare:
 			open--
 		}
 		maxReturn = max(maxReturn, op.Return)

@@ -77,8 +77,9 @@ func (h *History) Recorder(client string, c *redlock.Client, opts ...RecorderOpt
 // Client returns the recorded client's redlock.Client.
 func (r *Recorder) Client() *redlock.Client { return r.c }
 
-// TryLock calls Client.TryLock, records the call (an Acquire Op) and
-// returns what TryLock returned.
+// TryLock calls Client.TryLock, records the call (an Acquire Op; with
+// redlock.Shared, a successful one has Op.Shared) and returns what TryLock
+// returned.
 func (r *Recorder) TryLock(ctx context.Context, key string, opts ...redlock.Option) (*redlock.Lock, error) {
 	l, _, err := r.Acquire(ctx, key, 0, opts...)
 	return l, err
@@ -157,7 +158,7 @@ func (r *Recorder) acquire(ctx context.Context, keys []string, all bool, wait ti
 		tried = r.tokens.Since(n0)
 	}
 	if err == nil {
-		op.Token, op.Fence, op.Deadline = l.Token(), l.Fence(), r.h.Since(deadline)
+		op.Token, op.Fence, op.Deadline, op.Shared = l.Token(), l.Fence(), r.h.Since(deadline), l.Shared()
 		op.Session = r.sessionKey(l)
 		own, _ := node.SplitToken(op.Token) // as generated, before WithMetadata
 		tried = slices.DeleteFunc(tried, func(s string) bool { return s == op.Token || s == own })
@@ -171,7 +172,7 @@ func (r *Recorder) acquire(ctx context.Context, keys []string, all bool, wait ti
 // Extend calls l.Extend(ctx, ttl) (ttl 0: the lock's own TTL), records the
 // call and returns the record and Extend's error.
 func (r *Recorder) Extend(ctx context.Context, l *redlock.Lock, ttl time.Duration) (Op, error) {
-	op := Op{Client: r.name, Key: l.Key(), Keys: several(l), Kind: Extend, TTL: cmp.Or(ttl, r.ttl), Token: l.Token(), Fence: l.Fence(),
+	op := Op{Client: r.name, Key: l.Key(), Keys: several(l), Shared: l.Shared(), Kind: Extend, TTL: cmp.Or(ttl, r.ttl), Token: l.Token(), Fence: l.Fence(),
 		Start: r.h.Now(), Session: r.sessionKey(l)}
 	err := l.Extend(ctx, ttl)
 	deadline := l.Deadline() // as the call returned (see Acquire)
@@ -210,7 +211,7 @@ func (r *Recorder) Resume(ctx context.Context, key, token string, ttl time.Durat
 // Release calls l.Release, records the call and returns the record and
 // Release's error.
 func (r *Recorder) Release(ctx context.Context, l *redlock.Lock) (Op, error) {
-	op := Op{Client: r.name, Key: l.Key(), Keys: several(l), Kind: Release, Token: l.Token(), Fence: l.Fence(), Start: r.h.Now()}
+	op := Op{Client: r.name, Key: l.Key(), Keys: several(l), Shared: l.Shared(), Kind: Release, Token: l.Token(), Fence: l.Fence(), Start: r.h.Now()}
 	err := l.Release(ctx)
 	op.End = r.h.Now()
 	r.finish(&op, ctx, err)
@@ -222,7 +223,7 @@ func (r *Recorder) Release(ctx context.Context, l *redlock.Lock) (Op, error) {
 // (a Section: SEC checks that no two overlap), also when fn panics; it
 // returns fn's error.
 func (r *Recorder) Section(l *redlock.Lock, fn func() error) (err error) {
-	sec := Section{Client: r.name, Key: l.Key(), Keys: several(l), Token: l.Token(), Fence: l.Fence(), Start: r.h.Now()}
+	sec := Section{Client: r.name, Key: l.Key(), Keys: several(l), Shared: l.Shared(), Token: l.Token(), Fence: l.Fence(), Start: r.h.Now()}
 	defer func() {
 		sec.End = r.h.Now()
 		if err != nil {

@@ -8,7 +8,9 @@ import (
 // checkSections: sweeping each key's sections in order of start, a section
 // that started before the latest end seen so far, under another lock,
 // overlaps that section (SEC). A section under a lock of several keys is a
-// section of each of them. An overlap in which a section ran past its
+// section of each of them. Sections of shared holders (Section.Shared) may
+// overlap each other; a shared holder's section is held against the latest
+// end among sections of locks held alone only. An overlap in which a section ran past its
 // own holder's window is the holder's overrun, not the lock's failure: a
 // note with cfg.TolerateOverruns.
 func checkSections(sections []Section, holds map[string]*holding, cfg Config, r *Report) {
@@ -29,23 +31,30 @@ func checkSections(sections []Section, holds map[string]*holding, cfg Config, r 
 	tolerated := 0
 	for key, secs := range byKey {
 		slices.SortFunc(secs, func(a, b Section) int { return cmp.Compare(a.Start, b.Start) })
-		var last *Section // the section seen so far that ends last
+		var last, lastAlone *Section // the sections seen so far that end last (of any kind; of locks held alone)
 		for i := range secs {
 			sec := &secs[i]
-			if last != nil && last.Token != sec.Token {
+			against := last
+			if sec.Shared {
+				against = lastAlone
+			}
+			if against != nil && against.Token != sec.Token {
 				r.Checked[SEC]++
-				if sec.Start < last.End {
-					over := overran(*last) || overran(*sec)
+				if sec.Start < against.End {
+					over := overran(*against) || overran(*sec)
 					if over && cfg.TolerateOverruns {
 						tolerated++
 					} else {
-						r.add(SEC, key, "the critical section of %s (token %s) started at %v, %v before the one of %s (token %s) ended%s",
-							sec.Client, sec.Token, us(sec.Start), us(last.End-sec.Start), last.Client, last.Token, overrunHint(over))
+						r.add(SEC, key, "the critical section of %s (token %s%s) started at %v, %v before the one of %s (token %s%s) ended%s",
+							sec.Client, sec.Token, sharedHint(sec.Shared), us(sec.Start), us(against.End-sec.Start), against.Client, against.Token, sharedHint(against.Shared), overrunHint(over))
 					}
 				}
 			}
 			if last == nil || sec.End > last.End {
 				last = sec
+			}
+			if !sec.Shared && (lastAlone == nil || sec.End > lastAlone.End) {
+				lastAlone = sec
 			}
 		}
 	}
@@ -59,4 +68,11 @@ func overrunHint(over bool) string {
 		return ""
 	}
 	return ": one of them ran past its lock's validity (check Lock.Context or Lock.Deadline before acting, and fence the resource)"
+}
+
+func sharedHint(shared bool) string {
+	if shared {
+		return ", shared"
+	}
+	return ""
 }

@@ -61,6 +61,7 @@ var kindNames = map[node.Kind]string{
 	node.Extend: "EXTEND", node.Release: "RELEASE", node.Get: "GET", node.ExtendMany: "EXTEND-MANY",
 	node.AcquireSession: "ACQUIRE-SESSION", node.RenewSession: "RENEW-SESSION", node.Peek: "PEEK", node.Leave: "LEAVE",
 	node.Resume: "RESUME", node.Inspect: "INSPECT", node.AcquireAll: "ACQUIRE-ALL", node.ReleaseAll: "RELEASE-ALL", node.HeldAll: "HELD-ALL",
+	node.AcquireShared: "ACQUIRE-SHARED", node.ExtendShared: "EXTEND-SHARED", node.ReleaseShared: "RELEASE-SHARED", node.HeldShared: "HELD-SHARED",
 }
 
 func (c *call) isDone() bool {

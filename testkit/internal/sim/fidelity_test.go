@@ -33,9 +33,13 @@ func TestScriptsAgreeWithRedis(t *testing.T) {
 	n := newNode(0, 1, t0, &tracer{})
 	n.base = t0.UnixNano() // the lines' lapse times are read on each server's clock
 	r := rand.New(rand.NewPCG(3, 4))
+	yes := map[node.Kind]int{} // the shared holders' commands that answered 1
 	for i := range 4000 {
 		op := randomOp(r)
 		want := runReal(ctx, cl, op)
+		if want.Err == nil && want.Int == 1 {
+			yes[op.Kind]++
+		}
 		n.lock()
 		got := n.execLocked(op)
 		n.unlock()
@@ -49,6 +53,13 @@ func TestScriptsAgreeWithRedis(t *testing.T) {
 	if fs := n.tr.failures(); len(fs) > 0 {
 		t.Fatalf("script errors: %q", fs)
 	}
+	for _, k := range []node.Kind{node.AcquireShared, node.ExtendShared, node.ReleaseShared, node.HeldShared} {
+		if yes[k] == 0 {
+			t.Errorf("no %s answered 1: the shared holders' scripts were not compared where they change keys", kindNames[k])
+		}
+	}
+	t.Logf("shared commands that answered 1: %d ACQUIRE-SHARED, %d EXTEND-SHARED, %d RELEASE-SHARED, %d HELD-SHARED",
+		yes[node.AcquireShared], yes[node.ExtendShared], yes[node.ReleaseShared], yes[node.HeldShared])
 }
 
 // sameResult compares two answers to op: exactly, but for an Inspect's TTL
@@ -80,7 +91,7 @@ func randomOp(r *rand.Rand) *node.Op {
 	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
 	key := pick("p:{a}", "p:{b}")
 	o := node.Op{Key: key, Token: pick("tokenAAAAAAAAAAAAA1", "tokenBBBBBBBBBBBBBB2", "tokenCCCCCCCCCCCCCC3"), TTL: time.Duration(5+r.IntN(20)) * time.Second}
-	switch r.IntN(18) {
+	switch r.IntN(23) {
 	case 0, 1:
 		o.Kind = node.Acquire
 	case 2:
@@ -120,6 +131,17 @@ func randomOp(r *rand.Rand) *node.Op {
 		}
 	case 16:
 		o.Kind, o.Keys = node.HeldAll, someKeys(r)
+	case 17, 18: // a shared holder joins (or finds the key taken)
+		o.Kind = node.AcquireShared
+	case 19:
+		o.Kind = node.ExtendShared
+	case 20:
+		o.Kind = node.ReleaseShared
+		if r.IntN(2) == 0 {
+			o.Grace = 5 * time.Second // hand the key, once no holder is left, to its line's first waiter
+		}
+	case 21:
+		o.Kind = node.HeldShared
 	default: // the extend and the fencing write-back of a lock of several keys, or a batch of locks
 		o.Keys = someKeys(r)
 		if r.IntN(2) == 0 {
@@ -184,7 +206,8 @@ func compareKeyspaces(t *testing.T, ctx context.Context, cl *redis.Client, n *si
 			// the two runs.
 			zs, _ := cl.ZRangeWithScores(ctx, k, 0, -1).Result()
 			ms := sorted(v)
-			if strings.HasSuffix(k, "\x1fx") { // near-equal lapse times may order either way
+			lapses := strings.HasSuffix(k, "\x1fx") || strings.HasSuffix(k, "\x1fr") // the waiters' and the shared holders'
+			if lapses {                                                              // near-equal lapse times may order either way
 				slices.SortFunc(zs, func(a, b redis.Z) int { return strings.Compare(a.Member.(string), b.Member.(string)) })
 				slices.Sort(ms)
 			}
@@ -192,7 +215,7 @@ func compareKeyspaces(t *testing.T, ctx context.Context, cl *redis.Client, n *si
 			for j := range min(len(zs), len(ms)) {
 				want += fmt.Sprint(" ", zs[j].Member)
 				got += fmt.Sprint(" ", ms[j])
-				if d := zs[j].Score - v.zset[ms[j]]; d > 1000 || d < -1000 || !strings.HasSuffix(k, "\x1fx") && d != 0 {
+				if d := zs[j].Score - v.zset[ms[j]]; d > 1000 || d < -1000 || !lapses && d != 0 {
 					t.Fatalf("after command %d (%s): %q scores %v on Redis, %v on the simulated node", i, describe(op), k, zs, v.zset)
 				}
 			}

@@ -28,6 +28,9 @@ type outcome struct {
 	// several and severalHeld count the acquire calls of locks of several
 	// keys and those that returned a lock.
 	several, severalHeld int
+	// shared and sharedHeld count the acquire calls of shared holders and
+	// those that returned a lock.
+	shared, sharedHeld int
 }
 
 // violated reports whether the checker found a violation or the simulator
@@ -93,6 +96,8 @@ func (s schedule) run(trace bool) outcome {
 		o.resumeFailed += w.resumeFailed
 		o.several += w.tried
 		o.severalHeld += w.held
+		o.shared += w.sharedTried
+		o.sharedHeld += w.sharedHeld
 	}
 	return o
 }

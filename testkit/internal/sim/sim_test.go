@@ -92,12 +92,15 @@ func TestSimulate(t *testing.T) {
 	d := time.Since(start)
 	t.Logf("%d schedules in %v: %.0f schedules/s (%.0f per hour), %d violated", played, d.Round(time.Millisecond), float64(played)/d.Seconds(), float64(played)/d.Hours(), found)
 	t.Logf("%s", sum.String())
+	if played > 0 && sum.sharedHeld == 0 {
+		t.Errorf("no shared holder was held in %d schedules (%d acquire calls)", played, sum.shared)
+	}
 }
 
 // totals sums what the schedules did and what the checker examined.
 type totals struct {
 	schedules, ops, acquired, failed, extends, releases, sections, commands int
-	resumed, resumeFailed, several, severalHeld                             int
+	resumed, resumeFailed, several, severalHeld, shared, sharedHeld         int
 	checked                                                                 map[history.Property]int
 }
 
@@ -115,6 +118,8 @@ func (s *totals) add(o outcome) {
 	s.resumeFailed += o.resumeFailed
 	s.several += o.several
 	s.severalHeld += o.severalHeld
+	s.shared += o.shared
+	s.sharedHeld += o.sharedHeld
 	if s.checked == nil {
 		s.checked = map[history.Property]int{}
 	}
@@ -128,10 +133,10 @@ func (s *totals) String() string {
 		return "no schedules"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "per schedule: %.1f operations (%.1f acquisitions, %.1f failed acquire calls, %.1f extends, %.1f releases, %.1f critical sections), %.0f commands run on the nodes; %d abandoned locks resumed, %d resumes failed; %d locks of several keys held (of %d acquire calls); cases checked in all:",
+	fmt.Fprintf(&b, "per schedule: %.1f operations (%.1f acquisitions, %.1f failed acquire calls, %.1f extends, %.1f releases, %.1f critical sections), %.0f commands run on the nodes; %d abandoned locks resumed, %d resumes failed; %d locks of several keys held (of %d acquire calls); %d shared holders held (of %d acquire calls); cases checked in all:",
 		float64(s.ops)/float64(s.schedules), float64(s.acquired)/float64(s.schedules), float64(s.failed)/float64(s.schedules),
 		float64(s.extends)/float64(s.schedules), float64(s.releases)/float64(s.schedules), float64(s.sections)/float64(s.schedules),
-		float64(s.commands)/float64(s.schedules), s.resumed, s.resumeFailed, s.severalHeld, s.several)
+		float64(s.commands)/float64(s.schedules), s.resumed, s.resumeFailed, s.severalHeld, s.several, s.sharedHeld, s.shared)
 	for _, p := range history.Properties {
 		if n, ok := s.checked[p]; ok {
 			fmt.Fprintf(&b, " %s %d", p, n)

@@ -15,8 +15,10 @@ import (
 // recorded, playing s.ops operations drawn from its own generator on a few
 // keys: TryLock and Lock (waiting up to 2 TTLs), critical sections, Extend
 // with TTLs shorter and longer than the lock's, Release, abandoning a lock
-// to its TTL, and Do; and, in one operation of six, the same with a lock of
-// several keys (TryLockAll, LockAll, DoAll; see several).
+// to its TTL, and Do; in one operation of six, the same with a lock of
+// several keys (TryLockAll, LockAll, DoAll; see several); and in one of
+// six, the same as a shared holder of one of the keys the others take
+// alone (TryLock, Lock and Do with redlock.Shared; see shared).
 type worker struct {
 	name string
 	s    schedule
@@ -31,6 +33,9 @@ type worker struct {
 	// tried and held count the acquire calls of locks of several keys and
 	// those that returned a lock (DoAll's included).
 	tried, held int
+	// sharedTried and sharedHeld count the acquire calls of shared holders
+	// and those that returned a lock (Do's included).
+	sharedTried, sharedHeld int
 
 	// auto holds the auto-extended locks of several keys a schedule of
 	// plain locks takes: their deadlines move with their own renewals, so
@@ -47,6 +52,8 @@ func (w *worker) run() {
 			w.do(w.key())
 		case x < 4:
 			w.several()
+		case x < 6:
+			w.shared(w.key())
 		default:
 			w.hold(w.key())
 		}
@@ -113,6 +120,68 @@ func (w *worker) several() {
 		return
 	}
 	w.release(l)
+}
+
+// shared takes key as one of its shared holders: with Do (one in four),
+// else with TryLock or Lock (waiting up to 2 TTLs, behind the waiters for
+// the key alone: writers first), held like hold's locks (unfenced: fences
+// order writers; auto-extended in the schedules of sessions, on its own
+// renewals, and in one in four of the others). An auto-extended one is
+// never abandoned, and none is resumed (Resume does not take shared
+// holders).
+func (w *worker) shared(key string) {
+	opts := []redlock.Option{redlock.Shared(), redlock.WithFencing(false)}
+	if w.r.IntN(4) == 0 {
+		w.doShared(key, opts)
+		return
+	}
+	wait := []time.Duration{0, w.s.ttl, 2 * w.s.ttl}[w.r.IntN(3)]
+	auto := w.s.sessions
+	if !auto && w.r.IntN(4) == 0 {
+		auto, opts = true, append(opts, redlock.WithAutoExtend(true))
+	}
+	l, _, err := w.rec.Acquire(w.ctx, key, wait, opts...)
+	w.trace("%s acquire shared %q (wait %v, auto-extended %v): %v", w.name, key, wait, auto, errOf(err))
+	w.sharedTried++
+	if l == nil {
+		return
+	}
+	w.sharedHeld++
+	if !l.Shared() {
+		w.tr.fail("%s: a lock of %q acquired with Shared says it is not shared", w.name, key)
+	}
+	if auto && !w.s.sessions {
+		if w.auto == nil {
+			w.auto = map[*redlock.Lock]bool{}
+		}
+		w.auto[l] = true
+		defer delete(w.auto, l)
+	}
+	w.use(l)
+	if !auto && w.r.IntN(8) == 0 {
+		w.trace("%s abandons shared %q token %s", w.name, key, short(l.Token()))
+		return
+	}
+	w.release(l)
+}
+
+// doShared runs a critical section with Do as a shared holder of key,
+// waiting up to 3 TTLs.
+func (w *worker) doShared(key string, opts []redlock.Option) {
+	ctx, cancel := context.WithTimeout(w.ctx, 3*w.s.ttl)
+	defer cancel()
+	d := w.upTo(w.s.ttl / 2)
+	ran := false
+	err := w.rec.Do(ctx, key, func(context.Context) error {
+		ran = true
+		time.Sleep(d)
+		return nil
+	}, opts...)
+	w.sharedTried++
+	if ran {
+		w.sharedHeld++
+	}
+	w.trace("%s do shared %q: %v", w.name, key, errOf(err))
 }
 
 // upTo is a random duration in (0, d].

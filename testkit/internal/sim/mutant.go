@@ -14,7 +14,7 @@ import (
 // mutants are the controls that run a broken script on every node, by the
 // control's name: each returns the broken text for the library's, and any
 // other script as it is. They show that the checker catches a script that
-// lets two locks hold one key (TestFindsBrokenAcquireAll).
+// lets two locks hold one key (TestFindsBrokenAcquireAll, TestFindsBrokenShared).
 var mutants = map[control]func(src string) string{
 	// acquire_all.lua without its "taken" check: it sets every key,
 	// whoever holds it.
@@ -22,6 +22,12 @@ var mutants = map[control]func(src string) string{
 	// acquire_all.lua that checks only its first key: it takes the others
 	// from their holders.
 	firstOnly: mutant(node.AcquireAll, "for i = 1, n do\n  local o = free_for", "for i = 1, 1 do\n  local o = free_for"),
+	// acquire_shared.lua without its "taken" check for a key held alone:
+	// it makes the key shared over its holder.
+	joinHeld: mutant(node.AcquireShared, "if v and not shared and owner(k, v) or waiting(k) then", "if waiting(k) then"),
+	// release_shared.lua that deletes the key (and the holders' set) at
+	// every release, whoever remains.
+	dropShared: mutant(node.ReleaseShared, "if last > 0 then", "if false then"),
 }
 
 // mutant returns a function that gives kind's script with old replaced by

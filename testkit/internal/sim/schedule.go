@@ -20,6 +20,11 @@ const (
 	// every key whoever holds it; firstOnly checks only the first key.
 	takeAll   control = "acquire-all-takes-all"
 	firstOnly control = "acquire-all-first-only"
+	// The nodes run a broken shared holders' script (see mutants):
+	// joinHeld admits a shared holder while the key is held alone;
+	// dropShared deletes the key at a release while holders remain.
+	joinHeld   control = "acquire-shared-joins-held"
+	dropShared control = "release-shared-drops-all"
 )
 
 // schedule is everything a seed decides: the cluster, the clients'

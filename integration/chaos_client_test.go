@@ -115,6 +115,17 @@ func (cc *chaosClient) acquire(ctx context.Context, key string, wait time.Durati
 	return l, op, err
 }
 
+// acquireShared is cc.acquire as a shared holder (unfenced: fences order
+// writers); a session client's, which its own extends renew, is watched
+// like its session locks (watch).
+func (cc *chaosClient) acquireShared(ctx context.Context, key string, wait time.Duration) (*redlock.Lock, hist.Op, error) {
+	l, op, err := cc.rec.Acquire(ctx, key, wait, redlock.Shared(), redlock.WithFencing(false))
+	if err == nil && cc.session {
+		cc.watch(l)
+	}
+	return l, op, err
+}
+
 // acquireAll is cc.rec.AcquireAll (TryLockAll with wait 0, else LockAll
 // with WithMaxWait(wait)); a session client's lock of several keys, which
 // its own extends renew, is watched like its session locks (watch).

@@ -35,7 +35,7 @@ const (
 // section runs one critical section under l for cc: for each key of l (a
 // lock of several keys guards each), read its counter, work briefly, and,
 // if the deadline is not near, write it back incremented and write the
-// key's fenced register. It records a section per key and returns false if
+// key's fenced register (a shared holder only reads the counter). It records a section per key and returns false if
 // it found too little validity left to start.
 func (res *resource) section(ctx context.Context, cc *chaosClient, l *redlock.Lock, rng *rand.Rand) bool {
 	keys := l.Keys()
@@ -55,7 +55,7 @@ func (res *resource) section(ctx context.Context, cc *chaosClient, l *redlock.Lo
 // sectionOf is the section of key under l (all: l's keys when it has
 // several).
 func (res *resource) sectionOf(ctx context.Context, cc *chaosClient, l *redlock.Lock, key string, all []string, rng *rand.Rand) {
-	s := hist.Section{Client: cc.name, Key: key, Keys: all, Token: l.Token(), Fence: l.Fence(), Start: res.h.Now()}
+	s := hist.Section{Client: cc.name, Key: key, Keys: all, Shared: l.Shared(), Token: l.Token(), Fence: l.Fence(), Start: res.h.Now()}
 	defer func() {
 		s.End = res.h.Now()
 		res.h.AddSection(s)
@@ -72,6 +72,9 @@ func (res *resource) sectionOf(ctx context.Context, cc *chaosClient, l *redlock.
 	}
 	s.Read, s.Counted = v, true
 	time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond) // the work
+	if l.Shared() {
+		return // a shared holder only reads: an exclusive holder's write inside its section breaks LIN, their overlap SEC
+	}
 	// Read again: a session lock's deadline moves with its session, later
 	// or, when a node drops out, earlier.
 	if time.Until(cc.deadline(l)) < writeMargin {

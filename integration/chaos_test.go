@@ -64,7 +64,8 @@ var (
 // TestChaosMixed runs 16 independent clients, each behind its own proxies,
 // contending for 3 keys, one at a time or (1 in 4) in sets of two or three
 // keys held as one lock (TryLockAll, LockAll) that share keys with each
-// other and with the locks of one key, with fencing, a guarded counter and
+// other and with the locks of one key, or (3 in 20) as shared holders of
+// one key (unfenced, their sections only read the counter), with fencing, a guarded counter and
 // a fenced register per key, while nodes are killed (and restarted with their data after more
 // than the TTL), paused, cut off from single clients, reset and slowed, and
 // single clients' commands are held past the node timeout and then land
@@ -111,6 +112,9 @@ type chaosRun struct {
 	// several and severalHeld count the acquire calls of locks of several
 	// keys and those that won.
 	several, severalHeld atomic.Int64
+	// shared and sharedHeld count the acquire calls of shared holders and
+	// those that won.
+	shared, sharedHeld atomic.Int64
 	// resumed and resumeFailed count the hand-overs by token (resume).
 	resumed, resumeFailed atomic.Int64
 	why                   *tally
@@ -222,11 +226,11 @@ func (r *chaosRun) work(ctx context.Context, k int, cc *chaosClient) {
 			continue
 		}
 		lastTouch := r.hold(ctx, cc, l, rng)
-		if !r.sessions && len(l.Keys()) == 1 && rng.IntN(20) == 0 { // Resume takes one key
+		if !r.sessions && len(l.Keys()) == 1 && !l.Shared() && rng.IntN(20) == 0 { // Resume takes one key, held alone
 			r.resume(ctx, cc, l, rng)
 			continue
 		}
-		if rng.IntN(40) != 0 {
+		if rng.IntN(40) != 0 || l.Shared() { // a dead holder is probed by its token, which a shared key does not hold
 			_, _ = cc.rec.Release(ctx, l)
 			continue
 		}
@@ -259,13 +263,17 @@ func (r *chaosRun) resume(ctx context.Context, cc *chaosClient, l *redlock.Lock,
 	_, _ = cc.rec.Release(ctx, rl)
 }
 
-// acquire tries a random key, or (1 in 4) a set of keys as one lock (see
-// chaosSet), with TryLock or (2 in 3) with Lock for up to 200–1000 ms.
+// acquire tries a random key, (1 in 4) a set of keys as one lock (see
+// chaosSet) or (3 in 20) a random key as a shared holder, with TryLock or (2 in 3) with Lock for up to 200–1000 ms.
 func (r *chaosRun) acquire(ctx context.Context, cc *chaosClient, rng *rand.Rand) (*redlock.Lock, bool) {
 	key := chaosKeys[rng.IntN(len(chaosKeys))]
 	var keys []string
-	if rng.IntN(4) == 0 {
+	shared := false
+	switch rng.IntN(20) {
+	case 0, 1, 2, 3, 4:
 		keys = chaosSet(rng)
+	case 5, 6, 7:
+		shared = true
 	}
 	wait := time.Duration(0)
 	if rng.IntN(3) > 0 {
@@ -279,6 +287,12 @@ func (r *chaosRun) acquire(ctx context.Context, cc *chaosClient, rng *rand.Rand)
 		r.several.Add(1)
 		if err == nil {
 			r.severalHeld.Add(1)
+		}
+	} else if shared {
+		l, op, err = cc.acquireShared(ctx, key, wait)
+		r.shared.Add(1)
+		if err == nil {
+			r.sharedHeld.Add(1)
 		}
 	} else {
 		l, op, err = cc.acquire(ctx, key, wait)
@@ -425,8 +439,8 @@ func (r *chaosRun) check() *hist.Report {
 func (r *chaosRun) report(dur time.Duration, rep *hist.Report) {
 	t := r.t
 	_, counts := r.f.status()
-	t.Logf("chaos summary (max %d faults at once; %d bytes delivered late; go-redis logged %d failed dials; %d clients died; %d locks resumed by token, %d resumes failed; %d locks of several keys held of %d acquire calls)",
-		r.f.maxFaults, r.f.lateBytes, r.quiet.n.Load(), r.deaths.Load(), r.resumed.Load(), r.resumeFailed.Load(), r.severalHeld.Load(), r.several.Load())
+	t.Logf("chaos summary (max %d faults at once; %d bytes delivered late; go-redis logged %d failed dials; %d clients died; %d locks resumed by token, %d resumes failed; %d locks of several keys held of %d acquire calls; %d shared holders held of %d acquire calls)",
+		r.f.maxFaults, r.f.lateBytes, r.quiet.n.Load(), r.deaths.Load(), r.resumed.Load(), r.resumeFailed.Load(), r.severalHeld.Load(), r.several.Load(), r.sharedHeld.Load(), r.shared.Load())
 	t.Logf("acquire calls that won: %s", durations(r.lat.get(true)))
 	t.Logf("acquire calls that failed: %s; their last rounds' node answers: %s", durations(r.lat.get(false)), r.why.all())
 	kind := "mixed"
@@ -445,6 +459,9 @@ func (r *chaosRun) report(dur time.Duration, rep *hist.Report) {
 	// almost nothing to check proves nothing.
 	if rep.Acquired < 10 {
 		t.Errorf("only %d acquisitions in %v: the scenario did not exercise the lock", rep.Acquired, dur)
+	}
+	if r.sharedHeld.Load() == 0 {
+		t.Errorf("no shared holder was held (of %d attempts): the scenario did not exercise them", r.shared.Load())
 	}
 	if r.severalHeld.Load() == 0 {
 		t.Errorf("no lock of several keys was acquired (of %d attempts): the scenario did not exercise them", r.several.Load())

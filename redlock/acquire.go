@@ -229,6 +229,11 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *line) 
 		// roll it back like a failed round.
 	}
 	c.rollback(ctx, cfg, v.rd, v.said)
+	for i, u := range v.unsure { // their SET may land yet
+		if u {
+			c.releaseUnsure(cfg, i, refOf(v.rd.op), errUnknownFate)
+		}
+	}
 	if v.won {
 		return nil, ErrClosed
 	}
@@ -264,6 +269,7 @@ type acquisition struct {
 	waiter   string          // the Lock call's name in the key's line ("": a TryLock)
 	inLine   bool            // the waiter may be in the line on some node
 	keys     []string        // a lock of several keys: the caller's keys (nil: one key)
+	unsure   []bool          // nodes whose call failed in a way that may still set the key (nil: none)
 }
 
 // newToken returns an attempt's token: the session's, or cfg's generator's,
@@ -344,8 +350,12 @@ func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session, l
 	return a, nil
 }
 
-// vote notes a yes, and releases at once a node whose call failed in a way
-// that may still have set the key.
+// vote notes a yes, and a node whose call failed in a way that may still
+// set the key: it does not count for the round, and it is released once
+// the round is decided, in the background if the round failed, by the
+// lock's Release if it was won. (Released at once, the node could take
+// the key meanwhile, count for an extend of the lock, and then lose it to
+// the background release: the lock below its quorum while held.)
 func (a *acquisition) vote(rep quorum.Reply, yes bool) {
 	switch {
 	case yes:
@@ -355,7 +365,10 @@ func (a *acquisition) vote(rep quorum.Reply, yes bool) {
 			a.gens[rep.Node] = a.sess.accepted(rep.Node, rep.Int, a.start)
 		}
 	case mayHaveWritten(rep.Err):
-		a.rd.c.releaseUnsure(a.rd.cfg, rep.Node, refOf(a.rd.op), rep.Err)
+		if a.unsure == nil {
+			a.unsure = make([]bool, len(a.said))
+		}
+		a.unsure[rep.Node] = true
 		a.refused = true
 	case rep.Err == nil:
 		a.refused = true // taken: a waiter joined the line there

@@ -484,8 +484,12 @@ func (l *Lock) endForRelease() (unsure []bool, err error) {
 
 // late handles a reply to the acquiring round that arrived after the round
 // was won: the node may hold our token. If the lock is still held, Release
-// will reach that node like every other; if it was already released or lost,
-// or its deadline has passed, the node is released now.
+// will reach that node like every other; if it was already released, the
+// node is released now. A plain lock that was lost, or whose deadline has
+// passed, without a Release is not: its token may have been handed over
+// (Client.Resume), and a release now could take a key that the resumed
+// lock counts on; its key there lives its TTL, and a Release of the handle
+// still reaches it. (A session lock, which cannot be resumed, is released.)
 func (l *Lock) late(rep quorum.Reply) {
 	var gen uint64 // a session lock's generation on the node, if it said yes
 	if l.sess != nil && rep.Err == nil && rep.Int > 0 {
@@ -500,6 +504,7 @@ func (l *Lock) late(rep quorum.Reply) {
 		l.unsure[rep.Node] = true
 	}
 	keep := !l.released && !l.lost && l.cfg.now().Before(l.deadlineLocked())
+	free := l.released || !keep && l.sess != nil                 // nobody can count on the token any more
 	waited := l.waiter != "" && !(rep.Err == nil && rep.Int > 0) // it may wait in the line there
 	l.inLine = l.inLine || waited
 	if keep && gen != 0 { // the node counts for the lock from now on
@@ -530,7 +535,7 @@ func (l *Lock) late(rep quorum.Reply) {
 	}
 	// A definite yes is covered by a chained release sent now; an unknown
 	// fate needs the release that re-checks.
-	if !keep && (rep.Int > 0 && !releasing || mayHaveWritten(rep.Err)) {
+	if free && (rep.Int > 0 && !releasing || mayHaveWritten(rep.Err)) {
 		l.c.releaseUnsure(l.cfg, rep.Node, l.ref(), rep.Err)
 	}
 }
@@ -604,6 +609,9 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 	}
 	if l.sess != nil {
 		l.sess.add(l)
+	}
+	if a.unsure != nil { // a Release re-checks these nodes (see vote)
+		l.unsure = slices.Clone(a.unsure)
 	}
 	if l.inLine { // it holds the key; it must not be handed it where it waits
 		c.leaveLine(cfg, l.rkey, l.waiter, false, func(i int) bool { return !a.said[i] && !l.landing[i] })

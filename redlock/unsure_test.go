@@ -1,0 +1,70 @@
+package redlock
+
+import (
+	"context"
+	"io"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/pool"
+)
+
+// lateAcquire is a Pool of package pool whose first acquire command fails at
+// once with a lost reply, and reaches the node only after delay: a command
+// whose reply was lost and which lands late.
+type lateAcquire struct {
+	pool.Pool
+	s     node.Sender
+	delay time.Duration
+	done  atomic.Bool
+}
+
+func (p *lateAcquire) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag int) {
+	if op.Kind != node.Acquire || p.done.Swap(true) {
+		p.s.Send(op, deadline, rcv, tag)
+		return
+	}
+	rcv.Deliver(tag, node.Result{Err: io.ErrUnexpectedEOF})
+	time.AfterFunc(p.delay, func() { p.s.Send(op, time.Now().Add(time.Second), discard{}, 0) })
+}
+
+type discard struct{}
+
+func (discard) Deliver(int, node.Result) {}
+
+// TestLostReplyThatLandsLateCountsForTheLock: an acquire whose reply was lost
+// in a round the lock won lands late on its node, and an extend then
+// counts that node for the lock. Nothing may take the key from it while
+// the lock is held: the simulator found (seeds 27511, 40433, 52538 at
+// 2e27756) that the background release sent at once for the lost reply,
+// re-sent until its horizon, deleted it after the extend had counted it,
+// leaving the lock below its quorum while its holder held it.
+func TestLostReplyThatLandsLateCountsForTheLock(t *testing.T) {
+	e := newEnv(t, 3)
+	ps := e.scriptPools()
+	late := &lateAcquire{Pool: ps[0], s: ps[0].(node.Sender), delay: 250 * time.Millisecond}
+	ps[0] = late
+	c := New2(t, ps, WithNodeTimeout(100*time.Millisecond), WithTTL(10*time.Second))
+	verifyAll(t, c)
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := rkey("k")
+	waitFor(t, "the late acquire lands on node 0", func() bool { return e.value(0, k) == l.Token() })
+	e.nodes[2].m.Del(k) // node 2 lost it (as by a restart): nodes 0 and 1 hold it
+	if err := l.Extend(ctx, 0); err != nil {
+		t.Fatalf("Extend with nodes 0 and 1 holding the token: %v", err)
+	}
+	time.Sleep(2 * time.Second) // past every re-send of a release for node 0
+	if held := e.holders(k, l.Token()); held < 2 {
+		t.Fatalf("the lock is held (deadline in %v) on %d nodes, below its quorum of 2", time.Until(l.Deadline()).Round(time.Millisecond), held)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the release takes the key from every node", func() bool { return e.holders(k, "") == 3 })
+}

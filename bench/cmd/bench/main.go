@@ -10,7 +10,10 @@
 // separate processes (-procs-n, child processes of this command) blocking on
 // one key, quorumlock and redsync only (see procs.go); several keys as one
 // lock (multi: TryLockAll against a lock per key taken in sorted order, over
-// quorumlock and over redsync, for 2 and 8 keys; see multi.go). In the
+// quorumlock and over redsync, for 2 and 8 keys; see multi.go); shared
+// holders (shared: 16 readers on one key against 16 workers taking it alone
+// and on keys of their own, and a writer beside 15 readers against the
+// writer alone; see shared.go). In the
 // 16-worker distinct-keys scenario (w16) a fourth implementation, floor,
 // sends the same 25 server commands per cycle as quorumlock in plain go-redis
 // pipelines, the yardstick of the total (client + servers) CPU per cycle
@@ -20,6 +23,7 @@
 //
 //	go run ./cmd/bench -scenarios procs -d 3s -warm 1s -passes 1 # the procs scenario alone, quickly
 //	go run ./cmd/bench -scenarios multi -passes 3 -md ../docs/performance.md # several keys alone (-multi-d per run)
+//	go run ./cmd/bench -scenarios shared -passes 3 -md ../docs/performance.md # shared holders alone (-shared-d per run)
 //
 // The starved scenario (issue 11: timeout storms under a starved client) runs
 // only when named, once per implementation (quorumlock and redsync unless
@@ -60,7 +64,7 @@ func main() {
 	dur := flag.Duration("d", 10*time.Second, "measured duration of each run")
 	warm := flag.Duration("warm", time.Second, "warm-up before each run's measured window")
 	passes := flag.Int("passes", 3, "interleaved passes over every scenario and implementation")
-	only := flag.String("scenarios", "", "comma-separated scenario ids to run (w1,w16,try1,block1,slow,procs,multi,starved,held; multi-w1, multi-w16 and multi-ring are multi's parts); empty: all but starved and held, which ignore -d and -passes (see -starve-* and -held-*)")
+	only := flag.String("scenarios", "", "comma-separated scenario ids to run (w1,w16,try1,block1,slow,procs,multi,shared,starved,held; multi-w1, multi-w16 and multi-ring are multi's parts, shared-read, shared-clients, shared-excl, shared-redsync, shared-own, shared-mixed and shared-writer shared's); empty: all but starved and held, which ignore -d and -passes (see -starve-* and -held-*)")
 	which := flag.String("impls", "", "comma-separated implementations to run (quorumlock,redsync,raw,floor); empty: all (floor runs in w16 only)")
 	bin := flag.String("redis-server", "redis-server", "the redis-server binary")
 	md := flag.String("md", "", "write the results table into this Markdown file, between the bench markers")
@@ -80,6 +84,9 @@ func main() {
 	var mc multiCfg
 	flag.StringVar(&mc.kList, "multi-k", "2,8", "multi: comma-separated numbers of keys per lock (at most 16)")
 	flag.DurationVar(&mc.dur, "multi-d", 2*time.Second, "multi: measured duration of each run (at most -d)")
+	var shc sharedCfg
+	flag.StringVar(&shc.holdList, "shared-hold", "0s,1ms", "shared: comma-separated times each cycle holds the lock (shared-mixed and shared-writer always hold 1 ms)")
+	flag.DurationVar(&shc.dur, "shared-d", 2*time.Second, "shared: measured duration of each run (at most -d)")
 	// Internal: the procs scenario re-execs this command as its clients.
 	procsChildFlag := flag.Bool("procs-child", false, "internal: run as one of the procs scenario's clients")
 	procsImpl := flag.String("procs-impl", "", "internal")
@@ -137,13 +144,13 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *dur, *warm, *passes, *only, *which, *bin, *md, *png, sc, hc, pc, mc); err != nil {
+	if err := run(ctx, *dur, *warm, *passes, *only, *which, *bin, *md, *png, sc, hc, pc, mc, shc); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, bin, md, png string, sc starvedCfg, hc heldCfg, pc procsCfg, mc multiCfg) error {
+func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, bin, md, png string, sc starvedCfg, hc heldCfg, pc procsCfg, mc multiCfg, shc sharedCfg) error {
 	scs := scenarios
 	starved := slices.Contains(strings.Split(only, ","), starvedID)
 	held := slices.Contains(strings.Split(only, ","), heldID)
@@ -173,7 +180,11 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 	if err != nil {
 		return err
 	}
-	if (len(scs) == 0 && !starved && !held && !procs && mb == nil) || len(ims) == 0 || passes < 1 {
+	sb, err := newSharedBench(only, starvedImpls, shc, dur)
+	if err != nil {
+		return err
+	}
+	if (len(scs) == 0 && !starved && !held && !procs && mb == nil && sb == nil) || len(ims) == 0 || passes < 1 {
 		return fmt.Errorf("nothing to run")
 	}
 	heldImpls, heldPNG, err := heldSetup(held, &hc, starvedImpls, png, len(scs) > 0 || procs)
@@ -197,7 +208,7 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 	for i, s := range srvs {
 		addrs[i] = s.addr
 	}
-	if len(scs) > 0 || pb != nil || mb != nil {
+	if len(scs) > 0 || pb != nil || mb != nil || sb != nil {
 		fmt.Fprintf(os.Stderr, "bench: 5 redis-server on %s; %d pass(es) of %d scenario(s) × %d implementation(s), %v each (+%v warm-up)\n",
 			strings.Join(addrs, " "), passes, len(scs), len(ims), dur, warm)
 	}
@@ -206,6 +217,9 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 	}
 	if mb != nil {
 		fmt.Fprintf(os.Stderr, "bench: and multi: %d workload(s) × %v keys × %d implementation(s), %v each (+%v warm-up)\n", len(mb.wls), mb.cfg.ks, len(mb.impls), mb.cfg.dur, warm)
+	}
+	if sb != nil {
+		fmt.Fprintf(os.Stderr, "bench: and shared: %d run(s) (holds %v), %v each (+%v warm-up)\n", len(sb.plan()), sb.cfg.holds, sb.cfg.dur, warm)
 	}
 	if starved {
 		text, err := runStarved(ctx, srvs, starvedImpls, sc)
@@ -225,7 +239,7 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 			return err
 		}
 	}
-	if len(scs) == 0 && pb == nil && mb == nil {
+	if len(scs) == 0 && pb == nil && mb == nil && sb == nil {
 		return nil
 	}
 
@@ -242,6 +256,9 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 		if err := mb.pass(ctx, p, addrs, srvs, warm); err != nil {
 			return err
 		}
+		if err := sb.pass(ctx, p, addrs, srvs, warm); err != nil {
+			return err
+		}
 	}
 	if len(scs) > 0 {
 		var names []string
@@ -255,7 +272,10 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 	if err := pb.report(environment(bin), passes, warm, dur, md); err != nil {
 		return err
 	}
-	return mb.report(environment(bin), passes, warm, md)
+	if err := mb.report(environment(bin), passes, warm, md); err != nil {
+		return err
+	}
+	return sb.report(environment(bin), passes, warm, md)
 }
 
 // runScenario runs scenario sc in pass p with every implementation, in an

@@ -371,3 +371,74 @@ func TestSharedHandsToWaitingWriter(t *testing.T) {
 		t.Fatalf("the waiting writer: %v", err)
 	}
 }
+
+// TestSharedLastReleaseWakesWriter: the last shared holder's release wakes
+// the waiter the nodes hand the key to, also when different holders made
+// the key shared on different nodes (each node's key names its own), which
+// the waiter's Client would otherwise count as three releases of two nodes
+// or fewer each, never a quorum, and leave the waiter to its slow polls.
+func TestSharedLastReleaseWakesWriter(t *testing.T) {
+	e := newEnv(t, 5)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := e.scriptClient(WithTTL(10 * time.Second))
+	verifyAll(t, c)
+	var readers []*Lock
+	for range 3 {
+		r, err := c.TryLock(ctx, "doc", Shared())
+		if err != nil {
+			t.Fatal(err)
+		}
+		readers = append(readers, r)
+	}
+	k := rkey("doc")
+	waitFor(t, "every node has the three holders", func() bool {
+		for i := range e.nodes {
+			if len(e.sharedHolders(i, k)) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range e.nodes { // nodes 0,1: B made it shared; 2,3: C; 4: A
+		e.nodes[i].m.Set(k, "\x1c"+readers[[]int{1, 1, 2, 2, 0}[i]].Token())
+		e.nodes[i].m.SetTTL(k, 10*time.Second)
+	}
+	writer := e.scriptClient(WithTTL(10*time.Second), WithRetryBackoff(5*time.Second, 10*time.Second))
+	verifyAll(t, writer)
+	got := make(chan error, 1)
+	go func() {
+		w, err := writer.Lock(ctx, "doc")
+		if err == nil {
+			err = w.Release(ctx)
+		}
+		got <- err
+	}()
+	waitFor(t, "the writer joins the line on every node", func() bool {
+		for i := range e.nodes {
+			if z, _ := e.nodes[i].m.ZMembers(k + "\x1fq"); len(z) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	waitFor(t, "the writer's Client is subscribed on every node, and the writer asleep", func() bool {
+		writer.notes.mu.Lock()
+		defer writer.notes.mu.Unlock()
+		kw := writer.notes.keys[k] // the confirmations woke it once: its attempt must be over
+		return kw != nil && kw.confirmed == 5 && kw.confirmedHand == 5 && len(kw.waiters) == 1 && kw.waiters[0].asleep
+	})
+	woken := writer.notes.wokenByRelease.Load()
+	for _, r := range readers {
+		if err := r.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the writer: %v", err)
+	}
+	woken = writer.notes.wokenByRelease.Load() - woken
+	if woken == 0 {
+		t.Fatalf("the writer got the key by polling: no release woke it (by subscription %d, again %d, messages %d)", writer.notes.wokenBySubscription.Load(), writer.notes.wokenAgain.Load(), writer.notes.messages.Load())
+	}
+}

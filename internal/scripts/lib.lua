@@ -177,12 +177,18 @@ end
 -- first waiter of its line for grace ms when grace is given and positive
 -- (hand_off), then tells the waiters (tell) with msg, the released token,
 -- followed by \31 and the waiter when it was handed to one. It returns
--- that waiter, or ''.
-local function let_go(k, msg, grace)
+-- that waiter, or ''. With named, a hand-off's msg is \28 and the waiter
+-- instead: the last shared holder's release (release_shared.lua) names the
+-- same release on every node that way, whichever holder made the key
+-- shared there, so that the waiter's Client counts a quorum of them.
+local function let_go(k, msg, grace, named)
   local w = ''
   if tonumber(grace or '0') > 0 then
     w = hand_off(k, grace)
     if w ~= '' then
+      if named then
+        msg = '\28' .. w
+      end
       msg = msg .. '\31' .. w
     end
   end

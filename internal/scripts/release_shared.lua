@@ -3,7 +3,8 @@
 -- holder; when none is left, it is deleted, handed to the first waiter of
 -- its line when asked to (lib.lua, hand_off), and the release is told as
 -- release.lua tells it, with the key's value (\28 and the token that made
--- it shared) as the released token.
+-- it shared) as the released token, or, when it was handed to a waiter, \28
+-- and that waiter (lib.lua, let_go): the same on every node.
 -- KEYS[1] lock key; ARGV[1] token; ARGV[2] the grace in ms a waiter the key
 -- is handed to gets (absent or 0: no hand-off).
 -- Returns 1 when the token was a live shared holder (now gone), else 0
@@ -23,7 +24,7 @@ if last > 0 then
   redis.call('PEXPIRE', r, last - now)
 else
   redis.call('DEL', k, r)
-  let_go(k, v, ARGV[2])
+  let_go(k, v, ARGV[2], true)
 end
 if s > now then
   return 1

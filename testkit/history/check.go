@@ -869,8 +869,19 @@ func goneTokens(s snapshot) map[string]gone {
 // session lock's key that landed this late is held while its session
 // lives, up to its own TTL, which L1 bounds.
 func (j *l2Judge) landedBeyond(l Leftover, g gone) bool {
-	lv, _, _, _ := sessionView(l, j.cfg, j.maxTTL)
-	if j.cfg.Horizon > 0 && landed(l, g, j.cfg, j.maxTTL) > g.end+j.cfg.Horizon {
+	lv, _, session, _ := sessionView(l, j.cfg, j.maxTTL)
+	horizon := j.cfg.Horizon
+	if !session && horizon > j.cfg.SessionKeyTTL {
+		// A session run's horizon (RecheckBounds) is a session key's; the
+		// library re-sends the release of any other key (a lock of
+		// several keys, a shared holder) for its own TTL instead.
+		ttl := g.ttl
+		if ttl <= 0 {
+			ttl = j.maxTTL
+		}
+		horizon += ttl - j.cfg.SessionKeyTTL
+	}
+	if horizon > 0 && landed(l, g, j.cfg, j.maxTTL) > g.end+horizon {
 		j.beyond[nodeToken{l.Node, l.Key, lv.Token}] = true
 		return true
 	}

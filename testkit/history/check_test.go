@@ -457,6 +457,24 @@ func TestL2Horizon(t *testing.T) {
 	}
 }
 
+// TestL2PlainKeyInSessionRun: in a run with session locks the horizon is a
+// session key's (10 × TTL + the background time), but a key that is no
+// session lock's (a lock of several keys, a shared holder, in such a run)
+// is re-released only for its own TTL + the background time: one that
+// landed after that is left to its TTL, not reported.
+func TestL2PlainKeyInSessionRun(t *testing.T) {
+	c := cfg
+	c.Cleanup, c.Recheck, c.SessionKeyTTL = ms(300), ms(500), 10*ms(1000)
+	c.Horizon = c.SessionKeyTTL + ms(300)
+	ttl := ms(1000) // tc-1's, which returned at 23 ms
+	b := clean()    // landed at 2000 ms: after 1000 + 300, long before 10300
+	b.h.AddSweep(Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: int64(ttl/time.Millisecond) - 1000, At: ms(3000)})
+	want(t, check(t, b, c), nil)
+	b = clean() // landed at 1000 ms, seen 1000 ms later: a violation
+	b.h.AddSweep(Leftover{Node: 1, Key: "quorumlock:{k}", Token: "tc-1", PTTL: 0, At: ms(2000)})
+	want(t, check(t, b, c), map[Property]int{L2: 1})
+}
+
 // TestL2LandedByItsOwnTTL: a key is judged by when it landed, read from
 // the TTL its own call asked for, not the longest any call asked for. tc-1's
 // failed acquire asked for 1 s; another lock's Extend asked for 4 s. Seen

@@ -59,7 +59,7 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 func (c *Client) wait(ctx context.Context, t *target, cfg *config) (*Lock, error) {
 	key := t.key
 	begin := time.Now()
-	s := &sleeper{c: c, cfg: cfg, t: t}
+	s := &sleeper{c: c, cfg: cfg, t: *t}
 	if c.handoff && t.keys == nil && !cfg.shared {
 		s.ln = c.lines.next()
 	}
@@ -137,8 +137,8 @@ func (s *sleeper) delay(attempt int, err error) time.Duration {
 type sleeper struct {
 	c     *Client
 	cfg   *config
-	t     *target // the key or keys waited for
-	ln    *line   // the waiter's place in the key's line, when the Client keeps lines
+	t     target // the key or keys waited for (a copy: the caller's stays on its stack)
+	ln    *line  // the waiter's place in the key's line, when the Client keeps lines
 	won   bool
 	woken bool      // the last sleep was cut short by a release
 	quick time.Time // the last quick retry after a split

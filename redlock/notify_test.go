@@ -108,7 +108,7 @@ func memNotifier(t *testing.T) *notifier {
 // late yes) tries at once when a release wakes it during that delay.
 func TestDelayedWakeCutShort(t *testing.T) {
 	n := memNotifier(t)
-	s := &sleeper{c: n.c, cfg: n.c.cfg, t: &target{key: "k", rkey: "k"}}
+	s := &sleeper{c: n.c, cfg: n.c.cfg, t: target{key: "k", rkey: "k"}}
 	defer s.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

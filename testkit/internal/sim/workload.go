@@ -107,6 +107,13 @@ func (w *worker) several() {
 	if l == nil {
 		return
 	}
+	w.keep(l, auto, fmt.Sprintf("%q", keys))
+}
+
+// keep uses l and releases it, or, one time in 8 when it is not
+// auto-extended, abandons it to its TTL (traced as what); an auto-extended
+// lock outside the schedules of sessions is watched meanwhile (w.auto).
+func (w *worker) keep(l *redlock.Lock, auto bool, what string) {
 	if auto && !w.s.sessions {
 		if w.auto == nil {
 			w.auto = map[*redlock.Lock]bool{}
@@ -116,7 +123,7 @@ func (w *worker) several() {
 	}
 	w.use(l)
 	if !auto && w.r.IntN(8) == 0 {
-		w.trace("%s abandons %q token %s", w.name, keys, short(l.Token()))
+		w.trace("%s abandons %s token %s", w.name, what, short(l.Token()))
 		return
 	}
 	w.release(l)
@@ -150,19 +157,7 @@ func (w *worker) shared(key string) {
 	if !l.Shared() {
 		w.tr.fail("%s: a lock of %q acquired with Shared says it is not shared", w.name, key)
 	}
-	if auto && !w.s.sessions {
-		if w.auto == nil {
-			w.auto = map[*redlock.Lock]bool{}
-		}
-		w.auto[l] = true
-		defer delete(w.auto, l)
-	}
-	w.use(l)
-	if !auto && w.r.IntN(8) == 0 {
-		w.trace("%s abandons shared %q token %s", w.name, key, short(l.Token()))
-		return
-	}
-	w.release(l)
+	w.keep(l, auto, fmt.Sprintf("shared %q", key))
 }
 
 // doShared runs a critical section with Do as a shared holder of key,

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -376,13 +377,19 @@ func TestExpiry(t *testing.T) {
 	if len(holding) < 3 {
 		t.Fatalf("the new token is on nodes %v only; want a quorum", holding)
 	}
+	// A late acquire of a's may have landed after its deadline: it is
+	// left to its TTL (its token could have been resumed elsewhere), and
+	// a's Release may delete it there, but nowhere else.
+	own := tokensOn(t, admins, rkey(key), l.Token())
 	err = l.Release(ctx)
 	if !errors.Is(err, redlock.ErrNotHeld) {
 		t.Fatalf("Release of the expired handle = %v, want ErrNotHeld", err)
 	}
 	qe := asQuorumError(t, err)
-	if qe.Agreed() != 0 {
-		t.Fatalf("Release of the expired handle: %d nodes confirmed: %v", qe.Agreed(), err)
+	for i, n := range qe.Nodes {
+		if n.Outcome == redlock.OutcomeOK && !slices.Contains(own, i) {
+			t.Fatalf("Release of the expired handle: node%d, which did not hold its token (%v did), confirmed: %v", i, own, err)
+		}
 	}
 	c.mustHoldAll(t, admins, holding, key, l2.Token(), ttl.Milliseconds(), otherTTL.Milliseconds())
 	if err := l.Extend(ctx, 0); !errors.Is(err, redlock.ErrReleased) && !errors.Is(err, redlock.ErrLockLost) {

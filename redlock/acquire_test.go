@@ -229,7 +229,7 @@ func TestValidityUsesInjectedClock(t *testing.T) {
 	c := e.client(withClock(clock.Now), WithTTL(10*time.Second))
 
 	start := clock.Now()
-	clock.step = 5 * time.Second // each reading of the clock is 5 s after the last
+	clock.setStep(5 * time.Second) // each reading of the clock is 5 s after the last
 	l, err := c.TryLock(context.Background(), "v")
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +242,7 @@ func TestValidityUsesInjectedClock(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	clock.step = 9900 * time.Millisecond // 9.9 s + 102 ms allowance > 10 s TTL
+	clock.setStep(9900 * time.Millisecond) // 9.9 s + 102 ms allowance > 10 s TTL
 	_, err = c.TryLock(context.Background(), "v")
 	qe := quorumErr(t, err)
 	if qe.Agreed() < 3 || qe.Validity > 0 || !errors.Is(err, ErrNotAcquired) {

@@ -251,6 +251,14 @@ func (c *manualClock) Now() time.Time {
 	return t
 }
 
+// setStep sets the time every later reading adds; stragglers of an earlier
+// round may read the clock at any time, so it takes the lock too.
+func (c *manualClock) setStep(d time.Duration) {
+	c.mu.Lock()
+	c.step = d
+	c.mu.Unlock()
+}
+
 func (c *manualClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)

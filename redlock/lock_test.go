@@ -23,9 +23,12 @@ func TestExtendFromItsOwnStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The won round's stragglers read the clock when they land: let them all
+	// land first, so that the extend's first reading is the one after extendStart.
+	e.waitHolders(rkey("ext"), l.Token(), 5)
 	clock.Advance(3 * time.Second)
 	extendStart := clock.Now()
-	clock.step = time.Second // the extend's round takes 1 s
+	clock.setStep(time.Second) // the extend's round takes 1 s
 	if err := l.Extend(context.Background(), 20*time.Second); err != nil {
 		t.Fatal(err)
 	}

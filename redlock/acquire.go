@@ -69,7 +69,7 @@ func (c *Client) wait(ctx context.Context, t *target, cfg *config) (*Lock, error
 		if err := ctx.Err(); err != nil && last != nil {
 			return nil, fmt.Errorf("redlock: acquire %q: stopped after %d attempts: %w; last attempt: %w", key, attempt, err, last)
 		}
-		l, err := c.attempt(ctx, t, cfg, s.ln)
+		l, err := c.try(ctx, t, cfg, s.ln)
 		if err == nil || !errors.Is(err, ErrNotAcquired) {
 			s.won = err == nil
 			return l, err
@@ -95,6 +95,15 @@ func (c *Client) wait(ctx context.Context, t *target, cfg *config) (*Lock, error
 		}
 		s.sleep(ctx, delay)
 	}
+}
+
+// try is one attempt of wait: one round for t, or for a semaphore, a sweep
+// of its permits.
+func (c *Client) try(ctx context.Context, t *target, cfg *config, ln *line) (*Lock, error) {
+	if t.sem != nil {
+		return t.sem.sweep(ctx, cfg)
+	}
+	return c.attempt(ctx, t, cfg, ln)
 }
 
 // delay is the wait before the attempt after attempt, which failed with
@@ -269,6 +278,7 @@ type acquisition struct {
 	waiter   string          // the Lock call's name in the key's line ("": a TryLock)
 	inLine   bool            // the waiter may be in the line on some node
 	keys     []string        // a lock of several keys: the caller's keys (nil: one key)
+	permit   *permitTry      // a semaphore's permit: the attempt at it (nil: none)
 	unsure   []bool          // nodes whose call failed in a way that may still set the key (nil: none)
 }
 
@@ -315,8 +325,11 @@ func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session, l
 		return nil, err
 	}
 	spec, o := opAcquire, node.Op{Key: t.rkey, Token: token, TTL: cfg.ttl}
-	a := &acquisition{start: cfg.now(), said: make([]bool, len(c.pools)), keys: t.keys}
+	a := &acquisition{start: cfg.now(), said: make([]bool, len(c.pools)), keys: t.keys, permit: t.permit}
 	switch {
+	case t.permit != nil:
+		spec = opAcquirePermit
+		t.permit.fill(&o)
 	case t.keys != nil:
 		spec, o.Keys = opAcquireAll, t.rkeys
 	case cfg.shared:
@@ -357,6 +370,9 @@ func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session, l
 // the key meanwhile, count for an extend of the lock, and then lose it to
 // the background release: the lock below its quorum while held.)
 func (a *acquisition) vote(rep quorum.Reply, yes bool) {
+	if a.permit != nil {
+		a.permit.saw(rep)
+	}
 	switch {
 	case yes:
 		a.said[rep.Node] = true
@@ -372,7 +388,9 @@ func (a *acquisition) vote(rep quorum.Reply, yes bool) {
 		a.refused = true
 	case rep.Err == nil:
 		a.refused = true // taken: a waiter joined the line there
-		a.lineLen = max(a.lineLen, int(-rep.Int))
+		if a.permit == nil {
+			a.lineLen = max(a.lineLen, int(-rep.Int))
+		}
 	}
 }
 

@@ -28,8 +28,9 @@ type Lock struct {
 	// keys (as command arguments); nil for a lock of one key.
 	keys    []string
 	keyArgs []any
-	shared  bool   // a shared holder (Shared)
-	fence   uint64 // 0 without fencing
+	shared  bool      // a shared holder (Shared)
+	permit  *permitOf // a semaphore's permit, else nil
+	fence   uint64    // 0 without fencing
 
 	// op serialises Extend and Release: a one-slot semaphore rather than a
 	// mutex, because it is held across I/O and a goroutine waiting on a
@@ -101,6 +102,24 @@ func (l *Lock) Keys() []string {
 // Shared reports whether the lock is one of its key's shared holders
 // (acquired with Shared). Safe for concurrent use.
 func (l *Lock) Shared() bool { return l.shared }
+
+// Permit reports which of its semaphore's permits the lock is, from 0 to
+// Permits()-1, and -1 for a lock that is not a semaphore's permit (Key is
+// then the key; for a permit it is the semaphore's name). Safe for
+// concurrent use.
+func (l *Lock) Permit() int {
+	if l.permit == nil {
+		return -1
+	}
+	return l.permit.slot
+}
+
+// permitOf is what a semaphore's permit extends besides its key.
+type permitOf struct {
+	count   string // the semaphore's count key
+	permits int
+	slot    int
+}
 
 // Token returns the value that marks this lock on the nodes: a random
 // value, followed by the byte 0x1d and the holder's description when the
@@ -199,6 +218,8 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		spec, o.Keys, o.Tokens = opExtendAll, l.keyArgs, slices.Repeat([]any{l.tokenArg}, len(l.keyArgs))
 	case l.shared:
 		spec = opExtendShared
+	case l.permit != nil: // and the semaphore's count key
+		spec, o.FenceKey, o.Permits = opExtendPermit, l.permit.count, l.permit.permits
 	}
 	rd := l.c.run(ctx, cfg, spec, l, o, nil, nil)
 	rd.settle(nil)
@@ -593,6 +614,9 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 		l.keys, l.keyArgs = a.keys, op.Keys
 	}
 	l.shared = op.Kind == node.AcquireShared
+	if a.permit != nil {
+		l.permit = &permitOf{count: op.Keys[0].(string), permits: op.Permits, slot: op.Slot}
+	}
 	l.landing = append(l.landingv[:0], a.rd.out...)
 	l.waiter, l.inLine = a.waiter, a.inLine
 	if cfg.fencing {

@@ -10,11 +10,13 @@ import (
 // target names what an acquisition takes: one key, or several keys as one
 // lock (TryLockAll).
 type target struct {
-	key    string   // the caller's key; several: the keys joined by ", " (errors, logs)
-	rkey   string   // the Redis key; several: the first
-	keys   []string // several: the caller's keys, in the caller's order (nil: one)
-	rkeys  []any    // several: the Redis keys, as command arguments, in that order
-	sorted []string // several: the Redis keys, sorted (this Client's turns are taken in this order)
+	key    string     // the caller's key; several: the keys joined by ", " (errors, logs)
+	rkey   string     // the Redis key; several: the first
+	keys   []string   // several: the caller's keys, in the caller's order (nil: one)
+	rkeys  []any      // several: the Redis keys, as command arguments, in that order
+	sorted []string   // several: the Redis keys, sorted (this Client's turns are taken in this order)
+	sem    *Semaphore // a semaphore's permits (keys): an attempt takes any one of them
+	permit *permitTry // one permit of a semaphore (rkey): the attempt at it
 }
 
 // one is the target of a lock of key.

@@ -52,6 +52,7 @@ type config struct {
 	metadata    string // WithMetadata: appended to tokens after node.Meta
 	shared      bool   // Shared: a shared holder
 	several     bool   // a lock of several keys (TryLockAll): set by Client.several
+	permit      bool   // a semaphore's permits: set by Client.Semaphore
 }
 
 func defaultConfig() config {

@@ -61,6 +61,11 @@ var (
 	opExtendShared  = &opSpec{name: "extend", kind: node.ExtendShared, yes: intPositive, no: OutcomeNotHeld, decisive: true}
 	opReleaseShared = &opSpec{name: "release", kind: node.ReleaseShared, yes: intPositive, no: OutcomeNotHeld, decisive: true}
 	opHeldShared    = &opSpec{name: "held", kind: node.HeldShared, yes: intPositive, no: OutcomeNotHeld, decisive: true}
+
+	// A semaphore's permit (Client.Semaphore): released and checked as a
+	// lock of its key.
+	opAcquirePermit = &opSpec{name: "acquire", kind: node.AcquirePermit, yes: intPositive, no: OutcomeTaken}
+	opExtendPermit  = &opSpec{name: "extend", kind: node.ExtendPermit, yes: intPositive, no: OutcomeNotHeld, decisive: true}
 )
 
 func intPositive(rep quorum.Reply, _ *Lock) bool { return rep.Int > 0 }

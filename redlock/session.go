@@ -91,7 +91,7 @@ func (c *Client) sessionFor(cfg *config) *session {
 // sessionLocks reports whether the locks of cfg hang on a session (see
 // sessionFor).
 func (c *Client) sessionLocks(cfg *config) bool {
-	return cfg.autoExtend && cfg.maxHold == 0 && !cfg.fencing && !cfg.customToken && !cfg.shared && !cfg.several && c.queued && !c.slotted
+	return cfg.autoExtend && cfg.maxHold == 0 && !cfg.fencing && !cfg.customToken && !cfg.shared && !cfg.several && !cfg.permit && c.queued && !c.slotted
 }
 
 // token returns a new lock token of the session: its id and a counter.

@@ -41,6 +41,8 @@ const (
 	ExtendShared               // shared extend script: Int 1 when Token is a live shared holder
 	ReleaseShared              // shared release script (Grace): Int 1 when Token was a live shared holder
 	HeldShared                 // shared check: Int 1 when Token is a live shared holder
+	AcquirePermit              // semaphore permit script over Keys (count key, permit keys), Slot, Permits: Int 1 held, 0 taken, minus the declared count on a mismatch; Str one '1' per free permit
+	ExtendPermit               // permit extend script (Key, FenceKey the count key, Permits): Int 1 when the TTL was set
 )
 
 // Op is one command for every node of a round. It must not change once sent.
@@ -68,6 +70,12 @@ type Op struct {
 	// (AcquireAll, ReleaseAll, HeldAll, and a RaiseFence of a multi-key
 	// lock), Keys are the lock's keys, Key the first of them.
 	Keys, Tokens []any
+
+	// Permits is a semaphore's number of permits, Slot the permit an
+	// AcquirePermit takes (0-based; Key is its key, Keys the count key
+	// and then every permit's key). An ExtendPermit's count key is
+	// FenceKey.
+	Permits, Slot int
 
 	// Session is an AcquireSession's session key, Seq the node's
 	// incarnation sequence, KeyTTL the lock key's own TTL, PrefixLen the
@@ -158,7 +166,7 @@ func HandedValue(v string) bool { return v != "" && v[0] == Handed }
 
 // Result is one node's answer to an Op.
 type Result struct {
-	Int int64  // Acquire..Release, AcquireSession, RenewSession (see Kind)
+	Int int64  // Acquire..Release, AcquireSession, RenewSession, AcquirePermit (see Kind)
 	Str string // Get: the value; Peek: the token; ExtendMany: one '1' or '0' per key; Release with a Grace: the waiter the key was handed to
 
 	Err error // the node gave no definite answer (see pool.Pool)

@@ -117,13 +117,19 @@ var wires = [...]wire{
 	HeldShared: {script: scripts.HeldShared, args: func(o *Op) []any {
 		return o.script(1, o.KeyArg, o.TokenArg)
 	}, reply: intCmd, read: readInt},
+	AcquirePermit: {script: scripts.AcquirePermit, args: func(o *Op) []any {
+		return append(o.scriptKeys(len(o.Keys), 4), o.TokenArg, o.TTL.Milliseconds(), o.Permits, o.Slot+1)
+	}, reply: stringCmd, read: readPermit},
+	ExtendPermit: {script: scripts.ExtendPermit, args: func(o *Op) []any {
+		return o.script(2, o.KeyArg, o.FenceKey, o.TokenArg, o.TTL.Milliseconds(), o.Permits)
+	}, reply: intCmd, read: readInt},
 }
 
 // Boxed constants of the commands, so that building Args does not allocate
 // for them.
 var (
 	argGet, argEvalSha any                 = "get", "evalsha"
-	shas               [HeldShared + 1]any // per Kind, for scripts
+	shas               [ExtendPermit + 1]any // per Kind, for scripts
 )
 
 func init() {
@@ -246,6 +252,26 @@ func readRelease(_ *Op, c redis.Cmder) Result {
 		return Result{Err: fmt.Errorf("node: a release answered %q", v)}
 	}
 	return Result{Int: int64(n[0] - '0'), Str: w}
+}
+
+// readPermit reads an AcquirePermit's reply: "1" or "0" and one bit per
+// permit, or "!" and the count the node declares.
+func readPermit(o *Op, c redis.Cmder) Result {
+	v, err := c.(*redis.StringCmd).Result()
+	if err != nil {
+		return Result{Err: err}
+	}
+	if d, ok := strings.CutPrefix(v, "!"); ok {
+		n, err := strconv.ParseInt(d, 10, 64)
+		if err != nil || n < 1 {
+			return Result{Err: fmt.Errorf("node: semaphore count key %q holds %q, not a number of permits: it was changed outside quorumlock", o.Keys[0], d)}
+		}
+		return Result{Int: -n}
+	}
+	if len(v) != 1+o.Permits || (v[0] != '0' && v[0] != '1') {
+		return Result{Err: fmt.Errorf("node: a permit acquire answered %q", v)}
+	}
+	return Result{Int: int64(v[0] - '0'), Str: v[1:]}
 }
 
 func readInt(_ *Op, c redis.Cmder) Result {

@@ -49,6 +49,10 @@ var (
 	releaseSharedSrc string
 	//go:embed held_shared.lua
 	heldSharedSrc string
+	//go:embed acquire_permit.lua
+	acquirePermitSrc string
+	//go:embed extend_permit.lua
+	extendPermitSrc string
 	//go:embed lib.lua
 	lib string // the functions every script that reads a lock key uses
 )
@@ -132,6 +136,15 @@ var (
 	// HeldShared returns 1 if ARGV[1] is a live shared holder of KEYS[1],
 	// else 0; it writes nothing.
 	HeldShared = script(lib, heldSharedSrc)
+	// AcquirePermit takes permit ARGV[4] (of ARGV[3], keys KEYS[2..]) of a
+	// semaphore whose count key is KEYS[1], like Acquire, unless the count
+	// key declares another count; it returns "!" and that count, or "1"
+	// (held by ARGV[1]) or "0" (taken) followed by one '1' per free permit
+	// and '0' per held one.
+	AcquirePermit = script(lib, acquirePermitSrc)
+	// ExtendPermit is Extend for a permit's key KEYS[1] that also makes
+	// the count key KEYS[2] live as long (declaring ARGV[3] if absent).
+	ExtendPermit = script(lib, extendPermitSrc)
 )
 
 // script joins parts into one script without its comment lines and blank

@@ -1,0 +1,222 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/quorum"
+)
+
+// MaxPermits is the largest number of permits a Semaphore may have: every
+// acquire reads each permit's key on every node.
+const MaxPermits = 256
+
+// ErrPermitMismatch is matched by the error of a Semaphore's TryAcquire,
+// Acquire and Do when a node declares another number of permits for the
+// semaphore's name than this Semaphore has: another Client uses the name
+// with another count. Nothing was acquired.
+var ErrPermitMismatch = errors.New("redlock: the semaphore's number of permits differs between Clients")
+
+// Semaphore is a counting semaphore over the Client's nodes: at most Permits
+// holders at once, each holding a permit that is a Lock with the whole
+// lease API (Extend, Release, Held, Done, Err, Context, WithAutoExtend).
+// Permit i is a lock of its own on every node, taken with the same quorum
+// as any lock, so the semaphore tolerates the same node failures as a lock
+// whatever its count (docs/safety.md, "Semaphores"). Every Client that uses
+// one name must give it the same number of permits: the nodes declare the
+// count while any permit is held, and an acquire with another count fails
+// with ErrPermitMismatch. A Semaphore is safe for concurrent use.
+type Semaphore struct {
+	c       *Client
+	name    string
+	permits int
+	cfg     *config
+	all     *target       // every permit's key (Acquire waits for a release of any)
+	keys    []any         // the count key, then each permit's key
+	next    atomic.Uint64 // where this Semaphore's next try starts
+}
+
+// Semaphore returns the counting semaphore name with permits permits,
+// acquired with opts (WithTTL, WithNodeTimeout, WithAutoExtend,
+// WithMetadata, ...). It does no I/O. It returns an error for an empty
+// name, permits below 1 or above MaxPermits, an invalid option, WithFencing
+// (a fence orders one holder after another, and permits are held at once),
+// Shared, and Pools that are not all of package pool (only a script reads
+// every permit at once). It is safe for concurrent use.
+func (c *Client) Semaphore(name string, permits int, opts ...Option) (*Semaphore, error) {
+	if name == "" {
+		return nil, errors.New("redlock: semaphore: the name is empty; name what the permits limit")
+	}
+	if permits < 1 || permits > MaxPermits {
+		return nil, fmt.Errorf("redlock: semaphore %q: %d permits; a semaphore has 1 to %d (MaxPermits)", name, permits, MaxPermits)
+	}
+	if !c.queued {
+		return nil, fmt.Errorf("redlock: semaphore %q: needs every Pool to be of package pool: only a script reads every permit at once on a node", name)
+	}
+	cfg, err := c.cfg.apply(len(c.pools), opts)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.fencing:
+		return nil, fmt.Errorf("redlock: semaphore %q: WithFencing: a fence orders one holder after another, and a semaphore's permits are held at once", name)
+	case cfg.shared:
+		return nil, fmt.Errorf("redlock: semaphore %q: Shared: permits are not shared (a semaphore of n permits already admits n holders)", name)
+	}
+	own := *cfg // renewed by its own extends, never through a session
+	own.permit = true
+	s := &Semaphore{c: c, name: name, permits: permits, cfg: &own, keys: make([]any, 1+permits)}
+	base := c.redisKey(&own, name)
+	s.keys[0] = base + "\x1fk"
+	s.all = &target{key: name, keys: make([]string, permits), rkeys: s.keys[1:], sorted: make([]string, permits)}
+	for i := range permits {
+		k := base + "\x1fp" + strconv.Itoa(i)
+		s.keys[1+i], s.all.keys[i], s.all.sorted[i] = k, k, k
+	}
+	s.all.rkey = s.all.sorted[0]
+	slices.Sort(s.all.sorted)
+	s.all.sem = s
+	s.next.Store(uint64(own.rnd.duration(time.Duration(permits))))
+	return s, nil
+}
+
+// Name returns the semaphore's name.
+func (s *Semaphore) Name() string { return s.name }
+
+// Permits returns the semaphore's number of permits.
+func (s *Semaphore) Permits() int { return s.permits }
+
+// TryAcquire makes one attempt to take a permit, without waiting for one to
+// be free. On success the returned Lock holds one permit on a quorum of
+// nodes until its Deadline (Lock.Permit tells which); release it to give
+// the permit back. A permit that is taken is tried no further: the nodes'
+// answers tell which other permits are free, and it tries those, so a
+// semaphore with every permit held costs one round. A failed attempt takes
+// its token back from every node that may hold it, as TryLock's does.
+//
+// On failure the error matches ErrNotAcquired when every permit is taken
+// on too many nodes, too few nodes answered or no validity was left
+// (errors.As finds the last attempt's *QuorumError, whose Key is the
+// semaphore's name), and both ErrNotAcquired and ctx.Err() when ctx ended
+// first. It matches ErrPermitMismatch when a node declares another count.
+// It is ErrClosed once Close has begun. Safe for concurrent use.
+func (s *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
+	return s.sweep(ctx, s.cfg)
+}
+
+// Acquire takes a permit like TryAcquire, retrying like Client.Lock until
+// it succeeds, ctx ends or the WithMaxWait budget is spent; the release of
+// any permit wakes it. Waiters of a semaphore do not queue: whoever asks
+// first after a release takes the permit.
+//
+// Its errors are TryAcquire's and Lock's: when ctx ends, the error matches
+// both ErrNotAcquired and ctx.Err(); when the budget is spent, it matches
+// ErrNotAcquired. Safe for concurrent use.
+func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
+	return s.c.wait(ctx, s.all, s.cfg)
+}
+
+// Do takes a permit (waiting like Acquire), runs fn under it and gives it
+// back, as Client.Do does for a lock: fn's context ends when the permit is
+// released or lost, the permit is auto-extended while fn runs, and the
+// error is fn's, joined with ErrLockLost when the permit was lost and with
+// the release's error when that failed. It returns Acquire's error without
+// calling fn when no permit was taken, and an error for a nil fn. Safe for
+// concurrent use.
+func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+	return s.c.under(ctx, s.name, fn, func() (*Lock, error) {
+		auto := *s.cfg
+		auto.autoExtend = true
+		return s.c.wait(ctx, s.all, &auto)
+	})
+}
+
+// sweep takes a free permit with cfg (s's, or a copy): it tries one, and
+// then, while the nodes' answers leave some untried permit free on enough
+// nodes for a quorum, the one free on most of them.
+func (s *Semaphore) sweep(ctx context.Context, cfg *config) (*Lock, error) {
+	tried := make([]bool, s.permits)
+	slot := int(s.next.Add(1) % uint64(s.permits))
+	for n := 1; ; n++ {
+		p := &permitTry{sem: s, slot: slot, free: make([]int, s.permits), declared: -1}
+		t := target{key: s.name, rkey: s.keys[1+slot].(string), permit: p}
+		l, err := s.c.attempt(ctx, &t, cfg, nil)
+		if p.declared >= 0 {
+			return nil, s.mismatch(ctx, l, p)
+		}
+		if err == nil || !errors.Is(err, ErrNotAcquired) || ctx.Err() != nil {
+			return l, err
+		}
+		tried[slot] = true
+		if slot = p.next(tried, cfg.quorumOf(len(s.c.pools)), len(s.c.pools)); slot < 0 {
+			return nil, fmt.Errorf("redlock: semaphore %q: no permit free on a quorum (%d of %d tried): %w", s.name, n, s.permits, err)
+		}
+	}
+}
+
+// mismatch is the error of an attempt that met another count on a node;
+// a permit it took anyway is given back first.
+func (s *Semaphore) mismatch(ctx context.Context, l *Lock, p *permitTry) error {
+	err := fmt.Errorf("redlock: semaphore %q: this Semaphore has %d permits, but node %d declares %d: every Client must give a name the same count (a count stays declared while any of its permits is held): %w",
+		s.name, s.permits, p.node, p.declared, ErrPermitMismatch)
+	if l != nil {
+		if rerr := l.Release(context.WithoutCancel(ctx)); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}
+	return err
+}
+
+// permitTry is one attempt at one permit, and what the nodes' answers to it
+// said of the others.
+type permitTry struct {
+	sem      *Semaphore
+	slot     int   // the permit tried (0-based)
+	free     []int // per permit: the nodes that answered it is free
+	answered int   // nodes whose answer is counted in free
+	declared int   // the count a node declared, when it differed (-1: none)
+	node     int   // that node
+}
+
+// saw counts a node's answer.
+func (p *permitTry) saw(rep quorum.Reply) {
+	switch {
+	case rep.Err != nil:
+	case rep.Int < 0:
+		p.declared, p.node = int(-rep.Int), rep.Node
+	default:
+		p.answered++
+		for i := range min(len(rep.Str), len(p.free)) {
+			if rep.Str[i] == '1' {
+				p.free[i]++
+			}
+		}
+	}
+}
+
+// next returns the untried permit free on most nodes, among those that
+// could still be free on a quorum of the n nodes (q), or -1 when none can.
+// Ties go to the first after the permit just tried, so that concurrent
+// sweeps spread.
+func (p *permitTry) next(tried []bool, q, n int) int {
+	best, most := -1, -1
+	unknown := n - p.answered
+	for d := 1; d <= len(tried); d++ {
+		i := (p.slot + d) % len(tried)
+		if !tried[i] && p.free[i]+unknown >= q && p.free[i] > most {
+			best, most = i, p.free[i]
+		}
+	}
+	return best
+}
+
+// fill makes o the acquire command of p's permit.
+func (p *permitTry) fill(o *node.Op) {
+	o.Keys, o.Permits, o.Slot = p.sem.keys, p.sem.permits, p.slot
+}

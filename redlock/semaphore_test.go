@@ -1,0 +1,295 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"strings"
+	"testing"
+	"time"
+)
+
+// permitKey and countKey are the Redis keys of a semaphore under the
+// default prefix.
+func permitKey(name string, i int) string { return fmt.Sprintf("%s\x1fp%d", rkey(name), i) }
+func countKey(name string) string         { return rkey(name) + "\x1fk" }
+
+// landed waits until none of ls has an acquire command in flight.
+func landed(t *testing.T, ls ...*Lock) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, l := range ls {
+		for l.landingNow() != nil {
+			if time.Now().After(deadline) {
+				t.Fatal("acquire commands still in flight after 10s")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// TestSemaphoreAdmitsPermitsHolders: k permits go to k holders, each a
+// different permit held on every node; the next attempt is refused after
+// one round, and a released permit is taken again.
+func TestSemaphoreAdmitsPermitsHolders(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.scriptClient(WithTTL(time.Minute))
+	verifyAll(t, c)
+	s, err := c.Semaphore("jobs", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []*Lock
+	seen := map[int]bool{}
+	for range 3 {
+		l, err := s.TryAcquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[l.Permit()] || l.Key() != "jobs" {
+			t.Fatalf("permit %d (key %q) given twice or misnamed", l.Permit(), l.Key())
+		}
+		seen[l.Permit()] = true
+		held = append(held, l)
+	}
+	landed(t, held...)
+	for _, l := range held {
+		if n := e.holders(permitKey("jobs", l.Permit()), l.Token()); n != 5 {
+			t.Fatalf("permit %d held on %d nodes, want 5", l.Permit(), n)
+		}
+	}
+	for i := range e.nodes {
+		if got := e.value(i, countKey("jobs")); got != "3" {
+			t.Fatalf("node %d declares %q permits, want 3", i, got)
+		}
+	}
+	_, err = s.TryAcquire(context.Background())
+	if !errors.Is(err, ErrNotAcquired) || !strings.Contains(err.Error(), "(1 of 3 tried)") {
+		t.Fatalf("fourth TryAcquire: %v, want ErrNotAcquired after one try", err)
+	}
+	freed := held[1].Permit()
+	if err := held[1].Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.TryAcquire(context.Background())
+	if err != nil || l.Permit() != freed {
+		t.Fatalf("after a release: %v (permit %v), want permit %d", err, l, freed)
+	}
+}
+
+// TestSemaphoreEverySubset takes a permit of a 2-permit semaphore whose
+// permit 0 is taken on one subset of 5 nodes and permit 1 on another: it
+// succeeds exactly when one permit is free on a quorum, and leaves nothing
+// behind when it fails.
+func TestSemaphoreEverySubset(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.scriptClient(WithTTL(time.Minute))
+	verifyAll(t, c)
+	for a := range 32 {
+		for b := range 32 {
+			name := fmt.Sprintf("sub-%d-%d", a, b)
+			for i, n := range e.nodes {
+				if a&(1<<i) != 0 {
+					n.m.Set(permitKey(name, 0), "other-a")
+				}
+				if b&(1<<i) != 0 {
+					n.m.Set(permitKey(name, 1), "other-b")
+				}
+			}
+			s, err := c.Semaphore(name, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := s.TryAcquire(context.Background())
+			want := bits.OnesCount(uint(31&^a)) >= 3 || bits.OnesCount(uint(31&^b)) >= 3
+			if (err == nil) != want {
+				t.Fatalf("taken %05b/%05b: %v, want success %v", a, b, err, want)
+			}
+			if err != nil {
+				if !errors.Is(err, ErrNotAcquired) {
+					t.Fatal(err)
+				}
+				if err := c.Close(); err != nil {
+					t.Fatal(err)
+				}
+				c = e.scriptClient(WithTTL(time.Minute))
+				for i := range e.nodes { // the rounds' stragglers and roll-backs are done (Close waits)
+					for p, other := range []string{"other-a", "other-b"} {
+						if v := e.value(i, permitKey(name, p)); v != "" && v != other {
+							t.Fatalf("taken %05b/%05b: node %d permit %d holds %q after a failed acquire", a, b, i, p, v)
+						}
+					}
+				}
+				continue
+			}
+			landed(t, l)
+			if n := e.holders(permitKey(name, l.Permit()), l.Token()); n < 3 {
+				t.Fatalf("taken %05b/%05b: permit %d held on %d nodes", a, b, l.Permit(), n)
+			}
+		}
+	}
+}
+
+// TestSemaphoreCountMismatch: a Client that gives a name another count is
+// refused with ErrPermitMismatch and takes nothing; once the other count's
+// permits are gone and its declaration has lapsed, the new count works.
+func TestSemaphoreCountMismatch(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.scriptClient(WithTTL(3 * time.Second))
+	verifyAll(t, c)
+	two, _ := c.Semaphore("mm", 2)
+	three, _ := c.Semaphore("mm", 3)
+	l, err := two.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	landed(t, l)
+	_, err = three.TryAcquire(context.Background())
+	if !errors.Is(err, ErrPermitMismatch) || errors.Is(err, ErrNotAcquired) || !strings.Contains(err.Error(), "declares 2") {
+		t.Fatalf("TryAcquire with 3 permits over 2: %v, want ErrPermitMismatch naming 2", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := three.Acquire(ctx); !errors.Is(err, ErrPermitMismatch) {
+		t.Fatalf("Acquire with 3 permits over 2: %v, want ErrPermitMismatch at once", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range e.nodes {
+		for p := range 3 {
+			if v := e.value(i, permitKey("mm", p)); v != "" && v != l.Token() {
+				t.Fatalf("node %d permit %d holds %q after the refused acquires", i, p, v)
+			}
+		}
+	}
+	for _, n := range e.nodes {
+		n.m.FastForward(4 * time.Second) // the 2-permit holder's keys lapse
+	}
+	c = e.scriptClient(WithTTL(3 * time.Second))
+	three, _ = c.Semaphore("mm", 3)
+	if _, err := three.TryAcquire(context.Background()); err != nil {
+		t.Fatalf("3 permits once the 2-permit declaration lapsed: %v", err)
+	}
+}
+
+// TestSemaphoreExtendKeepsCountDeclared: extending a permit makes the
+// count key live as long as the permit, so that another count is refused
+// for as long as a permit of this one is held.
+func TestSemaphoreExtendKeepsCountDeclared(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.scriptClient(WithTTL(3 * time.Second))
+	verifyAll(t, c)
+	s, _ := c.Semaphore("ext", 2)
+	l, err := s.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	landed(t, l)
+	if err := l.Extend(context.Background(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range e.nodes {
+		if pk, ck := n.m.TTL(permitKey("ext", l.Permit())), n.m.TTL(countKey("ext")); pk == time.Minute && ck < pk {
+			t.Fatalf("node %d: permit lives %v, count key %v", i, pk, ck)
+		}
+		n.m.FastForward(30 * time.Second)
+	}
+	other, _ := c.Semaphore("ext", 5)
+	if _, err := other.TryAcquire(context.Background()); !errors.Is(err, ErrPermitMismatch) {
+		t.Fatalf("another count while an extended permit is held: %v, want ErrPermitMismatch", err)
+	}
+}
+
+// TestSemaphoreAcquireWaitsForRelease: Acquire on a full semaphore returns
+// once a permit is released, with that permit.
+func TestSemaphoreAcquireWaitsForRelease(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.scriptClient(WithTTL(time.Minute), WithRetryBackoff(10*time.Second, 10*time.Second))
+	s, _ := c.Semaphore("wait", 1)
+	l, err := s.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Lock, 1)
+	go func() {
+		w, err := s.Acquire(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- w
+	}()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w := <-got
+	if w == nil {
+		return
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("Acquire returned %v after the release: the release did not wake it (retry delay 10 s)", took)
+	}
+	if err := w.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSemaphoreDo runs fn under a permit and gives it back.
+func TestSemaphoreDo(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.scriptClient()
+	s, _ := c.Semaphore("do", 2)
+	var permit *Lock
+	err := s.Do(context.Background(), func(ctx context.Context) error {
+		l, err := s.TryAcquire(ctx) // the other permit
+		if err != nil {
+			return err
+		}
+		permit = l
+		if _, err := s.TryAcquire(ctx); !errors.Is(err, ErrNotAcquired) {
+			return fmt.Errorf("a third holder: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryAcquire(context.Background()); err != nil {
+		t.Fatalf("Do did not give its permit back: %v", err)
+	}
+	_ = permit.Release(context.Background())
+	if err := s.Do(context.Background(), nil); err == nil {
+		t.Fatal("Do with a nil fn: no error")
+	}
+}
+
+// TestSemaphoreBadInput: refused before any I/O.
+func TestSemaphoreBadInput(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.scriptClient()
+	for _, tc := range []struct {
+		name    string
+		permits int
+		opts    []Option
+		want    string
+	}{
+		{"", 1, nil, "name is empty"},
+		{"s", 0, nil, "0 permits"},
+		{"s", -1, nil, "-1 permits"},
+		{"s", MaxPermits + 1, nil, "257 permits"},
+		{"s", 2, []Option{WithFencing(true)}, "WithFencing"},
+		{"s", 2, []Option{Shared()}, "Shared"},
+		{"s", 2, []Option{WithTTL(-1)}, "TTL"},
+	} {
+		if _, err := c.Semaphore(tc.name, tc.permits, tc.opts...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Semaphore(%q, %d): %v, want an error about %q", tc.name, tc.permits, err, tc.want)
+		}
+	}
+	plain := e.client() // fault-injecting pools: not package pool's
+	if _, err := plain.Semaphore("s", 2); err == nil || !strings.Contains(err.Error(), "package pool") {
+		t.Errorf("Semaphore over other Pools: %v", err)
+	}
+}

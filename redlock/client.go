@@ -28,10 +28,11 @@ type Client struct {
 
 	mu      sync.RWMutex
 	closed  bool
-	held    map[*Lock]struct{} // locks neither released nor lost, for Close
-	sweepAt int                // sweep expired locks out of held at this size...
-	sweptAt time.Time          // ...or a second after the last sweep
-	wg      sync.WaitGroup     // every goroutine the Client started
+	held    map[*Lock]struct{}               // locks neither released nor lost, for Close
+	watches map[*context.CancelFunc]struct{} // Observe loops, which Close ends
+	sweepAt int                              // sweep expired locks out of held at this size...
+	sweptAt time.Time                        // ...or a second after the last sweep
+	wg      sync.WaitGroup                   // every goroutine the Client started
 
 	ids      identities
 	gates    gates    // one acquisition round per key at a time
@@ -214,6 +215,10 @@ func (c *Client) Close() error {
 		locks = append(locks, l)
 	}
 	c.held = nil
+	for stop := range c.watches {
+		(*stop)()
+	}
+	c.watches = nil
 	c.wg.Add(1) // Close's own share: the releases below add to wg
 	c.mu.Unlock()
 	c.renew.close() // renewals under way end before their locks are released

@@ -1,0 +1,188 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrNoLeader is matched by the error of Client.Leader when no candidate
+// leads: no token is on a quorum of nodes, nor could be on the nodes that did
+// not answer.
+var ErrNoLeader = errors.New("redlock: no leader")
+
+// Leadership is one leader of an election: the value its Campaign gave and
+// its term, the fence of its lock.
+type Leadership struct {
+	Value string
+	Term  uint64
+}
+
+// Campaign blocks until the caller leads the election name, and returns its
+// leadership: a lock of the key name, acquired like Lock (waiting for the
+// leader before it to resign or lose its lease), fenced, auto-extended and
+// described by value (at most MaxMetadata bytes; Leader and Observe report
+// it). The Lock's Fence is the leader's term: it exceeds every earlier
+// leader's, so hand it to what the leader writes, which can then refuse a
+// deposed leader's late writes. Done, Err and Context tell when leadership
+// is lost; Release resigns. Like every lock, a leader that loses its lease
+// learns it by its Deadline at the latest.
+//
+// Options apply as to Lock (WithTTL, WithNodeTimeout, WithMaxWait, ...);
+// fencing, auto-extension and value's description are always on. Its
+// errors are Lock's, and a plain error for an empty name or a value that
+// WithMetadata refuses, before any I/O. Safe for concurrent use.
+func (c *Client) Campaign(ctx context.Context, name, value string, opts ...Option) (*Lock, error) {
+	if name == "" {
+		return nil, errors.New("redlock: campaign: the election's name is empty")
+	}
+	return c.Lock(ctx, name, append(opts[:len(opts):len(opts)], WithFencing(true), WithAutoExtend(true), WithMetadata(value))...)
+}
+
+// Leader reads who leads the election name: the value and term of the
+// candidate whose token is on a quorum of nodes. Once the leader's Campaign
+// has returned, the term is its Fence; a leader read while its Campaign
+// still raises its fence is reported with a term above every earlier
+// leader's, but possibly below its own Fence (docs/safety.md, "Leader
+// election"). Either way the reported terms only grow from one leader to
+// the next.
+//
+// It returns an error matching ErrNoLeader when no candidate leads,
+// ErrUnavailable when too few nodes answered to tell (ctx.Err() too when ctx
+// ended first), ErrClosed once Close has begun, and a plain error for an
+// empty name or an invalid option, before any I/O. Safe for concurrent use.
+func (c *Client) Leader(ctx context.Context, name string, opts ...Option) (value string, term uint64, err error) {
+	lead, _, err := c.lead(ctx, name, opts)
+	return lead.Value, lead.Term, err
+}
+
+// lead is Leader, with the leader's token.
+func (c *Client) lead(ctx context.Context, name string, opts []Option) (Leadership, string, error) {
+	if name == "" {
+		return Leadership{}, "", errors.New("redlock: leader: the election's name is empty")
+	}
+	var begin time.Time
+	for {
+		in, err := c.Inspect(ctx, name, opts...)
+		if in == nil {
+			return Leadership{}, "", err
+		}
+		lead, agreed := in.leadership()
+		switch {
+		case in.State == StateFree:
+			return Leadership{}, "", fmt.Errorf("redlock: leader %q: no candidate holds the election on a quorum of nodes: %w", name, ErrNoLeader)
+		case in.State == StateUnknown:
+			return Leadership{}, "", fmt.Errorf("redlock: leader %q: %d of %d nodes answered, %d needed: %w", name, in.Answered, len(in.Nodes), in.Quorum, errors.Join(ErrUnavailable, err))
+		case agreed || ctx.Err() != nil:
+			return lead, in.Holder, nil
+		case begin.IsZero():
+			begin = time.Now()
+		case time.Since(begin) > c.cfg.nodeTimeout:
+			return lead, in.Holder, nil // a node missed the write-back: the highest is the term
+		}
+		select { // the leader's fence write-back is on its way
+		case <-time.After(time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// leadership is the holder of a held Inspection as a leader, its term the
+// highest fencing counter of the nodes that hold its token, and whether
+// they all have that counter (the leader's fence write-back has landed).
+func (in *Inspection) leadership() (Leadership, bool) {
+	if in.State != StateHeld || in.Holder == "" {
+		return Leadership{}, false
+	}
+	var lo, hi uint64 = 1<<64 - 1, 0
+	for _, n := range in.Nodes {
+		if n.Err == nil && n.Token == in.Holder {
+			lo, hi = min(lo, n.Fence), max(hi, n.Fence)
+		}
+	}
+	return Leadership{Value: in.Metadata, Term: hi}, lo == hi
+}
+
+// Observe reports every change of leader of the election name on the
+// returned channel, in increasing term order: the leader when it is called
+// (if any), then each new one. It learns of a resignation from the release
+// notification and of anything else by asking again every poll interval
+// (the WithRetryBackoff maximum), so a leader that lasts less than that may
+// go unreported. A reader that falls behind is sent the latest leader, not
+// every one. The channel is closed, and the goroutine behind it ends, when
+// ctx ends or the Client closes. Options apply as to Leader. An empty name
+// or an invalid option closes the channel at once. Safe for concurrent use.
+func (c *Client) Observe(ctx context.Context, name string, opts ...Option) <-chan Leadership {
+	ch := make(chan Leadership, 1)
+	cfg, err := c.callConfig("observe", name, opts)
+	if err != nil {
+		close(ch)
+		return ch
+	}
+	ctx, stop := context.WithCancel(ctx)
+	if !c.watch(&stop) {
+		stop()
+		close(ch)
+		return ch
+	}
+	go func() {
+		defer c.wg.Done()
+		defer close(ch)
+		defer c.unwatch(&stop)
+		c.watchLeader(ctx, cfg, name, ch, opts)
+	}()
+	return ch
+}
+
+// watch registers an Observe loop, which Close ends with stop, and counts
+// it in c.wg; it fails once the Client is closed.
+func (c *Client) watch(stop *context.CancelFunc) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	if c.watches == nil {
+		c.watches = map[*context.CancelFunc]struct{}{}
+	}
+	c.watches[stop] = struct{}{}
+	c.wg.Add(1)
+	return true
+}
+
+// unwatch forgets an Observe loop that has ended.
+func (c *Client) unwatch(stop *context.CancelFunc) {
+	c.mu.Lock()
+	delete(c.watches, stop)
+	c.mu.Unlock()
+	(*stop)()
+}
+
+// watchLeader is Observe's loop.
+func (c *Client) watchLeader(ctx context.Context, cfg *config, name string, ch chan Leadership, opts []Option) {
+	s := &sleeper{c: c, cfg: cfg, t: *c.one(cfg, name)}
+	defer s.stop()
+	var last uint64 // the last leader's term, and its token
+	var holder string
+	quick := 0 // checks left at the short delay, after a release woke us
+	for ctx.Err() == nil {
+		if lead, h, err := c.lead(ctx, name, opts); err == nil && h != holder && lead.Term > last {
+			last, holder = lead.Term, h
+			select { // replace an unread older leader with this one
+			case <-ch:
+			default:
+			}
+			ch <- lead
+		}
+		delay := cfg.retryMax
+		if s.woken {
+			quick = 3
+		}
+		if quick > 0 {
+			quick--
+			delay = cfg.retryDelay(0)
+		}
+		s.sleep(ctx, delay)
+	}
+}

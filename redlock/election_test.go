@@ -1,0 +1,117 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestCampaignHandsOverWithGrowingTerms: one candidate leads at a time, the
+// next leads once it resigns, with a greater term, and Leader reports each
+// one's value and Fence.
+func TestCampaignHandsOverWithGrowingTerms(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.scriptClient(WithTTL(time.Minute))
+	ctx := context.Background()
+	if _, _, err := c.Leader(ctx, "el"); !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("Leader before any campaign: %v, want ErrNoLeader", err)
+	}
+	a, err := c.Campaign(ctx, "el", "host-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, term, err := c.Leader(ctx, "el"); err != nil || v != "host-a" || term != a.Fence() || term == 0 {
+		t.Fatalf("Leader = %q, %d, %v; want host-a, %d", v, term, err, a.Fence())
+	}
+	won := make(chan *Lock, 1)
+	go func() {
+		b, err := c.Campaign(ctx, "el", "host-b")
+		if err != nil {
+			t.Error(err)
+		}
+		won <- b
+	}()
+	select {
+	case <-won:
+		t.Fatal("a second candidate leads while the first holds")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := <-won
+	if b == nil {
+		return
+	}
+	if b.Fence() <= a.Fence() {
+		t.Fatalf("term %d after term %d", b.Fence(), a.Fence())
+	}
+	landed(t, b)
+	if v, term, err := c.Leader(ctx, "el"); err != nil || v != "host-b" || term != b.Fence() {
+		t.Fatalf("Leader = %q, %d, %v; want host-b, %d", v, term, err, b.Fence())
+	}
+}
+
+// TestObserveSeesEveryLeader: an observer sees the leader it started under
+// and each next one in increasing term order, and its channel closes when
+// its context ends and when the Client closes.
+func TestObserveSeesEveryLeader(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.scriptClient(WithTTL(time.Minute), WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond))
+	ctx, cancel := context.WithCancel(context.Background())
+	first, err := c.Campaign(ctx, "obs", "v0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := c.Observe(ctx, "obs")
+	late := c.Observe(context.Background(), "obs") // ended by Close
+	var last uint64
+	for i := range 4 {
+		lead := <-ch
+		if lead.Term <= last || lead.Value != "v"+string(rune('0'+i)) {
+			t.Fatalf("observed %+v after term %d, want v%d with a greater term", lead, last, i)
+		}
+		last = lead.Term
+		if i == 3 {
+			break
+		}
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if first, err = c.Campaign(ctx, "obs", "v"+string(rune('1'+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	for range ch {
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range late {
+	}
+	if _, ok := <-c.Observe(context.Background(), "obs"); ok {
+		t.Fatal("Observe after Close sent a leader")
+	}
+}
+
+// TestElectionBadInput: refused before any I/O.
+func TestElectionBadInput(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.scriptClient()
+	ctx := context.Background()
+	if _, err := c.Campaign(ctx, "", "v"); err == nil {
+		t.Error("Campaign with an empty name: no error")
+	}
+	if _, err := c.Campaign(ctx, "el", strings.Repeat("x", MaxMetadata+1)); err == nil || !strings.Contains(err.Error(), "MaxMetadata") {
+		t.Errorf("Campaign with a long value: %v", err)
+	}
+	if _, _, err := c.Leader(ctx, ""); err == nil {
+		t.Error("Leader with an empty name: no error")
+	}
+	if _, ok := <-c.Observe(ctx, ""); ok {
+		t.Error("Observe with an empty name sent a leader")
+	}
+}

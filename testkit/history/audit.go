@@ -74,6 +74,14 @@ const (
 	// ScriptHeldShared reads whether a token is a live shared holder; it
 	// writes nothing.
 	ScriptHeldShared
+	// ScriptAcquirePermit takes a semaphore's permit: SET the permit's key
+	// (KEYS[1+ARGV[4]]) to the token if free, and declare the count on the
+	// count key (KEYS[1]): SET it to ARGV[3], or lengthen it (PEXPIRE).
+	ScriptAcquirePermit
+	// ScriptExtendPermit lengthens a permit's key (KEYS[1], PEXPIRE) and
+	// its semaphore's count key (KEYS[2]: PEXPIRE, or SET to ARGV[3]) only
+	// while the permit's key holds the token.
+	ScriptExtendPermit
 )
 
 // LibraryScripts maps the SHA1 (lower-case hex, as EVALSHA sends it) of each
@@ -99,6 +107,8 @@ func LibraryScripts() map[string]ScriptKind {
 		scripts.ExtendShared.Hash():   ScriptExtendShared,
 		scripts.ReleaseShared.Hash():  ScriptReleaseShared,
 		scripts.HeldShared.Hash():     ScriptHeldShared,
+		scripts.AcquirePermit.Hash():  ScriptAcquirePermit,
+		scripts.ExtendPermit.Hash():   ScriptExtendPermit,
 	}
 }
 
@@ -240,7 +250,13 @@ func (a *Audit) Gap(n int) {
 
 func (a *Audit) isLockKey(k string) bool {
 	return strings.HasPrefix(k, a.cfg.Prefix) && !strings.HasSuffix(k, ":fence") && !strings.HasPrefix(k[len(a.cfg.Prefix):], "s:") &&
-		!strings.HasSuffix(k, lineSuffix) && !strings.HasSuffix(k, lapseSuffix) && !strings.HasSuffix(k, holdersSuffix)
+		!strings.HasSuffix(k, lineSuffix) && !strings.HasSuffix(k, lapseSuffix) && !strings.HasSuffix(k, holdersSuffix) && !a.isCountKey(k)
+}
+
+// isCountKey reports whether k is a semaphore's count key (prefix{name}
+// and countSuffix): it declares the number of permits, and holds no token.
+func (a *Audit) isCountKey(k string) bool {
+	return strings.HasPrefix(k, a.cfg.Prefix) && strings.HasSuffix(k, "}"+countSuffix)
 }
 
 // The suffixes of a lock key's line of waiters (internal/scripts/lib.lua)
@@ -250,6 +266,7 @@ const (
 	lineSuffix    = string(node.Sep) + "q"
 	lapseSuffix   = string(node.Sep) + "x"
 	holdersSuffix = string(node.Sep) + "r"
+	countSuffix   = string(node.Sep) + "k" // a semaphore's count key (redlock.Semaphore)
 )
 
 // isSessionKey reports whether k is a renewal session's key (not the
@@ -259,8 +276,8 @@ func (a *Audit) isSessionKey(k string) bool {
 }
 
 // isGuarded: a write to k from outside the lock scripts changes who holds
-// a lock.
-func (a *Audit) isGuarded(k string) bool { return a.isLockKey(k) || a.isSessionKey(k) }
+// a lock (or, for a semaphore's count key, how many may).
+func (a *Audit) isGuarded(k string) bool { return a.isLockKey(k) || a.isSessionKey(k) || a.isCountKey(k) }
 
 func (a *Audit) report(n int, key, format string, args ...any) {
 	a.nfound++
@@ -368,6 +385,10 @@ func (a *Audit) scriptLine(n int, nd *auditNode, s *openScript, cmd string, e En
 		a.releaseAll(n, nd, s, cmd, e)
 	case ScriptAcquireShared, ScriptExtendShared, ScriptReleaseShared:
 		a.sharedLine(n, nd, s, cmd, e)
+	case ScriptAcquirePermit:
+		a.acquirePermit(n, nd, s, cmd, e)
+	case ScriptExtendPermit:
+		a.extendPermit(n, nd, s, cmd, e)
 	case ScriptPeek, ScriptInspect, ScriptHeldAll, ScriptHeldShared:
 		a.scriptWrite(n, nd, cmd, e, "a read-only script (peek, inspect, held)")
 	default:
@@ -390,6 +411,67 @@ func (a *Audit) releaseAll(n int, nd *auditNode, s *openScript, cmd string, e En
 	case cmd == "set" && len(e.Args) > 2:
 		nd.keys[k] = keyState{known: true, token: e.Args[2]}
 	}
+}
+
+// acquirePermit follows a permit's acquire (KEYS[1] the count key,
+// KEYS[2..] the permits' keys; ARGV[1] token, ARGV[3] the count, ARGV[4]
+// the permit, from 1): it may SET its own permit's key to its token, and
+// SET the count key to its count or PEXPIRE it; any other write to a
+// guarded key is a violation.
+func (a *Audit) acquirePermit(n int, nd *auditNode, s *openScript, cmd string, e Entry) {
+	pos, ok := writeCommands[cmd]
+	if !ok {
+		return
+	}
+	slot := -1
+	if len(s.argv) > 3 {
+		if i, err := strconv.Atoi(s.argv[3]); err == nil && i >= 1 && i < len(s.keys) {
+			slot = i
+		}
+	}
+	for _, k := range writtenKeys(e.Args, pos) {
+		switch {
+		case len(s.keys) > 0 && k == s.keys[0] && countWrite(s, cmd, e):
+		case slot > 0 && k == s.keys[slot] && cmd == "set" && len(e.Args) > 2 && e.Args[2] == s.token:
+			nd.keys[k] = keyState{known: true, token: s.token}
+		case a.isGuarded(k):
+			nd.keys[k] = keyState{}
+			a.report(n, k, "a permit acquire (token %q, permit %d) ran %s on %q, which it may not", s.token, slot, strings.ToUpper(cmd), k)
+		}
+	}
+}
+
+// extendPermit follows a permit's extend (KEYS[1] the permit's key,
+// KEYS[2] the count key; ARGV[1] token, ARGV[3] the count): its PEXPIRE of
+// the permit's key, and its first change of the count key (PEXPIRE, or SET
+// to its count), must come while the permit's key holds its token; any
+// other write to a guarded key is a violation.
+func (a *Audit) extendPermit(n int, nd *auditNode, s *openScript, cmd string, e Entry) {
+	pos, ok := writeCommands[cmd]
+	if !ok {
+		return
+	}
+	for _, k := range writtenKeys(e.Args, pos) {
+		switch {
+		case s.key != "" && k == s.key && cmd == "pexpire":
+			a.check(n, nd, s, "a permit extend set the TTL of")
+			s.checked = true
+		case s.key != "" && len(s.keys) > 1 && k == s.keys[1] && countWrite(s, cmd, e):
+			if !s.checked {
+				a.check(n, nd, s, "a permit extend changed the count key beside")
+				s.checked = true
+			}
+		case a.isGuarded(k):
+			nd.keys[k] = keyState{}
+			a.report(n, k, "a permit extend (token %q) ran %s on %q, which it may not", s.token, strings.ToUpper(cmd), k)
+		}
+	}
+}
+
+// countWrite reports whether cmd is a write a permit script may make to
+// its semaphore's count key: a PEXPIRE, or a SET to its count (ARGV[3]).
+func countWrite(s *openScript, cmd string, e Entry) bool {
+	return cmd == "pexpire" || cmd == "set" && len(e.Args) > 2 && len(s.argv) > 2 && e.Args[2] == s.argv[2]
 }
 
 // sharedLine follows a shared holder's script on its lock key (the

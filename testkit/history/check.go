@@ -25,10 +25,12 @@ const (
 	L2  Property = "L2"
 	LIN Property = "LIN"
 	SEC Property = "SEC"
+	SEM Property = "SEM"
+	ELE Property = "ELE"
 )
 
 // Properties lists every property in report order.
-var Properties = []Property{S1, S2, S3, S4, S5, L1, L2, LIN, SEC}
+var Properties = []Property{S1, S2, S3, S4, S5, L1, L2, LIN, SEC, SEM, ELE}
 
 // Violation is one breach of a property.
 type Violation struct {
@@ -73,7 +75,10 @@ type Config struct {
 	// With 0, every key found after Cleanup is judged.
 	Horizon, Recheck time.Duration
 	// Fencing says every client used redlock.WithFencing(true): S2 then
-	// requires a quorum for the write-back, and S4 is checked.
+	// requires a quorum for the write-back, and S4 is checked (shared
+	// holders and semaphores' permits, which have no fence, excepted). An
+	// election's leaders (Op.Election) are fenced and checked so without
+	// it.
 	Fencing bool
 	// Replies says the nodes' yes-replies were recorded (History.AddReply)
 	// for every client: S2 then counts them.
@@ -101,6 +106,16 @@ type Config struct {
 // read afterwards: reading it from many goroutines is safe.
 type Report struct {
 	Ops, Acquired, FailedAcquires, Extends, Releases, Abandoned, Crashed, Sections int
+	// Permits counts the permits held (successful acquisitions of a
+	// semaphore's permit) and Semaphores the semaphores they were of;
+	// MostHolders is, per semaphore, the most permit windows that overlapped
+	// at one instant (SEM).
+	Permits, Semaphores int
+	MostHolders         map[string]Crowd
+	// Leaders counts the leaderships won (Campaign) and Elections the
+	// elections they were of; Observed counts the leaders read (Observe,
+	// Leader) and Matched those the checker matched to a leader (ELE).
+	Leaders, Elections, Observed, Matched int
 	// Checked counts, per property, the cases it examined (pairs of
 	// successive holders, successful operations, audited changes...).
 	Checked map[Property]int
@@ -149,6 +164,10 @@ func (r *Report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d operations: %d acquisitions (%d failed attempts), %d extends, %d releases, %d holders died (%d with their client), %d critical sections\n",
 		r.Ops, r.Acquired, r.FailedAcquires, r.Extends, r.Releases, r.Abandoned, r.Crashed, r.Sections)
+	if r.Permits+r.Leaders+r.Observed > 0 {
+		fmt.Fprintf(&b, "%d permits held of %d semaphores (most holders at once: %s), %d leaders of %d elections, %d leaders observed (%d matched to their leader)\n",
+			r.Permits, r.Semaphores, mostHolders(r.MostHolders), r.Leaders, r.Elections, r.Observed, r.Matched)
+	}
 	for _, p := range Properties {
 		if why, ok := r.Skipped[p]; ok {
 			fmt.Fprintf(&b, "  %-3s not checked: %s\n", p, why)
@@ -170,6 +189,9 @@ type holding struct {
 	key, client, token string
 	keys               []string // a lock of several keys: all of them; else nil
 	shared             bool     // a shared holder (Op.Shared)
+	sem                string   // a semaphore's permit: the semaphore's name (Op.Semaphore)
+	permits            int      // and its number of permits
+	election           bool     // a leadership (Op.Election)
 	fence              uint64
 	ttl                time.Duration
 	start, ret         time.Duration // the acquire call's start and return
@@ -187,6 +209,9 @@ func (x *holding) String() string {
 	}
 	if x.shared {
 		keys = "shared, " + keys
+	}
+	if x.permits > 0 {
+		keys = fmt.Sprintf("permit %s of %d, ", x.key, x.permits) + keys
 	}
 	return fmt.Sprintf("%s (%stoken %s, fence %d, window [%v, %v])", x.client, keys, x.token, x.fence, us(x.ret), us(x.end))
 }
@@ -261,6 +286,8 @@ func Check(h *History, cfg Config) *Report {
 	checkL2(s, cfg, r)
 	checkLinearizable(byKey, s.sections, holds, cfg, r)
 	checkSections(s.sections, holds, cfg, r)
+	checkSemaphores(s, holds, cfg, r)
+	checkElections(s, byKey, r)
 	return r
 }
 
@@ -289,6 +316,7 @@ func holdings(ops []Op, leases []Lease, cfg Config, r *Report) (map[string]*hold
 			r.Acquired++
 			holds[op.Token] = &holding{
 				key: op.Key, keys: op.Keys, shared: op.Shared, client: op.Client, token: op.Token, fence: op.Fence, ttl: op.TTL,
+				sem: op.Semaphore, permits: op.Permits, election: op.Election,
 				start: op.Start, ret: op.End, deadline: op.Deadline, session: op.Session,
 				round: max(op.Start, op.Deadline-(op.TTL-allowance(op.TTL, cfg))),
 			}
@@ -433,7 +461,7 @@ func checkS2(s snapshot, cfg Config, r *Report) {
 		kinds := []ReplyKind{ReplyAcquire}
 		if op.Kind == Extend {
 			kinds = []ReplyKind{ReplyExtend}
-		} else if cfg.Fencing && !op.Shared { // a shared holder has no fence
+		} else if cfg.Fencing && !op.Shared && op.Permits == 0 || op.Election { // shared holders and permits have no fence; a leader always has
 			kinds = append(kinds, ReplyRaise)
 		}
 		for _, k := range kinds {
@@ -605,17 +633,23 @@ func checkS3(cfg Config, r *Report) {
 }
 
 // checkS4: along each key's holdings in order of return, fences strictly
-// increase (shared holders have no fence and are left out: fences order
-// writers). (G2 promises B.Fence > A.Fence when B's call started after A
+// increase (shared holders and semaphores' permits have no fence and are
+// left out: fences order writers). An election's leaders (Op.Election) are
+// always fenced, their fences being their terms: their keys are checked
+// with fencing off too. (G2 promises B.Fence > A.Fence when B's call started after A
 // returned, and, while S1 holds, in the order of the windows, which is the
 // order of return.) Refused fenced writes are noted.
 func checkS4(byKey map[string][]*holding, sections []Section, holds map[string]*holding, cfg Config, r *Report) {
-	if !cfg.Fencing {
+	elections := false
+	for _, x := range holds {
+		elections = elections || x.election
+	}
+	if !cfg.Fencing && !elections {
 		r.Skipped[S4] = "fencing off"
 		return
 	}
 	for key, all := range byKey {
-		xs := slices.DeleteFunc(slices.Clone(all), func(x *holding) bool { return x.shared })
+		xs := slices.DeleteFunc(slices.Clone(all), func(x *holding) bool { return x.shared || x.permits > 0 || !cfg.Fencing && !x.election })
 		for i, x := range xs {
 			if x.fence == 0 {
 				r.add(S4, key, "%s got fencing token 0", x)

@@ -117,6 +117,8 @@ func want(t *testing.T, r *Report, counts map[Property]int) {
 
 func TestCleanHistory(t *testing.T) {
 	b := clean()
+	semaphores(b)
+	election(b)
 	a := NewAudit(AuditConfig{Prefix: "quorumlock:"})
 	feed(a, 0, acquireLines("quorumlock:{k}", "ta")...)
 	feed(a, 0, releaseLines("quorumlock:{k}", "ta", true)...)
@@ -129,7 +131,7 @@ func TestCleanHistory(t *testing.T) {
 			t.Errorf("%s: checked %d cases, skipped %q: the clean history should exercise every property", p, r.Checked[p], r.Skipped[p])
 		}
 	}
-	if r.Acquired != 5 || r.FailedAcquires != 1 || r.Abandoned != 1 || r.Sections != 4 {
+	if r.Acquired != 5+5+2 || r.FailedAcquires != 1 || r.Abandoned != 1 || r.Sections != 4+3 || r.Permits != 5 || r.Leaders != 2 || r.Observed != 3 {
 		t.Errorf("counts: %+v", r)
 	}
 }

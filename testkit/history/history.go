@@ -79,11 +79,25 @@ type Op struct {
 	// Shared says the lock is one of its key's shared holders
 	// (redlock.Shared, Lock.Shared): Check lets shared holders of a key
 	// overlap each other, and no lock held alone overlap any of them.
-	Shared  bool
-	Kind    Kind
-	Start   time.Duration
-	End     time.Duration
-	Outcome Outcome
+	Shared bool
+	// Semaphore and Permits mark a permit of a counting semaphore
+	// (Client.Semaphore; Lock.Permit): Semaphore is its name, Permits its
+	// number of permits (0 for any other lock), and Key the permit's own
+	// key, PermitKey(Semaphore, Lock.Permit()) (a failed acquire, which
+	// took no permit: the name). Check judges each permit's key as a lock
+	// of its own (S1, S2, S3, L1, L2, LIN, SEC) and each semaphore as a
+	// whole (SEM: never more than Permits windows at once). Permits have no
+	// fence (S4 leaves them out).
+	Semaphore string
+	Permits   int
+	// Election marks a leadership (Client.Campaign): Key is the election's
+	// name, the lock's Fence its term, and the description its token
+	// carries (node.SplitToken) the leader's value (ELE).
+	Election bool
+	Kind     Kind
+	Start    time.Duration
+	End      time.Duration
+	Outcome  Outcome
 	// Token is the lock's token: for an acquire, the winning round's (empty
 	// when none won).
 	Token string
@@ -170,10 +184,15 @@ type Section struct {
 	// a lock held alone (SEC). A shared holder's section only reads the
 	// guarded counter (Wrote false): shared holders are readers.
 	Shared bool
-	Token  string // the holder's lock token
-	Fence  uint64 // the holder's fencing token
-	Start  time.Duration
-	End    time.Duration
+	// Semaphore and Permits: the holder holds a permit of the semaphore
+	// Semaphore, of Permits permits (Key is the permit's key, PermitKey):
+	// at most Permits sections of one semaphore may overlap (SEM).
+	Semaphore string
+	Permits   int
+	Token     string // the holder's lock token
+	Fence     uint64 // the holder's fencing token
+	Start     time.Duration
+	End       time.Duration
 	// Counted says the section read the guarded counter: Read is its value.
 	// A section that only wrote the fenced resource leaves it false.
 	Counted bool
@@ -220,6 +239,22 @@ type Reply struct {
 	// key and the incarnation the node answered.
 	Session string
 	Inc     int64
+}
+
+// Observation is a leader of an election as a client read it (ELE): from
+// Client.Observe, each leader its channel delivered, in order (Observer
+// names the stream: one per Observe call), or from Client.Leader
+// (Observer "").
+type Observation struct {
+	Client   string
+	Observer string
+	Election string
+	Value    string
+	Term     uint64
+	// Start and End: for Leader, the call's start and return; for
+	// Observe, the Observe call's start and when the leader was received
+	// (the read behind it began after Start and ended before End).
+	Start, End time.Duration
 }
 
 // ProbeNode is what one node said, when a holder died, about the dead lock's
@@ -290,6 +325,7 @@ type History struct {
 	counters  map[string]int64
 	scanned   bool
 	acquired  int
+	observed  []Observation
 }
 
 // New returns an empty History whose clock starts now.
@@ -329,6 +365,10 @@ func (h *History) AddReply(r Reply) {
 	h.nreplies++
 	h.mu.Unlock()
 }
+
+// AddObservation records a leader as a client read it (ELE); a stream's
+// observations must be added in the order they were received.
+func (h *History) AddObservation(o Observation) { add(h, &h.observed, o) }
 
 // AddLease records a session lock's Deadline as read (S1, S2, LIN).
 func (h *History) AddLease(l Lease) { add(h, &h.leases, l) }
@@ -394,14 +434,14 @@ func (h *History) SetCounter(key string, v int64) {
 
 // Stats is a snapshot of a History's size, for progress lines.
 type Stats struct {
-	Ops, Acquired, Sections, Replies, Leases int
+	Ops, Acquired, Sections, Replies, Leases, Observations int
 }
 
 // Stats returns the History's size so far.
 func (h *History) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return Stats{Ops: len(h.ops), Acquired: h.acquired, Sections: len(h.sections), Replies: h.nreplies, Leases: len(h.leases)}
+	return Stats{Ops: len(h.ops), Acquired: h.acquired, Sections: len(h.sections), Replies: h.nreplies, Leases: len(h.leases), Observations: len(h.observed)}
 }
 
 // snapshot is a copy of the record, for Check.
@@ -416,6 +456,7 @@ type snapshot struct {
 	swept     []Leftover
 	sweeps    int
 	counters  map[string]int64
+	observed  []Observation
 }
 
 func (h *History) snapshot() snapshot {
@@ -432,6 +473,7 @@ func (h *History) snapshot() snapshot {
 		swept:     append([]Leftover(nil), h.swept...),
 		sweeps:    h.sweeps,
 		counters:  make(map[string]int64, len(h.counters)),
+		observed:  append([]Observation(nil), h.observed...),
 	}
 	for k, v := range h.replies {
 		s.replies[k] = append([]Reply(nil), v...)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
@@ -33,6 +34,10 @@ type Recorder struct {
 	// session, if set, returns the session key of a session lock, "" for
 	// any other.
 	session func(*redlock.Lock) string
+	// permits holds, by token, the number of permits of the semaphore of
+	// each permit this Recorder acquired (a Lock does not tell it).
+	permits   sync.Map
+	observers atomic.Int64 // Observe calls so far
 }
 
 // Tokens lists the tokens a client's acquire rounds used so far, in order.
@@ -145,35 +150,15 @@ func (r *Recorder) acquire(ctx context.Context, keys []string, all bool, wait ti
 	default:
 		l, err = r.c.Lock(ctx, op.Key, opts...)
 	}
-	var deadline time.Time
-	if err == nil {
-		// A session lock's deadline moves with its session's renewals:
-		// read it as the call returned, before a renewal can move it.
-		deadline = l.Deadline()
-	}
-	op.End = r.h.Now()
-	r.finish(&op, ctx, err)
-	var tried []string
-	if r.tokens != nil {
-		tried = r.tokens.Since(n0)
-	}
-	if err == nil {
-		op.Token, op.Fence, op.Deadline, op.Shared = l.Token(), l.Fence(), r.h.Since(deadline), l.Shared()
-		op.Session = r.sessionKey(l)
-		own, _ := node.SplitToken(op.Token) // as generated, before WithMetadata
-		tried = slices.DeleteFunc(tried, func(s string) bool { return s == op.Token || s == own })
-	}
-	op.Tried = tried
-	r.h.Add(op)
-	r.h.Forget(tried)
-	return l, op, err
+	return l, r.finishAcquire(op, n0, ctx, l, err), err
 }
 
 // Extend calls l.Extend(ctx, ttl) (ttl 0: the lock's own TTL), records the
 // call and returns the record and Extend's error.
 func (r *Recorder) Extend(ctx context.Context, l *redlock.Lock, ttl time.Duration) (Op, error) {
-	op := Op{Client: r.name, Key: l.Key(), Keys: several(l), Shared: l.Shared(), Kind: Extend, TTL: cmp.Or(ttl, r.ttl), Token: l.Token(), Fence: l.Fence(),
+	op := Op{Client: r.name, Keys: several(l), Shared: l.Shared(), Kind: Extend, TTL: cmp.Or(ttl, r.ttl), Token: l.Token(), Fence: l.Fence(),
 		Start: r.h.Now(), Session: r.sessionKey(l)}
+	op.Key, op.Semaphore, op.Permits = r.keyOf(l)
 	err := l.Extend(ctx, ttl)
 	deadline := l.Deadline() // as the call returned (see Acquire)
 	op.End = r.h.Now()
@@ -211,7 +196,8 @@ func (r *Recorder) Resume(ctx context.Context, key, token string, ttl time.Durat
 // Release calls l.Release, records the call and returns the record and
 // Release's error.
 func (r *Recorder) Release(ctx context.Context, l *redlock.Lock) (Op, error) {
-	op := Op{Client: r.name, Key: l.Key(), Keys: several(l), Shared: l.Shared(), Kind: Release, Token: l.Token(), Fence: l.Fence(), Start: r.h.Now()}
+	op := Op{Client: r.name, Keys: several(l), Shared: l.Shared(), Kind: Release, Token: l.Token(), Fence: l.Fence(), Start: r.h.Now()}
+	op.Key, op.Semaphore, op.Permits = r.keyOf(l)
 	err := l.Release(ctx)
 	op.End = r.h.Now()
 	r.finish(&op, ctx, err)
@@ -223,7 +209,8 @@ func (r *Recorder) Release(ctx context.Context, l *redlock.Lock) (Op, error) {
 // (a Section: SEC checks that no two overlap), also when fn panics; it
 // returns fn's error.
 func (r *Recorder) Section(l *redlock.Lock, fn func() error) (err error) {
-	sec := Section{Client: r.name, Key: l.Key(), Keys: several(l), Shared: l.Shared(), Token: l.Token(), Fence: l.Fence(), Start: r.h.Now()}
+	sec := Section{Client: r.name, Keys: several(l), Shared: l.Shared(), Token: l.Token(), Fence: l.Fence(), Start: r.h.Now()}
+	sec.Key, sec.Semaphore, sec.Permits = r.keyOf(l)
 	defer func() {
 		sec.End = r.h.Now()
 		if err != nil {
@@ -279,6 +266,21 @@ func (r *Recorder) do(ctx context.Context, keys []string, all bool, fn func(ctx 
 		}
 	}()
 	return r.Section(l, func() error { return fn(lctx) })
+}
+
+// KeyOf returns the key Check judges l by (for a semaphore's permit that
+// this Recorder acquired, PermitKey of its semaphore and permit; else
+// l.Key()), and for a permit the semaphore's name and number of permits
+// (Op.Semaphore, Op.Permits; Section's too).
+func (r *Recorder) KeyOf(l *redlock.Lock) (key, semaphore string, permits int) { return r.keyOf(l) }
+
+func (r *Recorder) keyOf(l *redlock.Lock) (key, semaphore string, permits int) {
+	if l.Permit() < 0 {
+		return l.Key(), "", 0
+	}
+	k, _ := r.permits.Load(l.Token())
+	n, _ := k.(int)
+	return PermitKey(l.Key(), l.Permit()), l.Key(), n
 }
 
 // several returns the keys of l, a lock of several keys, or nil for a lock
@@ -367,4 +369,99 @@ func (g *TokenLog) Since(n int) []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return slices.Clone(g.tokens[min(n, len(g.tokens)):])
+}
+
+// Permit takes a permit of s, with TryAcquire (wait false) or Acquire,
+// records the call (an Acquire Op with Semaphore and Permits; a successful
+// one's Key is the permit's PermitKey) and returns the permit (nil on
+// failure), the record and the call's error. Record the permit's Extend,
+// Release and Sections through this Recorder: it knows their semaphore.
+func (r *Recorder) Permit(ctx context.Context, s *redlock.Semaphore, wait bool) (*redlock.Lock, Op, error) {
+	n0 := r.tokenCount()
+	op := Op{Client: r.name, Kind: Acquire, TTL: r.ttl, Key: s.Name(), Semaphore: s.Name(), Permits: s.Permits(), Start: r.h.Now()}
+	var l *redlock.Lock
+	var err error
+	if wait {
+		l, err = s.Acquire(ctx)
+	} else {
+		l, err = s.TryAcquire(ctx)
+	}
+	return l, r.finishAcquire(op, n0, ctx, l, err), err
+}
+
+// Campaign calls Client.Campaign, records the call (an Acquire Op with
+// Election) and returns the leader's lock (nil on failure), the record and
+// the call's error. The lock is auto-extended: record the deadlines its
+// holder reads (History.AddLease), or Check ends its window at its first
+// deadline.
+func (r *Recorder) Campaign(ctx context.Context, name, value string, opts ...redlock.Option) (*redlock.Lock, Op, error) {
+	n0 := r.tokenCount()
+	op := Op{Client: r.name, Kind: Acquire, TTL: r.ttl, Key: name, Election: true, Start: r.h.Now()}
+	l, err := r.c.Campaign(ctx, name, value, opts...)
+	return l, r.finishAcquire(op, n0, ctx, l, err), err
+}
+
+// finishAcquire completes op, an acquire call that returned l and err
+// (its Client's tokens counted n0 before it), records it and returns it. A
+// semaphore's permit is recorded under its PermitKey.
+func (r *Recorder) finishAcquire(op Op, n0 int, ctx context.Context, l *redlock.Lock, err error) Op {
+	var deadline time.Time
+	if err == nil {
+		// A session lock's deadline moves with its session's renewals:
+		// read it as the call returned, before a renewal can move it.
+		deadline = l.Deadline()
+	}
+	op.End = r.h.Now()
+	r.finish(&op, ctx, err)
+	var tried []string
+	if r.tokens != nil {
+		tried = r.tokens.Since(n0)
+	}
+	if err == nil {
+		if op.Semaphore != "" {
+			r.permits.Store(l.Token(), op.Permits)
+			op.Key = PermitKey(op.Semaphore, l.Permit())
+		}
+		op.Token, op.Fence, op.Deadline, op.Shared = l.Token(), l.Fence(), r.h.Since(deadline), l.Shared()
+		op.Session = r.sessionKey(l)
+		own, _ := node.SplitToken(op.Token) // as generated, before WithMetadata
+		tried = slices.DeleteFunc(tried, func(s string) bool { return s == op.Token || s == own })
+	}
+	op.Tried = tried
+	r.h.Add(op)
+	r.h.Forget(tried)
+	return op
+}
+
+// Leader calls Client.Leader and, when it names a leader, records what it
+// read (an Observation with no Observer); it returns what Leader returned.
+func (r *Recorder) Leader(ctx context.Context, name string, opts ...redlock.Option) (value string, term uint64, err error) {
+	start := r.h.Now()
+	value, term, err = r.c.Leader(ctx, name, opts...)
+	if err == nil {
+		r.h.AddObservation(Observation{Client: r.name, Election: name, Value: value, Term: term, Start: start, End: r.h.Now()})
+	}
+	return value, term, err
+}
+
+// Observe calls Client.Observe and returns a channel that delivers what
+// its channel delivers, each leader recorded as it is received (an
+// Observation of a stream of its own). The channel is closed when
+// Observe's is; read it until then, or end ctx.
+func (r *Recorder) Observe(ctx context.Context, name string, opts ...redlock.Option) <-chan redlock.Leadership {
+	start := r.h.Now()
+	id := fmt.Sprintf("observe-%d", r.observers.Add(1))
+	in := r.c.Observe(ctx, name, opts...)
+	out := make(chan redlock.Leadership)
+	go func() {
+		defer close(out)
+		for lead := range in {
+			r.h.AddObservation(Observation{Client: r.name, Observer: id, Election: name, Value: lead.Value, Term: lead.Term, Start: start, End: r.h.Now()})
+			select {
+			case out <- lead:
+			case <-ctx.Done():
+			}
+		}
+	}()
+	return out
 }

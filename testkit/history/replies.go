@@ -15,7 +15,7 @@ import (
 // RecordReplies wraps p, client's Pool of node n, so that every yes the
 // node gives the client to an acquire, a fencing write-back, an extend or
 // a session renewal is recorded (AddReply; a shared holder's join and
-// extend count as its acquire and extend; a lock of several keys is
+// extend, and a semaphore permit's, count as its acquire and extend; a lock of several keys is
 // recorded under its first key, and its extend counts as a yes only where
 // every one of its keys held its token): with Config.Replies set, S2
 // then requires a quorum of them before each success returned. With sent
@@ -98,7 +98,7 @@ func (p *replyPool) Extend(ctx context.Context, key, token string, ttl time.Dura
 func (p *replyPool) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag int) {
 	if p.sent != nil {
 		switch op.Kind {
-		case node.Acquire, node.AcquireFenced, node.AcquireSession, node.AcquireAll, node.AcquireShared:
+		case node.Acquire, node.AcquireFenced, node.AcquireSession, node.AcquireAll, node.AcquireShared, node.AcquirePermit:
 			p.sent.add(op.Token, op.Session)
 		}
 	}
@@ -117,13 +117,14 @@ func (r *replyReceiver) Deliver(tag int, res node.Result) {
 	if res.Err == nil {
 		switch k := r.op.Kind; {
 		case k == node.AcquireFenced && res.Int > 0, k == node.Acquire && res.Int == 1, k == node.AcquireAll && res.Int > 0,
-			k == node.AcquireShared && res.Int == 1: // a shared holder's join
+			k == node.AcquireShared && res.Int == 1, // a shared holder's join
+			k == node.AcquirePermit && res.Int == 1: // a permit: under its own key
 			r.p.record(ReplyAcquire, r.op.Key, r.op.Token, r.start) // a lock of several keys: its first key
 		case k == node.ExtendMany:
 			r.extendedMany(res.Str)
 		case k == node.RaiseFence && res.Int == 1:
 			r.p.record(ReplyRaise, r.op.Key, r.op.Token, r.start)
-		case (k == node.Extend || k == node.Resume || k == node.ExtendShared) && res.Int == 1: // a resume's yes is an extend's
+		case (k == node.Extend || k == node.Resume || k == node.ExtendShared || k == node.ExtendPermit) && res.Int == 1: // a resume's yes is an extend's
 			r.p.record(ReplyExtend, r.op.Key, r.op.Token, r.start)
 		case k == node.AcquireSession && res.Int > 0: // the session's incarnation on the node
 			r.p.h.AddReply(Reply{Client: r.p.client, Node: r.p.node, Kind: ReplyAcquire, Key: r.op.Key, Token: r.op.Token,

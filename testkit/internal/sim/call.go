@@ -62,6 +62,7 @@ var kindNames = map[node.Kind]string{
 	node.AcquireSession: "ACQUIRE-SESSION", node.RenewSession: "RENEW-SESSION", node.Peek: "PEEK", node.Leave: "LEAVE",
 	node.Resume: "RESUME", node.Inspect: "INSPECT", node.AcquireAll: "ACQUIRE-ALL", node.ReleaseAll: "RELEASE-ALL", node.HeldAll: "HELD-ALL",
 	node.AcquireShared: "ACQUIRE-SHARED", node.ExtendShared: "EXTEND-SHARED", node.ReleaseShared: "RELEASE-SHARED", node.HeldShared: "HELD-SHARED",
+	node.AcquirePermit: "ACQUIRE-PERMIT", node.ExtendPermit: "EXTEND-PERMIT",
 }
 
 func (c *call) isDone() bool {

@@ -277,7 +277,9 @@ func (a *Audit) isSessionKey(k string) bool {
 
 // isGuarded: a write to k from outside the lock scripts changes who holds
 // a lock (or, for a semaphore's count key, how many may).
-func (a *Audit) isGuarded(k string) bool { return a.isLockKey(k) || a.isSessionKey(k) || a.isCountKey(k) }
+func (a *Audit) isGuarded(k string) bool {
+	return a.isLockKey(k) || a.isSessionKey(k) || a.isCountKey(k)
+}
 
 func (a *Audit) report(n int, key, format string, args ...any) {
 	a.nfound++

@@ -13,7 +13,10 @@
 // quorumlock and over redsync, for 2 and 8 keys; see multi.go); shared
 // holders (shared: 16 readers on one key against 16 workers taking it alone
 // and on keys of their own, and a writer beside 15 readers against the
-// writer alone; see shared.go). In the
+// writer alone; see shared.go); counting semaphores (semaphore: 2k workers
+// on a Semaphore of k permits against a Lock of one key; see semaphore.go);
+// leader election failover (election: a leader in a child process killed or
+// paused, the standby's wait; see election.go). In the
 // 16-worker distinct-keys scenario (w16) a fourth implementation, floor,
 // sends the same 25 server commands per cycle as quorumlock in plain go-redis
 // pipelines, the yardstick of the total (client + servers) CPU per cycle
@@ -24,6 +27,7 @@
 //	go run ./cmd/bench -scenarios procs -d 3s -warm 1s -passes 1 # the procs scenario alone, quickly
 //	go run ./cmd/bench -scenarios multi -passes 3 -md ../docs/performance.md # several keys alone (-multi-d per run)
 //	go run ./cmd/bench -scenarios shared -passes 3 -md ../docs/performance.md # shared holders alone (-shared-d per run)
+//	go run ./cmd/bench -scenarios semaphore,election -passes 3 -md ../docs/performance.md # semaphores (-sem-*) and failover (-election-*)
 //
 // The starved scenario (issue 11: timeout storms under a starved client) runs
 // only when named, once per implementation (quorumlock and redsync unless
@@ -64,7 +68,7 @@ func main() {
 	dur := flag.Duration("d", 10*time.Second, "measured duration of each run")
 	warm := flag.Duration("warm", time.Second, "warm-up before each run's measured window")
 	passes := flag.Int("passes", 3, "interleaved passes over every scenario and implementation")
-	only := flag.String("scenarios", "", "comma-separated scenario ids to run (w1,w16,try1,block1,slow,procs,multi,shared,starved,held; multi-w1, multi-w16 and multi-ring are multi's parts, shared-read, shared-clients, shared-excl, shared-redsync, shared-own, shared-mixed and shared-writer shared's); empty: all but starved and held, which ignore -d and -passes (see -starve-* and -held-*)")
+	only := flag.String("scenarios", "", "comma-separated scenario ids to run (w1,w16,try1,block1,slow,procs,multi,shared,semaphore,election,starved,held; multi-w1, multi-w16 and multi-ring are multi's parts, shared-read, shared-clients, shared-excl, shared-redsync, shared-own, shared-mixed and shared-writer shared's); empty: all but starved and held, which ignore -d and -passes (see -starve-* and -held-*)")
 	which := flag.String("impls", "", "comma-separated implementations to run (quorumlock,redsync,raw,floor); empty: all (floor runs in w16 only)")
 	bin := flag.String("redis-server", "redis-server", "the redis-server binary")
 	md := flag.String("md", "", "write the results table into this Markdown file, between the bench markers")
@@ -129,6 +133,12 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	case *electionChildFlag:
+		if err := electionChild(*electionAddrs, *electionName, *electionFile, *electionTTL); err != nil {
+			fmt.Fprintln(os.Stderr, "bench (election leader):", err)
+			os.Exit(1)
+		}
+		return
 	case *heldChildFlag:
 		if err := heldChild(*heldImpl, *heldAddrs, *heldN, hc.hold, hc.acquireMax); err != nil {
 			fmt.Fprintln(os.Stderr, "bench (held client):", err)
@@ -184,7 +194,16 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 	if err != nil {
 		return err
 	}
-	if (len(scs) == 0 && !starved && !held && !procs && mb == nil && sb == nil) || len(ims) == 0 || passes < 1 {
+	semb, err := newSemBench(only, starvedImpls, dur)
+	if err != nil {
+		return err
+	}
+	eb, err := newElectionBench(only, starvedImpls)
+	if err != nil {
+		return err
+	}
+	extra := semb != nil || eb != nil
+	if (len(scs) == 0 && !starved && !held && !procs && mb == nil && sb == nil && !extra) || len(ims) == 0 || passes < 1 {
 		return fmt.Errorf("nothing to run")
 	}
 	heldImpls, heldPNG, err := heldSetup(held, &hc, starvedImpls, png, len(scs) > 0 || procs)
@@ -208,7 +227,7 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 	for i, s := range srvs {
 		addrs[i] = s.addr
 	}
-	if len(scs) > 0 || pb != nil || mb != nil || sb != nil {
+	if len(scs) > 0 || pb != nil || mb != nil || sb != nil || extra {
 		fmt.Fprintf(os.Stderr, "bench: 5 redis-server on %s; %d pass(es) of %d scenario(s) × %d implementation(s), %v each (+%v warm-up)\n",
 			strings.Join(addrs, " "), passes, len(scs), len(ims), dur, warm)
 	}
@@ -239,7 +258,7 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 			return err
 		}
 	}
-	if len(scs) == 0 && pb == nil && mb == nil && sb == nil {
+	if len(scs) == 0 && pb == nil && mb == nil && sb == nil && !extra {
 		return nil
 	}
 
@@ -259,6 +278,12 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 		if err := sb.pass(ctx, p, addrs, srvs, warm); err != nil {
 			return err
 		}
+		if err := semb.pass(ctx, p, addrs, srvs, warm); err != nil {
+			return err
+		}
+		if err := eb.pass(ctx, p, srvs); err != nil {
+			return err
+		}
 	}
 	if len(scs) > 0 {
 		var names []string
@@ -275,7 +300,13 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 	if err := mb.report(environment(bin), passes, warm, md); err != nil {
 		return err
 	}
-	return sb.report(environment(bin), passes, warm, md)
+	if err := sb.report(environment(bin), passes, warm, md); err != nil {
+		return err
+	}
+	if err := semb.report(environment(bin), passes, warm, md); err != nil {
+		return err
+	}
+	return eb.report(environment(bin), passes, md)
 }
 
 // runScenario runs scenario sc in pass p with every implementation, in an

@@ -338,7 +338,7 @@ func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session, l
 	call := c.call
 	switch {
 	case cfg.fencing:
-		o.FenceKey = fenceKeyOf(cfg.prefix, t.rkey, c.slotted)
+		o.FenceKey = c.fenceKey(cfg, t.rkey)
 		if t.keys == nil {
 			spec = opFenced
 		}

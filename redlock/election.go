@@ -37,7 +37,15 @@ func (c *Client) Campaign(ctx context.Context, name, value string, opts ...Optio
 	if name == "" {
 		return nil, errors.New("redlock: campaign: the election's name is empty")
 	}
-	return c.Lock(ctx, name, append(opts[:len(opts):len(opts)], WithFencing(true), WithAutoExtend(true), WithMetadata(value))...)
+	return c.Lock(ctx, name, append(opts[:len(opts):len(opts)], WithFencing(true), WithAutoExtend(true), WithMetadata(value), ownCounter)...)
+}
+
+// ownCounter gives an election's key a fencing counter of its own, which
+// only its candidates increment: the term is read back from it (Leader).
+// The counter every other key of a master shares moves with them all.
+func ownCounter(c *config) error {
+	c.ownFence = true
+	return nil
 }
 
 // Leader reads who leads the election name: the value and term of the
@@ -64,7 +72,7 @@ func (c *Client) lead(ctx context.Context, name string, opts []Option) (Leadersh
 	}
 	var begin time.Time
 	for {
-		in, err := c.Inspect(ctx, name, opts...)
+		in, err := c.Inspect(ctx, name, append(opts[:len(opts):len(opts)], ownCounter)...)
 		if in == nil {
 			return Leadership{}, "", err
 		}

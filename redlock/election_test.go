@@ -22,6 +22,14 @@ func TestCampaignHandsOverWithGrowingTerms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for range 3 { // other fenced locks move the counter the master's keys share, not the term
+		o, err := c.TryLock(ctx, "other", WithFencing(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		landed(t, o)
+		_ = o.Release(ctx)
+	}
 	if v, term, err := c.Leader(ctx, "el"); err != nil || v != "host-a" || term != a.Fence() || term == 0 {
 		t.Fatalf("Leader = %q, %d, %v; want host-a, %d", v, term, err, a.Fence())
 	}

@@ -114,9 +114,16 @@ func (c *Client) Inspect(ctx context.Context, key string, opts ...Option) (*Insp
 	}
 	defer c.wg.Done()
 	rkey := c.redisKey(cfg, key)
-	rd := c.run(ctx, cfg, opInspect, nil, node.Op{Key: rkey, FenceKey: fenceKeyOf(cfg.prefix, rkey, c.slotted)}, nil, nil)
+	in := &Inspection{Key: key, RedisKey: rkey, Quorum: cfg.quorumOf(len(c.pools)), Nodes: make([]NodeInspection, len(c.pools))}
+	if err := ctx.Err(); err != nil { // ended before any I/O: ask nobody
+		for i, r := range c.newResults() {
+			in.Nodes[i] = NodeInspection{Node: r.Node, Err: err}
+		}
+		in.summarise()
+		return in, err
+	}
+	rd := c.run(ctx, cfg, opInspect, nil, node.Op{Key: rkey, FenceKey: c.fenceKey(cfg, rkey)}, nil, nil)
 	defer rd.r.Finish(nil)
-	in := &Inspection{Key: key, RedisKey: rkey, Quorum: rd.q, Nodes: make([]NodeInspection, len(c.pools))}
 	got := make([]bool, len(c.pools))
 	for {
 		rep, ok := rd.r.Next()

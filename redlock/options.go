@@ -53,6 +53,7 @@ type config struct {
 	shared      bool   // Shared: a shared holder
 	several     bool   // a lock of several keys (TryLockAll): set by Client.several
 	permit      bool   // a semaphore's permits: set by Client.Semaphore
+	ownFence    bool   // an election's: the key's own fencing counter (ownCounter)
 }
 
 func defaultConfig() config {

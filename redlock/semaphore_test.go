@@ -127,6 +127,9 @@ func TestSemaphoreEverySubset(t *testing.T) {
 			if n := e.holders(permitKey(name, l.Permit()), l.Token()); n < 3 {
 				t.Fatalf("taken %05b/%05b: permit %d held on %d nodes", a, b, l.Permit(), n)
 			}
+			if err := l.Release(context.Background()); err != nil { // Close then has nothing to release
+				t.Fatal(err)
+			}
 		}
 	}
 }

@@ -53,6 +53,16 @@ var slotTags = sync.OnceValue(func() []string {
 	return tags
 })
 
+// fenceKey is the fencing counter of the lock key rkey for cfg: the key's
+// own for an election (docs/safety.md, "Leader election": its term is read
+// back from it), else fenceKeyOf's.
+func (c *Client) fenceKey(cfg *config, rkey string) string {
+	if cfg.ownFence {
+		return rkey + ":fence"
+	}
+	return fenceKeyOf(cfg.prefix, rkey, c.slotted)
+}
+
 // fenceKeyOf is the fencing counter of the lock key rkey under prefix: one
 // per master (prefix + "fence"), or, on Pools whose scripts are confined to
 // a hash slot, one per slot, in rkey's slot. Neither can be a lock key

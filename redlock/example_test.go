@@ -301,3 +301,96 @@ func ExampleShared() {
 	// a writer meanwhile: true
 	// the writer after them: true
 }
+
+func ExampleClient_Semaphore() {
+	pools, stop := servers(5)
+	defer stop()
+	client, _ := redlock.New(pools)
+	defer client.Close()
+	ctx := context.Background()
+
+	// At most 2 exports at once, across every process that uses the name
+	// with the same count.
+	exports, err := client.Semaphore("exports", 2)
+	if err != nil {
+		panic(err)
+	}
+	a, _ := exports.TryAcquire(ctx)
+	b, _ := exports.TryAcquire(ctx)
+	_, err = exports.TryAcquire(ctx) // both permits are held
+	fmt.Println("permits", a.Permit()+b.Permit(), "third:", errors.Is(err, redlock.ErrNotAcquired))
+
+	// Another count for the same name is refused on the nodes.
+	other, _ := client.Semaphore("exports", 3)
+	_, err = other.TryAcquire(ctx)
+	fmt.Println("count mismatch:", errors.Is(err, redlock.ErrPermitMismatch))
+	_ = a.Release(ctx)
+	_ = b.Release(ctx)
+	// Output:
+	// permits 1 third: true
+	// count mismatch: true
+}
+
+func ExampleSemaphore_Do() {
+	pools, stop := servers(5)
+	defer stop()
+	client, _ := redlock.New(pools)
+	defer client.Close()
+
+	exports, _ := client.Semaphore("exports", 4)
+	// Do waits for a permit, keeps it renewed while fn runs, and gives it back.
+	err := exports.Do(context.Background(), func(ctx context.Context) error {
+		fmt.Println("exporting under one of", exports.Permits(), "permits")
+		return nil // ctx ends with cause ErrLockLost if the permit is lost
+	})
+	fmt.Println("err:", err)
+	// Output:
+	// exporting under one of 4 permits
+	// err: <nil>
+}
+
+func ExampleClient_Campaign() {
+	pools, stop := servers(5)
+	defer stop()
+	client, _ := redlock.New(pools)
+	defer client.Close()
+	ctx := context.Background()
+
+	// Campaign blocks until this caller leads; leadership is renewed until
+	// Release (resign) or until it is lost (Done, Err, Context).
+	lead, err := client.Campaign(ctx, "scheduler", "host-a:8080")
+	if err != nil {
+		panic(err)
+	}
+	term := lead.Fence() // hand the term to what the leader writes
+	value, current, _ := client.Leader(ctx, "scheduler")
+	fmt.Println("leader:", value, "term matches:", current == term)
+	_ = lead.Release(ctx) // resign
+	_, _, err = client.Leader(ctx, "scheduler")
+	fmt.Println("after resigning:", errors.Is(err, redlock.ErrNoLeader))
+	// Output:
+	// leader: host-a:8080 term matches: true
+	// after resigning: true
+}
+
+func ExampleClient_Observe() {
+	pools, stop := servers(5)
+	defer stop()
+	client, _ := redlock.New(pools)
+	defer client.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	first, _ := client.Campaign(ctx, "scheduler", "host-a")
+	changes := client.Observe(ctx, "scheduler") // closed when ctx ends
+	fmt.Println("leads:", (<-changes).Value)
+
+	_ = first.Release(ctx) // host-a resigns; host-b takes over with a higher term
+	second, _ := client.Campaign(ctx, "scheduler", "host-b")
+	next := <-changes
+	fmt.Println("leads:", next.Value, "term is second's:", next.Term == second.Fence())
+	_ = second.Release(ctx)
+	// Output:
+	// leads: host-a
+	// leads: host-b term is second's: true
+}

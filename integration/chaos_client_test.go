@@ -34,6 +34,8 @@ type chaosClient struct {
 	sent    *hist.SentTokens
 	leases  sync.WaitGroup
 	dead    atomic.Bool // cut off from every node for good (die)
+
+	sems map[string]*redlock.Semaphore // the run's semaphores (chaosSems), by name
 }
 
 // makeChaosClient makes a client through new proxies, with poolOpts and
@@ -76,6 +78,9 @@ func makeChaosClient(t *testing.T, c *cluster, h *hist.History, name string, ttl
 	}
 	cc.rec = h.Recorder(name, lc.Client, recOpts...)
 	t.Cleanup(func() { cc.close(t) })
+	if err := cc.semaphores(); err != nil {
+		return nil, err
+	}
 	return cc, nil
 }
 

@@ -39,6 +39,10 @@ const (
 // it found too little validity left to start.
 func (res *resource) section(ctx context.Context, cc *chaosClient, l *redlock.Lock, rng *rand.Rand) bool {
 	keys := l.Keys()
+	if l.Permit() >= 0 {
+		key, _, _ := cc.rec.KeyOf(l) // a permit's section guards its permit's counter
+		keys = []string{key}
+	}
 	for i, key := range keys {
 		if time.Until(cc.deadline(l)) < startMargin {
 			return i > 0
@@ -56,6 +60,7 @@ func (res *resource) section(ctx context.Context, cc *chaosClient, l *redlock.Lo
 // several).
 func (res *resource) sectionOf(ctx context.Context, cc *chaosClient, l *redlock.Lock, key string, all []string, rng *rand.Rand) {
 	s := hist.Section{Client: cc.name, Key: key, Keys: all, Shared: l.Shared(), Token: l.Token(), Fence: l.Fence(), Start: res.h.Now()}
+	_, s.Semaphore, s.Permits = cc.rec.KeyOf(l)
 	defer func() {
 		s.End = res.h.Now()
 		res.h.AddSection(s)
@@ -71,7 +76,11 @@ func (res *resource) sectionOf(ctx context.Context, cc *chaosClient, l *redlock.
 		return
 	}
 	s.Read, s.Counted = v, true
-	time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond) // the work
+	work := time.Duration(rng.IntN(2000)) * time.Microsecond
+	if s.Semaphore != "" {
+		work *= 25 // a permit's holders stay longer, so that the semaphores fill up
+	}
+	time.Sleep(work) // the work
 	if l.Shared() {
 		return // a shared holder only reads: an exclusive holder's write inside its section breaks LIN, their overlap SEC
 	}

@@ -91,7 +91,7 @@ func readLockKeys(cl *redis.Client, h *hist.History, i int, keys []string) (foun
 	defer cancel()
 	rkeys := make([]string, len(keys))
 	for j, k := range keys {
-		rkeys[j] = rkey(k)
+		rkeys[j] = chaosRKey(k)
 	}
 	found, err := hist.ReadLeftovers(ctx, cl, i, rkeys, h.Now())
 	return found, err == nil

@@ -59,6 +59,10 @@ var (
 	chaosKeys    = []string{"chaos-a", "chaos-b", "chaos-c"}
 	chaosSetKeys = []string{"chaos-d", "chaos-e"}
 	allChaosKeys = slices.Concat(chaosKeys, chaosSetKeys)
+	// guardedKeys are the keys whose counters the sections guard, and the
+	// sweeps read: the locks', the election's and each permit's
+	// (PermitKey).
+	guardedKeys = slices.Concat(allChaosKeys, []string{chaosElection}, permitKeys())
 )
 
 // TestChaosMixed runs 16 independent clients, each behind its own proxies,
@@ -119,6 +123,7 @@ type chaosRun struct {
 	resumed, resumeFailed atomic.Int64
 	why                   *tally
 	quiet                 *countingLogger
+	prims                 primitives
 }
 
 // runChaos runs the chaos scenario for chaosDuration and checks its
@@ -144,8 +149,11 @@ func runChaos(t *testing.T, sessions bool) {
 	clients := r.startClients(ctx)
 	r.f = r.newFaulter(clients)
 	var wg sync.WaitGroup
-	for k, cc := range clients {
+	for k, cc := range clients[:chaosClients] {
 		wg.Go(func() { r.work(ctx, k, cc) })
+	}
+	for k, cc := range clients[chaosClients:] {
+		wg.Go(func() { r.observe(ctx, cc, k) })
 	}
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); r.f.run() }()
@@ -156,7 +164,7 @@ func runChaos(t *testing.T, sessions bool) {
 	<-faultsDone
 	r.closeClients()
 	scanLeftovers(t, r.admins, r.h)
-	r.res.readCounters(t, allChaosKeys)
+	r.res.readCounters(t, guardedKeys)
 	stopAudit()
 	r.report(dur, r.check())
 }
@@ -176,13 +184,18 @@ func (r *chaosRun) newClient(name string) (*chaosClient, error) {
 	return cc, nil
 }
 
-// startClients makes the run's clients and warms them up: every Client
-// verifies the nodes' identities and opens its connections before faults,
-// with time to spare (not recorded).
+// startClients makes the run's clients (the workers', then the election's
+// observers') and warms them up: every Client verifies the nodes'
+// identities and opens its connections before faults, with time to spare
+// (not recorded).
 func (r *chaosRun) startClients(ctx context.Context) []*chaosClient {
-	clients := make([]*chaosClient, chaosClients)
+	clients := make([]*chaosClient, chaosClients+chaosObservers)
 	for k := range clients {
-		cc, err := r.newClient(fmt.Sprintf("c%02d", k))
+		name := fmt.Sprintf("c%02d", k)
+		if k >= chaosClients {
+			name = fmt.Sprintf("obs%d", k-chaosClients)
+		}
+		cc, err := r.newClient(name)
 		if err != nil {
 			r.t.Fatal(err)
 		}
@@ -205,7 +218,7 @@ func (r *chaosRun) startClients(ctx context.Context) []*chaosClient {
 
 func (r *chaosRun) newFaulter(clients []*chaosClient) *faulter {
 	f := newFaulter(r.t, r.c, clients, chaosTTL, chaosNodeTimeout, chaosGuard, uint64(time.Now().UnixNano()))
-	f.admins, f.h, f.keys = r.admins, r.h, allChaosKeys
+	f.admins, f.h, f.keys = r.admins, r.h, guardedKeys
 	if r.sessions {
 		// A session lock's key that landed late may be held as long as its
 		// session lives: follow it longer than a plain key's TTL.
@@ -226,11 +239,14 @@ func (r *chaosRun) work(ctx context.Context, k int, cc *chaosClient) {
 			continue
 		}
 		lastTouch := r.hold(ctx, cc, l, rng)
-		if !r.sessions && len(l.Keys()) == 1 && !l.Shared() && rng.IntN(20) == 0 { // Resume takes one key, held alone
+		// A leader (auto-extended by its Client) and a permit neither die
+		// nor are resumed: their Clients would go on renewing them.
+		special := l.Permit() >= 0 || l.Key() == chaosElection
+		if !r.sessions && len(l.Keys()) == 1 && !l.Shared() && !special && rng.IntN(20) == 0 { // Resume takes one key, held alone
 			r.resume(ctx, cc, l, rng)
 			continue
 		}
-		if rng.IntN(40) != 0 || l.Shared() { // a dead holder is probed by its token, which a shared key does not hold
+		if rng.IntN(40) != 0 || l.Shared() || special { // a dead holder is probed by its token, which a shared key does not hold
 			_, _ = cc.rec.Release(ctx, l)
 			continue
 		}
@@ -264,7 +280,9 @@ func (r *chaosRun) resume(ctx context.Context, cc *chaosClient, l *redlock.Lock,
 }
 
 // acquire tries a random key, (1 in 4) a set of keys as one lock (see
-// chaosSet) or (3 in 20) a random key as a shared holder, with TryLock or (2 in 3) with Lock for up to 200–1000 ms.
+// chaosSet) or (3 in 20) a random key as a shared holder, with TryLock or (2 in 3) with Lock for up to 200–1000 ms;
+// or (1 in 10) a semaphore's permit (permit), or (1 in 20) it campaigns
+// for the election (campaign).
 func (r *chaosRun) acquire(ctx context.Context, cc *chaosClient, rng *rand.Rand) (*redlock.Lock, bool) {
 	key := chaosKeys[rng.IntN(len(chaosKeys))]
 	var keys []string
@@ -274,6 +292,10 @@ func (r *chaosRun) acquire(ctx context.Context, cc *chaosClient, rng *rand.Rand)
 		keys = chaosSet(rng)
 	case 5, 6, 7:
 		shared = true
+	case 8, 9:
+		return r.acquired(rng)(r.permit(ctx, cc, rng))
+	case 10:
+		return r.acquired(rng)(r.campaign(ctx, cc, rng))
 	}
 	wait := time.Duration(0)
 	if rng.IntN(3) > 0 {
@@ -306,6 +328,20 @@ func (r *chaosRun) acquire(ctx context.Context, cc *chaosClient, rng *rand.Rand)
 		time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
 	}
 	return nil, false
+}
+
+// acquired counts an acquire call of a permit or a leadership that
+// returned l, op and err as acquire counts its own, and returns the lock.
+func (r *chaosRun) acquired(rng *rand.Rand) func(*redlock.Lock, hist.Op, error) (*redlock.Lock, bool) {
+	return func(l *redlock.Lock, op hist.Op, err error) (*redlock.Lock, bool) {
+		r.lat.add(err == nil, op.End-op.Start)
+		if err == nil {
+			return l, true
+		}
+		r.why.add(err)
+		time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond) // do not spin
+		return nil, false
+	}
 }
 
 // chaosSet draws a set of two or three keys for a lock of several keys,
@@ -462,6 +498,15 @@ func (r *chaosRun) report(dur time.Duration, rep *hist.Report) {
 	}
 	if r.sharedHeld.Load() == 0 {
 		t.Errorf("no shared holder was held (of %d attempts): the scenario did not exercise them", r.shared.Load())
+	}
+	t.Logf("semaphores: %d permits held of %d acquire calls; checked %d permits of %d semaphores (most holders at once: %v); election: %d leaders of %d campaigns, checked %d leaders; %d leaders observed, %d read with Leader, %d observations checked (%d matched to their leader)",
+		r.prims.permitsHeld.Load(), r.prims.permitCalls.Load(), rep.Permits, rep.Semaphores, rep.MostHolders, r.prims.leaders.Load(), r.prims.campaigns.Load(), rep.Leaders,
+		r.prims.observed.Load(), r.prims.leaderReads.Load(), rep.Observed, rep.Matched)
+	if r.prims.permitsHeld.Load() == 0 {
+		t.Errorf("no semaphore permit was held (of %d attempts): the scenario did not exercise them", r.prims.permitCalls.Load())
+	}
+	if r.prims.leaders.Load() == 0 || rep.Observed == 0 {
+		t.Errorf("%d leaders of %d campaigns, %d leaders observed: the scenario did not exercise the election", r.prims.leaders.Load(), r.prims.campaigns.Load(), rep.Observed)
 	}
 	if r.severalHeld.Load() == 0 {
 		t.Errorf("no lock of several keys was acquired (of %d attempts): the scenario did not exercise them", r.several.Load())

@@ -45,7 +45,9 @@ type Semaphore struct {
 // Semaphore returns the counting semaphore name with permits permits,
 // acquired with opts (WithTTL, WithNodeTimeout, WithAutoExtend,
 // WithMetadata, ...). It does no I/O. It returns an error for an empty
-// name, permits below 1 or above MaxPermits, an invalid option, WithFencing
+// name, permits below 1 or above MaxPermits, an invalid option (among them
+// a quorum of half the pools or fewer: each permit is a lock, and any
+// quorum a lock accepts keeps the semaphore safe), WithFencing
 // (a fence orders one holder after another, and permits are held at once),
 // Shared, and Pools that are not all of package pool (only a script reads
 // every permit at once). It is safe for concurrent use.

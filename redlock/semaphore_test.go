@@ -286,6 +286,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 		{"s", 2, []Option{WithFencing(true)}, "WithFencing"},
 		{"s", 2, []Option{Shared()}, "Shared"},
 		{"s", 2, []Option{WithTTL(-1)}, "TTL"},
+		{"s", 2, []Option{WithQuorum(2)}, "more than half"}, // two permits' holders could share no node
 	} {
 		if _, err := c.Semaphore(tc.name, tc.permits, tc.opts...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Semaphore(%q, %d): %v, want an error about %q", tc.name, tc.permits, err, tc.want)

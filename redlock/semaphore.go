@@ -31,7 +31,8 @@ var ErrPermitMismatch = errors.New("redlock: the semaphore's number of permits d
 // whatever its count (docs/safety.md, "Semaphores"). Every Client that uses
 // one name must give it the same number of permits: the nodes declare the
 // count while any permit is held, and an acquire with another count fails
-// with ErrPermitMismatch. A Semaphore is safe for concurrent use.
+// with ErrPermitMismatch. Client.Resume and Client.Inspect name locks by
+// key and do not reach permits. A Semaphore is safe for concurrent use.
 type Semaphore struct {
 	c       *Client
 	name    string

@@ -49,16 +49,19 @@ func ownCounter(c *config) error {
 }
 
 // Leader reads who leads the election name: the value and term of the
-// candidate whose token is on a quorum of nodes. Once the leader's Campaign
-// has returned, the term is its Fence; a leader read while its Campaign
-// still raises its fence is reported with a term above every earlier
-// leader's, but possibly below its own Fence (docs/safety.md, "Leader
-// election"). Either way the reported terms only grow from one leader to
-// the next.
+// candidate whose token is on a quorum of nodes, the term being the
+// election's fencing counter on a quorum of the nodes that hold the token.
+// Once the leader's Campaign has returned, the term is its Fence; a leader
+// read while its Campaign still raises its fence is reported with a term
+// above every earlier leader's, but possibly below its own Fence
+// (docs/safety.md, "Leader election"). Either way the reported terms only
+// grow from one leader to the next.
 //
-// It returns an error matching ErrNoLeader when no candidate leads,
-// ErrUnavailable when too few nodes answered to tell (ctx.Err() too when ctx
-// ended first), ErrClosed once Close has begun, and a plain error for an
+// It returns an error matching ErrNoLeader when no candidate leads, and
+// ErrUnavailable when too few nodes answered to tell, or when no quorum of
+// the leader's nodes agrees on its term within the node timeout (a node its
+// fence write-back reached does not answer); ctx.Err() too when ctx ended
+// first. It returns ErrClosed once Close has begun, and a plain error for an
 // empty name or an invalid option, before any I/O. Safe for concurrent use.
 func (c *Client) Leader(ctx context.Context, name string, opts ...Option) (value string, term uint64, err error) {
 	lead, _, err := c.lead(ctx, name, opts)
@@ -82,12 +85,12 @@ func (c *Client) lead(ctx context.Context, name string, opts []Option) (Leadersh
 			return Leadership{}, "", fmt.Errorf("redlock: leader %q: no candidate holds the election on a quorum of nodes: %w", name, ErrNoLeader)
 		case in.State == StateUnknown:
 			return Leadership{}, "", fmt.Errorf("redlock: leader %q: %d of %d nodes answered, %d needed: %w", name, in.Answered, len(in.Nodes), in.Quorum, errors.Join(ErrUnavailable, err))
-		case agreed || ctx.Err() != nil:
+		case agreed:
 			return lead, in.Holder, nil
 		case begin.IsZero():
 			begin = time.Now()
-		case time.Since(begin) > c.cfg.nodeTimeout:
-			return lead, in.Holder, nil // a node missed the write-back: the highest is the term
+		case ctx.Err() != nil || time.Since(begin) > c.cfg.nodeTimeout:
+			return Leadership{}, "", fmt.Errorf("redlock: leader %q: a candidate holds the election, but no quorum of its nodes agrees on its term (its fence write-back has not landed, or some of the nodes it reached do not answer): %w", name, errors.Join(ErrUnavailable, ctx.Err()))
 		}
 		select { // the leader's fence write-back is on its way
 		case <-time.After(time.Millisecond):
@@ -97,19 +100,22 @@ func (c *Client) lead(ctx context.Context, name string, opts []Option) (Leadersh
 }
 
 // leadership is the holder of a held Inspection as a leader, its term the
-// highest fencing counter of the nodes that hold its token, and whether
-// they all have that counter (the leader's fence write-back has landed).
+// fencing counter that a quorum of the nodes holding its token share, and
+// whether there is one (docs/safety.md, "Leader election": once the leader's
+// fence write-back has landed, exactly its Fence).
 func (in *Inspection) leadership() (Leadership, bool) {
 	if in.State != StateHeld || in.Holder == "" {
 		return Leadership{}, false
 	}
-	var lo, hi uint64 = 1<<64 - 1, 0
+	seen := make(map[uint64]int, len(in.Nodes))
 	for _, n := range in.Nodes {
 		if n.Err == nil && n.Token == in.Holder {
-			lo, hi = min(lo, n.Fence), max(hi, n.Fence)
+			if seen[n.Fence]++; seen[n.Fence] >= in.Quorum && n.Fence > 0 {
+				return Leadership{Value: in.Metadata, Term: n.Fence}, true
+			}
 		}
 	}
-	return Leadership{Value: in.Metadata, Term: hi}, lo == hi
+	return Leadership{}, false
 }
 
 // Observe reports every change of leader of the election name on the

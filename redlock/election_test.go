@@ -123,3 +123,32 @@ func TestElectionBadInput(t *testing.T) {
 		t.Error("Observe with an empty name sent a leader")
 	}
 }
+
+// TestLeaderTermIsTheQuorumsCounter: the leader's token is on four nodes,
+// three of which its fence write-back raised to its term, 6, and one where
+// its acquire landed late, after earlier failed rounds had raised that
+// node's counter to 10. Leader reports 6, the counter a quorum of the
+// leader's nodes share (the highest, 10, would be another leader's term to
+// come); with one of the three not answering, no quorum agrees, and Leader
+// says it cannot tell rather than guess.
+func TestLeaderTermIsTheQuorumsCounter(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.scriptClient(WithNodeTimeout(200 * time.Millisecond))
+	verifyAll(t, c)
+	k := rkey("term")
+	for i, n := range e.nodes[:4] {
+		n.m.Set(k, "leader-token-0001\x1dhost-a")
+		n.m.SetTTL(k, time.Minute)
+		n.m.Set(k+":fence", []string{"6", "6", "6", "10"}[i])
+	}
+	e.nodes[4].m.Set(k+":fence", "7")
+	v, term, err := c.Leader(context.Background(), "term")
+	if err != nil || v != "host-a" || term != 6 {
+		t.Fatalf("Leader = %q, %d, %v; want host-a, 6", v, term, err)
+	}
+	e.nodes[0].m.SetError("ERR down")
+	defer e.nodes[0].m.SetError("")
+	if _, term, err := c.Leader(context.Background(), "term"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Leader with a node of the quorum down = term %d, %v; want ErrUnavailable", term, err)
+	}
+}

@@ -252,11 +252,17 @@ func TestSessionLateAcquireCleanedUp(t *testing.T) {
 	const ttl = 2 * time.Second
 	r, x := newSessionRig(t, ttl, "late-x") // x keeps the session renewed
 	c, ctx, admins, proxies, a := r.c, r.ctx, r.admins, r.proxies, r.a
+	quietLinks(t, ctx, x, ttl)
 	for _, px := range proxies[:3] {
 		px.Hold(testkit.HoldOpen)
 	}
 	if _, err := a.TryLock(ctx, "late-y"); !errors.Is(err, redlock.ErrNotAcquired) {
 		t.Fatalf("TryLock with 3 of 5 links holding: %v", err)
+	}
+	for i, px := range proxies[:3] {
+		if px.Held() == 0 || get(t, admins[i], rkey("late-y")) != "" {
+			t.Fatalf("node%d: the acquire of late-y was not held in its link (%d bytes held, late-y = %q)", i, px.Held(), get(t, admins[i], rkey("late-y")))
+		}
 	}
 	time.Sleep(2*ttl + 4*time.Second) // past a plain lock's clean-up horizon (TTL + 2 s)
 	for _, px := range proxies[:3] {
@@ -281,6 +287,30 @@ func TestSessionLateAcquireCleanedUp(t *testing.T) {
 		t.Fatalf("the session's other lock: %v", err)
 	}
 	t.Logf("late-y free %v after its acquire landed (its key's own TTL: %v)", took, 10*ttl)
+}
+
+// quietLinks returns once no command of session lock x's Client is in
+// flight, and none is due for about a renewal interval, so that a hold
+// applied now catches the next round's commands on the connections they
+// are written on. HoldOpen lets new connections through, and a pool dials
+// one when its connection is busy: with a command of x's acquire round
+// still on its way (TryLock returns at a quorum) or a session renewal in
+// flight, held with the link, the next round's command went out on a new
+// connection once the held one's deadline passed, and landed at once (CI
+// saw TryLock succeed with 3 of 5 links holding). So: a periodic renewal
+// has moved x's deadline (a renewal interval after x was taken, well past
+// the deadline of its acquire round's commands), and then an Extend, which
+// renews the session on every node where it lives, behind that renewal,
+// and waits for every reply, has been answered.
+func quietLinks(t *testing.T, ctx context.Context, x *redlock.Lock, ttl time.Duration) {
+	t.Helper()
+	d := x.Deadline()
+	eventually(t, 2*ttl, time.Millisecond, "a periodic renewal moves late-x's deadline", func() bool {
+		return x.Deadline().After(d)
+	})
+	if err := x.Extend(ctx, ttl); err != nil {
+		t.Logf("Extend of late-x (to let every renewal answer): %v", err)
+	}
 }
 
 // TestSessionLateRenewalAfterNextHolder: every command of a session holder

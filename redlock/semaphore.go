@@ -30,7 +30,8 @@ var ErrPermitMismatch = errors.New("redlock: the semaphore's number of permits d
 // as any lock, so the semaphore tolerates the same node failures as a lock
 // whatever its count (docs/safety.md, "Semaphores"). Every Client that uses
 // one name must give it the same number of permits: the nodes declare the
-// count while any permit is held, and an acquire with another count fails
+// count while any permit is held (and for a TTL after the last permit was
+// taken or extended), and an acquire with another count fails
 // with ErrPermitMismatch. Client.Resume and Client.Inspect name locks by
 // key and do not reach permits. A Semaphore is safe for concurrent use.
 type Semaphore struct {
@@ -166,7 +167,7 @@ func (s *Semaphore) sweep(ctx context.Context, cfg *config) (*Lock, error) {
 // mismatch is the error of an attempt that met another count on a node;
 // a permit it took anyway is given back first.
 func (s *Semaphore) mismatch(ctx context.Context, l *Lock, p *permitTry) error {
-	err := fmt.Errorf("redlock: semaphore %q: this Semaphore has %d permits, but node %d declares %d: every Client must give a name the same count (a count stays declared while any of its permits is held): %w",
+	err := fmt.Errorf("redlock: semaphore %q: this Semaphore has %d permits, but node %d declares %d: every Client must give a name the same count (a count stays declared on a node for a TTL after its last permit was taken or extended there): %w",
 		s.name, s.permits, p.node, p.declared, ErrPermitMismatch)
 	if l != nil {
 		if rerr := l.Release(context.WithoutCancel(ctx)); rerr != nil {

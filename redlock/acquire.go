@@ -86,6 +86,9 @@ func (c *Client) wait(ctx context.Context, t *target, cfg *config) (*Lock, error
 		}
 		last = err
 		delay := s.delay(attempt, err)
+		if cfg.ownFence { // a candidate of an election: its leader may have died
+			delay = c.untilFree(ctx, cfg, key, delay)
+		}
 		if cfg.maxWait > 0 {
 			left := cfg.maxWait - time.Since(begin)
 			if left <= 0 {

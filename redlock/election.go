@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -116,6 +117,33 @@ func (in *Inspection) leadership() (Leadership, bool) {
 		}
 	}
 	return Leadership{}, false
+}
+
+// untilFree shortens delay, a candidate's wait before its next attempt, to
+// when the election's key frees on a quorum, as the nodes' TTLs tell: a
+// leader that dies without resigning publishes no release, and its
+// successor would find out only at its next retry. A live leader renews
+// at TTL/3, so its key's TTLs stay above the retry delays and delay stands.
+func (c *Client) untilFree(ctx context.Context, cfg *config, key string, delay time.Duration) time.Duration {
+	in, err := c.inspect(ctx, cfg, key)
+	if err != nil {
+		return delay
+	}
+	ttls := make([]time.Duration, 0, len(in.Nodes))
+	for _, n := range in.Nodes {
+		switch {
+		case n.Err != nil: // it may stay taken
+		case n.Token == "" && len(n.Shared) == 0:
+			ttls = append(ttls, 0)
+		case n.TTL > 0: // 0: the Pool cannot tell
+			ttls = append(ttls, n.TTL)
+		}
+	}
+	if len(ttls) < in.Quorum {
+		return delay
+	}
+	slices.Sort(ttls)
+	return min(delay, ttls[in.Quorum-1]+time.Millisecond)
 }
 
 // Observe reports every change of leader of the election name on the

@@ -152,3 +152,37 @@ func TestLeaderTermIsTheQuorumsCounter(t *testing.T) {
 		t.Fatalf("Leader with a node of the quorum down = term %d, %v; want ErrUnavailable", term, err)
 	}
 }
+
+// TestCampaignWakesWhenLeaderLapses: a leader that died without resigning
+// publishes no release; a candidate whose retry delay is 30 s or more
+// still takes over soon after the dead leader's key frees on a quorum,
+// because it reads the key's TTLs and waits only until then.
+func TestCampaignWakesWhenLeaderLapses(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.scriptClient(WithRetryBackoff(30*time.Second, time.Minute))
+	verifyAll(t, c)
+	k := rkey("lapse")
+	for _, n := range e.nodes {
+		n.m.Set(k, "dead-leader-0001\x1dhost-a")
+		n.m.SetTTL(k, 300*time.Millisecond) // miniredis expires keys as its clock is moved
+		n.m.Set(k+":fence", "4")
+	}
+	moved := make(chan struct{})
+	defer func() { <-moved }()
+	go func() { // the servers' clocks run on
+		defer close(moved)
+		time.Sleep(2500 * time.Millisecond) // past the quick retries that follow a waiter's subscription
+		for _, n := range e.nodes {
+			n.m.FastForward(400 * time.Millisecond)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := c.Campaign(ctx, "lapse", "host-b")
+	if err != nil {
+		t.Fatalf("Campaign after the leader's key lapsed: %v (it waited for its 30 s retry)", err)
+	}
+	if l.Fence() <= 4 {
+		t.Fatalf("term %d after the dead leader's 4", l.Fence())
+	}
+}

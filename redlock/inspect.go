@@ -109,6 +109,11 @@ func (c *Client) Inspect(ctx context.Context, key string, opts ...Option) (*Insp
 	if err != nil {
 		return nil, err
 	}
+	return c.inspect(ctx, cfg, key)
+}
+
+// inspect is Inspect with cfg.
+func (c *Client) inspect(ctx context.Context, cfg *config, key string) (*Inspection, error) {
 	if err := c.begin(ctx, cfg); err != nil {
 		return nil, err
 	}

@@ -56,7 +56,11 @@ func ownCounter(c *config) error {
 // read while its Campaign still raises its fence is reported with a term
 // above every earlier leader's, but possibly below its own Fence
 // (docs/safety.md, "Leader election"). Either way the reported terms only
-// grow from one leader to the next.
+// grow from one leader to the next. Like any read of the nodes, it can
+// catch a candidate whose token is on a quorum for a moment although its
+// Campaign then fails (no validity was left, or its fence write-back missed
+// a quorum, and it rolls back): that candidate never leads, and the next
+// leader's term is higher.
 //
 // It returns an error matching ErrNoLeader when no candidate leads, and
 // ErrUnavailable when too few nodes answered to tell, or when no quorum of

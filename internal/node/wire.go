@@ -128,7 +128,7 @@ var wires = [...]wire{
 // Boxed constants of the commands, so that building Args does not allocate
 // for them.
 var (
-	argGet, argEvalSha any                 = "get", "evalsha"
+	argGet, argEvalSha any                   = "get", "evalsha"
 	shas               [ExtendPermit + 1]any // per Kind, for scripts
 )
 

@@ -4,11 +4,13 @@
 // schedule's history with the test kit's checker (testkit/history).
 //
 // What is real: the Clients (rounds, roll-backs, late replies, re-sent
-// releases, waiters' lines and hand-offs, fencing, locks of several keys)
-// and the library's Lua scripts, which each simulated node runs with
-// gopher-lua on a store that answers as Redis does
-// (TestScriptsAgreeWithRedis compares the two; TestFindsBrokenAcquireAll
-// runs broken ones, which the checker must catch). What
+// releases, waiters' lines and hand-offs, fencing, locks of several keys,
+// shared holders, semaphores' permits, an election's campaigns, Leader and
+// Observe) and the library's Lua scripts, which each simulated node runs
+// with gopher-lua on a store that answers as Redis does
+// (TestScriptsAgreeWithRedis compares the two; TestFindsBrokenAcquireAll,
+// TestFindsBrokenShared, TestFindsBrokenPermit and TestFindsSameTerm run
+// broken ones, which the checker must catch). What
 // is simulated: the nodes' Pools (node.Sender, as package pool's are), the
 // network (latency, commands that land after their caller gave up, lost
 // replies, resets, commands queued past their deadline), the nodes (pauses,

@@ -18,7 +18,7 @@ import (
 
 // TestScriptsAgreeWithRedis runs the same random sequence of the library's
 // commands (every node.Kind, waiters and hand-offs, sessions, fencing, locks
-// of several keys) on a
+// of several keys, shared holders, semaphores' permits) on a
 // real redis-server and on a simulated node, and requires the same reply
 // to each and the same keys, values and types after each: the simulator's
 // store and Lua bridge are Redis as far as the scripts can tell. TTLs are
@@ -33,7 +33,7 @@ func TestScriptsAgreeWithRedis(t *testing.T) {
 	n := newNode(0, 1, t0, &tracer{})
 	n.base = t0.UnixNano() // the lines' lapse times are read on each server's clock
 	r := rand.New(rand.NewPCG(3, 4))
-	yes := map[node.Kind]int{} // the shared holders' commands that answered 1
+	yes := map[node.Kind]int{} // the shared holders' and permits' commands that answered 1
 	for i := range 4000 {
 		op := randomOp(r)
 		want := runReal(ctx, cl, op)
@@ -53,13 +53,13 @@ func TestScriptsAgreeWithRedis(t *testing.T) {
 	if fs := n.tr.failures(); len(fs) > 0 {
 		t.Fatalf("script errors: %q", fs)
 	}
-	for _, k := range []node.Kind{node.AcquireShared, node.ExtendShared, node.ReleaseShared, node.HeldShared} {
+	for _, k := range []node.Kind{node.AcquireShared, node.ExtendShared, node.ReleaseShared, node.HeldShared, node.AcquirePermit, node.ExtendPermit} {
 		if yes[k] == 0 {
-			t.Errorf("no %s answered 1: the shared holders' scripts were not compared where they change keys", kindNames[k])
+			t.Errorf("no %s answered 1: the shared holders' or permits' scripts were not compared where they change keys", kindNames[k])
 		}
 	}
-	t.Logf("shared commands that answered 1: %d ACQUIRE-SHARED, %d EXTEND-SHARED, %d RELEASE-SHARED, %d HELD-SHARED",
-		yes[node.AcquireShared], yes[node.ExtendShared], yes[node.ReleaseShared], yes[node.HeldShared])
+	t.Logf("shared and permit commands that answered 1: %d ACQUIRE-SHARED, %d EXTEND-SHARED, %d RELEASE-SHARED, %d HELD-SHARED, %d ACQUIRE-PERMIT, %d EXTEND-PERMIT",
+		yes[node.AcquireShared], yes[node.ExtendShared], yes[node.ReleaseShared], yes[node.HeldShared], yes[node.AcquirePermit], yes[node.ExtendPermit])
 }
 
 // sameResult compares two answers to op: exactly, but for an Inspect's TTL
@@ -91,7 +91,7 @@ func randomOp(r *rand.Rand) *node.Op {
 	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
 	key := pick("p:{a}", "p:{b}")
 	o := node.Op{Key: key, Token: pick("tokenAAAAAAAAAAAAA1", "tokenBBBBBBBBBBBBBB2", "tokenCCCCCCCCCCCCCC3"), TTL: time.Duration(5+r.IntN(20)) * time.Second}
-	switch r.IntN(23) {
+	switch r.IntN(27) {
 	case 0, 1:
 		o.Kind = node.Acquire
 	case 2:
@@ -142,6 +142,17 @@ func randomOp(r *rand.Rand) *node.Op {
 		}
 	case 21:
 		o.Kind = node.HeldShared
+	case 23, 24: // a permit of a semaphore of 1 or 2 (another count: refused while one is declared)
+		o.Kind, o.Permits = node.AcquirePermit, 1+r.IntN(2)
+		o.Slot, o.Keys = r.IntN(o.Permits), []any{"p:{c}\x1fk"}
+		for i := range o.Permits {
+			o.Keys = append(o.Keys, fmt.Sprintf("p:{c}\x1fp%d", i))
+		}
+	case 25:
+		o.Kind, o.Permits, o.FenceKey = node.ExtendPermit, 1+r.IntN(2), "p:{c}\x1fk"
+		o.Key = fmt.Sprintf("p:{c}\x1fp%d", r.IntN(o.Permits))
+	case 26: // a permit's release
+		o.Kind, o.Key = node.Release, fmt.Sprintf("p:{c}\x1fp%d", r.IntN(2))
 	default: // the extend and the fencing write-back of a lock of several keys, or a batch of locks
 		o.Keys = someKeys(r)
 		if r.IntN(2) == 0 {
@@ -157,7 +168,10 @@ func randomOp(r *rand.Rand) *node.Op {
 			o.Tokens = append(o.Tokens, tok)
 		}
 	}
-	if len(o.Keys) > 0 {
+	switch {
+	case o.Kind == node.AcquirePermit: // its own key is its permit's; Keys[0] the count key
+		o.Key = o.Keys[1+o.Slot].(string)
+	case len(o.Keys) > 0:
 		o.Key = o.Keys[0].(string)
 	}
 	if (o.Kind == node.Acquire || o.Kind == node.AcquireFenced) && r.IntN(2) == 0 {

@@ -14,7 +14,8 @@ import (
 // mutants are the controls that run a broken script on every node, by the
 // control's name: each returns the broken text for the library's, and any
 // other script as it is. They show that the checker catches a script that
-// lets two locks hold one key (TestFindsBrokenAcquireAll, TestFindsBrokenShared).
+// lets two locks hold one key (TestFindsBrokenAcquireAll, TestFindsBrokenShared,
+// TestFindsBrokenPermit), or two leaders share a term (TestFindsSameTerm).
 var mutants = map[control]func(src string) string{
 	// acquire_all.lua without its "taken" check: it sets every key,
 	// whoever holds it.
@@ -28,6 +29,13 @@ var mutants = map[control]func(src string) string{
 	// release_shared.lua that deletes the key (and the holders' set) at
 	// every release, whoever remains.
 	dropShared: mutant(node.ReleaseShared, "if last > 0 then", "if false then"),
+	// acquire_permit.lua without its refusal of a permit held by another
+	// token: it sets the permit's key over its holder.
+	takePermit: mutant(node.AcquirePermit, "if v and v ~= ARGV[1] then\n  return '0' .. table.concat(free)\nend\nif not v then", "if v ~= ARGV[1] then"),
+	// acquire_fenced.lua that reads the counter instead of incrementing
+	// it (1 when absent): a new holder's fence, an election's new term,
+	// is the one before it.
+	sameTerm: mutant(node.AcquireFenced, "local n = redis.call('INCR', KEYS[2])", "local n = tonumber(redis.call('GET', KEYS[2]) or '1')"),
 }
 
 // mutant returns a function that gives kind's script with old replaced by

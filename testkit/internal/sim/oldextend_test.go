@@ -17,23 +17,27 @@ import (
 // whatever the key had) and requires the simulator to find, by itself, two
 // holders of one key (S1) where an extend that its caller had given up on
 // landed late and cut the key short: another client then took the key while
-// the holder still believed it held the lock. make test runs it.
+// the holder still believed it held the lock. It plays the schedules of
+// locks alone (locksOnly: the seeds as they were before semaphores and
+// elections were added, where it finds one at seed 1188; with them, in half
+// the schedules a third of the operations are permits and campaigns, and
+// the first comes at seed 3702). make test runs it.
 func TestFindsTheOldExtendBug(t *testing.T) {
 	var anyS1, late uint64
-	_, played := sweep(t, 1, 5000, none, func(seed uint64, o outcome) bool {
+	_, played := sweep(t, 1, 5000, locksOnly, func(seed uint64, o outcome) bool {
 		if o.report.Count(history.S1) == 0 {
 			return false
 		}
 		if anyS1 == 0 || seed < anyS1 {
 			anyS1 = seed
 		}
-		tr := play(t, seed, none, true) // again, traced, to see how
+		tr := play(t, seed, locksOnly, true) // again, traced, to see how
 		if !lateExtendOf(tr, s1Tokens(tr.report)) {
 			return false
 		}
 		if late == 0 || seed < late {
 			late = seed
-			t.Logf("seed %d (replay with -tags quorumlock_oldextend: %s):\n%s", seed, replayLine(seed, none), tr.report)
+			t.Logf("seed %d (replay with -tags quorumlock_oldextend: %s):\n%s", seed, replayLine(seed, locksOnly), tr.report)
 		}
 		return true
 	})

@@ -31,6 +31,11 @@ type outcome struct {
 	// shared and sharedHeld count the acquire calls of shared holders and
 	// those that returned a lock.
 	shared, sharedHeld int
+	// permits and permitsHeld count the permit acquire calls and those
+	// that returned a permit; campaigns and leaders the Campaign calls and
+	// those that won; reads the leaders read (Leader, Observe); full the
+	// semaphores of more than one permit that had them all held at once.
+	permits, permitsHeld, campaigns, leaders, reads, full int
 }
 
 // violated reports whether the checker found a violation or the simulator
@@ -67,13 +72,23 @@ func (s schedule) run(trace bool) outcome {
 	for i := range ws {
 		ws[i] = s.newWorker(i, nodes, nw, h, tr)
 	}
+	if s.prims { // the observer: a client of its own, as a follower of the election is
+		ws = append(ws, s.newWorker(s.clients, nodes, nw, h, tr))
+	}
 	end := s.startEvents(nodes)
 	var wg sync.WaitGroup
-	for _, w := range ws {
+	for _, w := range ws[:s.clients] {
 		wg.Go(w.run)
+	}
+	octx, ostop := context.WithCancel(context.Background())
+	var og sync.WaitGroup
+	for _, w := range ws[s.clients:] {
+		og.Go(func() { w.observe(octx) })
 	}
 	stop := sweepEvery(nodes, h, s.ttl)
 	wg.Wait()
+	ostop()
+	og.Wait()
 	stop()
 	// Heal: every node fault over, every late command landed, every
 	// client's re-sends of releases over; then close the clients and scan.
@@ -98,6 +113,16 @@ func (s schedule) run(trace bool) outcome {
 		o.severalHeld += w.held
 		o.shared += w.sharedTried
 		o.sharedHeld += w.sharedHeld
+		o.permits += w.permitTried
+		o.permitsHeld += w.permitHeld
+		o.campaigns += w.campaigns
+		o.leaders += w.leaders
+		o.reads += w.reads
+	}
+	for _, c := range rep.MostHolders {
+		if c.Permits > 1 && c.Most >= c.Permits {
+			o.full++
+		}
 	}
 	return o
 }
@@ -192,14 +217,18 @@ func pttlOf(v *value, now int64) int64 {
 	return (v.exp - now) / 1e6
 }
 
-// newWorker makes client i: a redlock.Client over its own Pools of the
-// nodes, whose yes-replies are recorded (S2 counts quorums), recorded in h.
+// newWorker makes client i (the observer, when i is s.clients): a
+// redlock.Client over its own Pools of the nodes, whose yes-replies are
+// recorded (S2 counts quorums), recorded in h.
 // In a schedule of sessions its locks are auto-extended session locks with
 // the library's tokens; otherwise plain locks with tokens that name the
 // client, fenced when the schedule says so. Clients of odd seeds describe
 // themselves (WithMetadata).
 func (s schedule) newWorker(i int, nodes []*simNode, nw *network, h *history.History, tr *tracer) *worker {
 	name := fmt.Sprintf("c%d", i)
+	if i == s.clients {
+		name = "obs"
+	}
 	sent := &history.SentTokens{}
 	pools := make([]pool.Pool, len(nodes))
 	for j, n := range nodes {

@@ -25,6 +25,24 @@ const (
 	// dropShared deletes the key at a release while holders remain.
 	joinHeld   control = "acquire-shared-joins-held"
 	dropShared control = "release-shared-drops-all"
+	// The nodes run a broken semaphore or election script (see mutants):
+	// takePermit takes a permit whoever holds it; sameTerm is
+	// acquire_fenced.lua that does not increment the counter, so that
+	// successive leaders (and fenced locks) get the same term. Their
+	// schedules all play the semaphores and the election.
+	takePermit control = "acquire-permit-takes-held"
+	sameTerm   control = "acquire-fenced-same-term"
+	// waitingCampaigns plays Campaigns that wait (WithMaxWait of the
+	// campaign's budget: several rounds under one value) instead of one
+	// round per value (worker.campaign). It breaks no assumption of the
+	// library: it shows the checker's ELE judging a read of a failed
+	// round's token as one of the same Campaign's winning round (seed 297).
+	waitingCampaigns control = "waiting-campaigns"
+	// locksOnly breaks nothing either: its schedules play no semaphore
+	// and no election (schedule.prims is false), so that each seed's
+	// schedule is the one it was before they were added
+	// (TestFindsTheOldExtendBug searches those).
+	locksOnly control = "locks-only"
 )
 
 // schedule is everything a seed decides: the cluster, the clients'
@@ -39,13 +57,17 @@ type schedule struct {
 	nodeTimeout time.Duration
 	fencing     bool
 	sessions    bool // auto-extended session locks (then no fencing)
-	clients     int
-	keys        int
-	ops         int // per client
-	net         netConfig
-	rates       []float64
-	events      []nodeEvent
-	cuts        []linkCut
+	// prims: the workers also take permits of the semaphores, campaign in
+	// the election and read its leader, and an observer client follows it
+	// (primitives.go).
+	prims   bool
+	clients int
+	keys    int
+	ops     int // per client
+	net     netConfig
+	rates   []float64
+	events  []nodeEvent
+	cuts    []linkCut
 }
 
 // linkCut partitions one client from one node for a while.
@@ -116,6 +138,9 @@ func newSchedule(seed uint64, c control) schedule {
 		s.cuts = append(s.cuts, linkCut{client: r.IntN(s.clients), node: r.IntN(s.nodes),
 			at: time.Duration(r.Int64N(int64(s.span()))), dur: time.Duration(r.Int64N(int64(2 * s.ttl)))})
 	}
+	// Drawn last, so that the draws above are those of the schedules
+	// before semaphores and elections were played.
+	s.prims = r.IntN(2) == 0 && c != locksOnly || c == takePermit || c == sameTerm || c == waitingCampaigns
 	return s
 }
 
@@ -141,6 +166,6 @@ func drawEvents(r *rand.Rand, s schedule, amnesia bool) []nodeEvent {
 }
 
 func (s schedule) String() string {
-	return fmt.Sprintf("seed %d: %d nodes, %d clients × %d ops on %d keys, ttl %v, node timeout %v, fencing %v, sessions %v; net %+v; clock rates %.4f; node faults %v; partitions %v",
-		s.seed, s.nodes, s.clients, s.ops, s.keys, s.ttl, s.nodeTimeout, s.fencing && !s.sessions, s.sessions, s.net, s.rates, s.events, s.cuts)
+	return fmt.Sprintf("seed %d: %d nodes, %d clients × %d ops on %d keys, ttl %v, node timeout %v, fencing %v, sessions %v, semaphores and election %v; net %+v; clock rates %.4f; node faults %v; partitions %v",
+		s.seed, s.nodes, s.clients, s.ops, s.keys, s.ttl, s.nodeTimeout, s.fencing && !s.sessions, s.sessions, s.prims, s.net, s.rates, s.events, s.cuts)
 }

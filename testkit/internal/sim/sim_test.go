@@ -95,12 +95,17 @@ func TestSimulate(t *testing.T) {
 	if played > 0 && sum.sharedHeld == 0 {
 		t.Errorf("no shared holder was held in %d schedules (%d acquire calls)", played, sum.shared)
 	}
+	if played > 0 && (sum.permitsHeld == 0 || sum.leaders == 0 || sum.reads == 0) {
+		t.Errorf("in %d schedules: %d permits held (of %d acquire calls), %d leaders (of %d campaigns), %d leaders read: the semaphores and the election were not played",
+			played, sum.permitsHeld, sum.permits, sum.leaders, sum.campaigns, sum.reads)
+	}
 }
 
 // totals sums what the schedules did and what the checker examined.
 type totals struct {
 	schedules, ops, acquired, failed, extends, releases, sections, commands int
 	resumed, resumeFailed, several, severalHeld, shared, sharedHeld         int
+	permits, permitsHeld, campaigns, leaders, reads, full                   int
 	checked                                                                 map[history.Property]int
 }
 
@@ -120,6 +125,12 @@ func (s *totals) add(o outcome) {
 	s.severalHeld += o.severalHeld
 	s.shared += o.shared
 	s.sharedHeld += o.sharedHeld
+	s.permits += o.permits
+	s.permitsHeld += o.permitsHeld
+	s.campaigns += o.campaigns
+	s.leaders += o.leaders
+	s.reads += o.reads
+	s.full += o.full
 	if s.checked == nil {
 		s.checked = map[history.Property]int{}
 	}
@@ -133,10 +144,11 @@ func (s *totals) String() string {
 		return "no schedules"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "per schedule: %.1f operations (%.1f acquisitions, %.1f failed acquire calls, %.1f extends, %.1f releases, %.1f critical sections), %.0f commands run on the nodes; %d abandoned locks resumed, %d resumes failed; %d locks of several keys held (of %d acquire calls); %d shared holders held (of %d acquire calls); cases checked in all:",
+	fmt.Fprintf(&b, "per schedule: %.1f operations (%.1f acquisitions, %.1f failed acquire calls, %.1f extends, %.1f releases, %.1f critical sections), %.0f commands run on the nodes; %d abandoned locks resumed, %d resumes failed; %d locks of several keys held (of %d acquire calls); %d shared holders held (of %d acquire calls); %d permits held (of %d acquire calls; a semaphore of 2 permits had both held at once in %d schedules); %d leaders (of %d campaigns), %d leaders read; cases checked in all:",
 		float64(s.ops)/float64(s.schedules), float64(s.acquired)/float64(s.schedules), float64(s.failed)/float64(s.schedules),
 		float64(s.extends)/float64(s.schedules), float64(s.releases)/float64(s.schedules), float64(s.sections)/float64(s.schedules),
-		float64(s.commands)/float64(s.schedules), s.resumed, s.resumeFailed, s.severalHeld, s.several, s.sharedHeld, s.shared)
+		float64(s.commands)/float64(s.schedules), s.resumed, s.resumeFailed, s.severalHeld, s.several, s.sharedHeld, s.shared,
+		s.permitsHeld, s.permits, s.full, s.leaders, s.campaigns, s.reads)
 	for _, p := range history.Properties {
 		if n, ok := s.checked[p]; ok {
 			fmt.Fprintf(&b, " %s %d", p, n)

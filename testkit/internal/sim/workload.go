@@ -18,7 +18,10 @@ import (
 // to its TTL, and Do; in one operation of six, the same with a lock of
 // several keys (TryLockAll, LockAll, DoAll; see several); and in one of
 // six, the same as a shared holder of one of the keys the others take
-// alone (TryLock, Lock and Do with redlock.Shared; see shared).
+// alone (TryLock, Lock and Do with redlock.Shared; see shared). In the
+// schedules that play them (schedule.prims), one operation in three is
+// instead a permit of a semaphore, a campaign or a read of the leader
+// (primitives.go).
 type worker struct {
 	name string
 	s    schedule
@@ -36,6 +39,10 @@ type worker struct {
 	// sharedTried and sharedHeld count the acquire calls of shared holders
 	// and those that returned a lock (Do's included).
 	sharedTried, sharedHeld int
+	// permitTried and permitHeld count the permit acquire calls and those
+	// that returned a permit; campaigns and leaders the Campaign calls and
+	// those that won; reads the leaders read (Leader, Observe).
+	permitTried, permitHeld, campaigns, leaders, reads int
 
 	// auto holds the auto-extended locks of several keys a schedule of
 	// plain locks takes: their deadlines move with their own renewals, so
@@ -47,6 +54,11 @@ type worker struct {
 func (w *worker) run() {
 	time.Sleep(w.upTo(w.s.ttl / 4)) // the clients start apart
 	for range w.s.ops {
+		if w.s.prims && w.r.IntN(3) == 0 {
+			w.primitive()
+			time.Sleep(w.upTo(w.s.ttl / 2))
+			continue
+		}
 		switch x := w.r.IntN(12); {
 		case x < 2:
 			w.do(w.key())
@@ -273,7 +285,8 @@ func (w *worker) deadline(l *redlock.Lock) time.Time {
 }
 
 func (w *worker) lease(l *redlock.Lock, d time.Time, done bool) {
-	w.h.AddLease(history.Lease{Client: w.name, Key: l.Key(), Token: l.Token(), At: w.h.Now(), Deadline: w.h.Since(d), Done: done})
+	key, _, _ := w.rec.KeyOf(l) // a permit's is its PermitKey
+	w.h.AddLease(history.Lease{Client: w.name, Key: key, Token: l.Token(), At: w.h.Now(), Deadline: w.h.Since(d), Done: done})
 }
 
 // section runs a critical section that ends before the lock's deadline.

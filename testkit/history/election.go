@@ -15,7 +15,9 @@ import (
 //   - a leader read with term T and value v: if a leader of the election
 //     had fence T, its value is v; and if exactly one leader had value v
 //     (a Campaign's value, node.SplitToken of its token), then T is above
-//     the fence of the leader before it (in order of return), T is no more
+//     the fence of every other leader whose Campaign returned before the
+//     read began (a read can catch a round of that Campaign that failed
+//     before another leader's, docs/safety.md E4), T is no more
 //     than its own fence (Leader reads the term from the nodes that hold its
 //     token while its fence write-back may still be landing), T equals its
 //     fence when the read began after its Campaign returned, and the read
@@ -94,12 +96,17 @@ func judgeObservation(o Observation, leaders []*holding, r *Report) int {
 	if len(match) != 1 {
 		return len(match)
 	}
-	i := match[0]
-	x := leaders[i]
+	x := leaders[match[0]]
 	r.Checked[ELE]++
+	var before *holding // the leader with the highest term whose Campaign returned before the read began
+	for _, y := range leaders {
+		if y != x && y.ret <= o.Start && (before == nil || y.fence > before.fence) {
+			before = y
+		}
+	}
 	switch {
-	case i > 0 && o.Term <= leaders[i-1].fence:
-		r.add(ELE, o.Election, "%s read %q with term %d at %v, not above the term %d of the leader before it, %s", o.Client, o.Value, o.Term, us(o.End), leaders[i-1].fence, leaders[i-1])
+	case before != nil && o.Term <= before.fence:
+		r.add(ELE, o.Election, "%s read %q with term %d in [%v, %v], not above the term %d of a leader whose Campaign had returned, %s", o.Client, o.Value, o.Term, us(o.Start), us(o.End), before.fence, before)
 	case o.Term > x.fence:
 		r.add(ELE, o.Election, "%s read %q with term %d at %v, above the leader's own term (its fence) %d: %s", o.Client, o.Value, o.Term, us(o.End), x.fence, x)
 	case o.Start >= x.ret && o.Term != x.fence:

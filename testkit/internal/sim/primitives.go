@@ -71,30 +71,18 @@ func (w *worker) permit() {
 	w.keep(l, auto, fmt.Sprintf("permit %d of %q", l.Permit(), sem.name))
 }
 
-// campaign runs for the election for up to 1/2, 1 or 2 TTLs: each try is
-// a Campaign of one round (WithMaxWait of 1 ns) with a value of its own,
-// and a try that fails is followed by another after up to a quarter TTL.
-// A Campaign that waits (several rounds, one token each) gives one value to
-// every round, and the checker matches a leader read to a leader by its
-// value alone: a read of a failed round's token, which Leader may report
-// while that token is on a quorum, is then judged as a read of the winning
-// round's (see waitingCampaigns, which plays such Campaigns). A leader
-// reads the leader once (its own value and term, by Leader's contract),
-// leads for a while (up to a TTL, then uses its lock as hold does:
-// sections, extends) and resigns (Release). Its lock is auto-extended: its
-// deadlines are recorded (keep).
+// campaign runs for the election for up to 1/2, 1 or 2 TTLs: one Campaign
+// that waits (WithMaxWait of that budget: several rounds under one value,
+// and, between them, the reads of the key's TTLs that wake a candidate when
+// a dead leader's key frees). A leader reads the leader once (its own value
+// and term, by Leader's contract), leads for a while (up to a TTL, then
+// uses its lock as hold does: sections, extends) and resigns (Release).
+// Its lock is auto-extended: its deadlines are recorded (keep). A read of
+// one of its failed rounds is judged by the checker against the leaders
+// whose Campaign had returned before it (ELE).
 func (w *worker) campaign() {
 	wait := []time.Duration{w.s.ttl / 2, w.s.ttl, 2 * w.s.ttl}[w.r.IntN(3)]
-	if w.s.control == waitingCampaigns {
-		w.lead(w.run1(wait))
-		return
-	}
-	for end := time.Now().Add(wait); time.Now().Before(end); time.Sleep(w.upTo(w.s.ttl / 4)) {
-		if l, value := w.run1(time.Nanosecond); l != nil { // one round: the budget is spent when it ends
-			w.lead(l, value)
-			return
-		}
-	}
+	w.lead(w.run1(wait))
 }
 
 // run1 is one Campaign, waiting up to wait, with a value of its own; it

@@ -32,12 +32,6 @@ const (
 	// schedules all play the semaphores and the election.
 	takePermit control = "acquire-permit-takes-held"
 	sameTerm   control = "acquire-fenced-same-term"
-	// waitingCampaigns plays Campaigns that wait (WithMaxWait of the
-	// campaign's budget: several rounds under one value) instead of one
-	// round per value (worker.campaign). It breaks no assumption of the
-	// library: it shows the checker's ELE judging a read of a failed
-	// round's token as one of the same Campaign's winning round (seed 297).
-	waitingCampaigns control = "waiting-campaigns"
 	// locksOnly breaks nothing either: its schedules play no semaphore
 	// and no election (schedule.prims is false), so that each seed's
 	// schedule is the one it was before they were added
@@ -140,7 +134,7 @@ func newSchedule(seed uint64, c control) schedule {
 	}
 	// Drawn last, so that the draws above are those of the schedules
 	// before semaphores and elections were played.
-	s.prims = r.IntN(2) == 0 && c != locksOnly || c == takePermit || c == sameTerm || c == waitingCampaigns
+	s.prims = r.IntN(2) == 0 && c != locksOnly || c == takePermit || c == sameTerm
 	return s
 }
 

@@ -103,6 +103,12 @@ func (s schedule) run(trace bool) outcome {
 	}
 	rep := history.Check(h, s.checkConfig())
 	o := outcome{report: rep, trace: tr, failures: tr.failures()}
+	o.count(nodes, ws)
+	return o
+}
+
+// count adds up what the nodes ran and the workers did.
+func (o *outcome) count(nodes []*simNode, ws []*worker) {
 	for _, n := range nodes {
 		o.commands += n.ran
 	}
@@ -119,12 +125,11 @@ func (s schedule) run(trace bool) outcome {
 		o.leaders += w.leaders
 		o.reads += w.reads
 	}
-	for _, c := range rep.MostHolders {
+	for _, c := range o.report.MostHolders {
 		if c.Permits > 1 && c.Most >= c.Permits {
 			o.full++
 		}
 	}
-	return o
 }
 
 func (s schedule) checkConfig() history.Config {

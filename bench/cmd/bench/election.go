@@ -365,12 +365,7 @@ func (eb *electionBench) report(env string, passes int, md string) error {
 	if eb == nil {
 		return nil
 	}
-	text := env + "\n" + eb.markdown(passes)
-	fmt.Println(text)
-	if md != "" {
-		return writeSection(md, electionHeading, electionBegin, electionEnd, text)
-	}
-	return nil
+	return publish(env+"\n"+eb.markdown(passes), md, electionHeading, electionBegin, electionEnd)
 }
 
 func (eb *electionBench) markdown(passes int) string {

@@ -328,17 +328,7 @@ func runMulti(ctx context.Context, wl multiWorkload, k int, mk func([]string) (m
 				}
 				uerr := s.unlock(context.Background())
 				end := time.Now()
-				if p == phaseMeasure && phase.Load() == phaseMeasure {
-					if uerr != nil {
-						wk.errs++
-						if *verbose && debugErrs.Add(1) <= 3 {
-							fmt.Fprintln(os.Stderr, "unlock:", uerr)
-						}
-					}
-					wk.cycles++
-					wk.acq.add(int64(acquired.Sub(start)))
-					wk.cycle.add(int64(end.Sub(start)))
-				}
+				wk.measured(p == phaseMeasure && phase.Load() == phaseMeasure, start, acquired, end, uerr, "unlock")
 			}
 		})
 	}
@@ -383,19 +373,8 @@ func (mb *multiBench) report(env string, passes int, warm time.Duration, md stri
 	if mb == nil {
 		return nil
 	}
-	meds := map[string]map[string]result{}
-	for key, byImpl := range mb.runs {
-		meds[key] = map[string]result{}
-		for name, rs := range byImpl {
-			meds[key][name] = median(rs)
-		}
-	}
-	text := env + "\n" + mb.markdown(meds, passes, warm)
-	fmt.Println(text)
-	if md != "" {
-		return writeSection(md, multiHeading, multiBegin, multiEnd, text)
-	}
-	return nil
+	text := env + "\n" + mb.markdown(medians(mb.runs), passes, warm)
+	return publish(text, md, multiHeading, multiBegin, multiEnd)
 }
 
 // markdown renders the description, the throughput table with its ratios,

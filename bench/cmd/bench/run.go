@@ -114,6 +114,47 @@ type worker struct {
 
 var runSeq, debugErrs atomic.Int64
 
+// measured records one cycle that began at start, acquired at acquired and
+// ended at end, whose release failed with uerr (nil: it did not), when
+// measure (the cycle ran in the measured window); what names the release
+// in the first few errors -v prints.
+func (wk *worker) measured(measure bool, start, acquired, end time.Time, uerr error, what string) {
+	if !measure {
+		return
+	}
+	if uerr != nil {
+		wk.errs++
+		if *verbose && debugErrs.Add(1) <= 3 {
+			fmt.Fprintln(os.Stderr, what+":", uerr)
+		}
+	}
+	wk.cycles++
+	wk.acq.add(int64(acquired.Sub(start)))
+	wk.cycle.add(int64(end.Sub(start)))
+}
+
+// publish prints a scenario's report and, when md is set, writes it into
+// its section of that file.
+func publish(text, md, heading, begin, end string) error {
+	fmt.Println(text)
+	if md == "" {
+		return nil
+	}
+	return writeSection(md, heading, begin, end, text)
+}
+
+// medians is the median of each group's passes, per workload.
+func medians(runs map[string]map[string][]result) map[string]map[string]result {
+	meds := make(map[string]map[string]result, len(runs))
+	for key, byGroup := range runs {
+		meds[key] = make(map[string]result, len(byGroup))
+		for name, rs := range byGroup {
+			meds[key][name] = median(rs)
+		}
+	}
+	return meds
+}
+
 // runOne runs one implementation in one scenario: warm-up, then the
 // measured window, then close; it reports what the window measured (the
 // servers' CPU too, from srvs).
@@ -201,17 +242,7 @@ func runOne(ctx context.Context, sc scenario, mk func([]string) (impl, error), a
 						}
 					}
 				}
-				if p == phaseMeasure && phase.Load() == phaseMeasure {
-					if uerr != nil {
-						wk.errs++
-						if *verbose && debugErrs.Add(1) <= 3 {
-							fmt.Fprintln(os.Stderr, "unlock:", uerr)
-						}
-					}
-					wk.cycles++
-					wk.acq.add(int64(acquired.Sub(start)))
-					wk.cycle.add(int64(end.Sub(start)))
-				}
+				wk.measured(p == phaseMeasure && phase.Load() == phaseMeasure, start, acquired, end, uerr, "unlock")
 			}
 		})
 	}

@@ -284,17 +284,7 @@ func semLoop(ctx context.Context, a semAcquirer, hold time.Duration, wk *worker,
 		held.Add(-1)
 		uerr := a.release(context.Background())
 		end := time.Now()
-		if p == phaseMeasure && phase.Load() == phaseMeasure {
-			if uerr != nil {
-				wk.errs++
-				if *verbose && debugErrs.Add(1) <= 3 {
-					fmt.Fprintln(os.Stderr, "release:", uerr)
-				}
-			}
-			wk.cycles++
-			wk.acq.add(int64(acquired.Sub(start)))
-			wk.cycle.add(int64(end.Sub(start)))
-		}
+		wk.measured(p == phaseMeasure && phase.Load() == phaseMeasure, start, acquired, end, uerr, "release")
 	}
 }
 
@@ -315,12 +305,7 @@ func (sb *semBench) report(env string, passes int, warm time.Duration, md string
 		}
 		meds[key] = semResult{median(plain), most}
 	}
-	text := env + "\n" + sb.markdown(meds, passes, warm)
-	fmt.Println(text)
-	if md != "" {
-		return writeSection(md, semHeading, semBegin, semEnd, text)
-	}
-	return nil
+	return publish(env+"\n"+sb.markdown(meds, passes, warm), md, semHeading, semBegin, semEnd)
 }
 
 // markdown renders the description, the throughput table with its ratios,

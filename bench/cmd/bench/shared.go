@@ -402,17 +402,7 @@ func (g sharedGroup) loop(ctx context.Context, s session, keys []string, hold ti
 		}
 		uerr := s.unlock(context.Background())
 		end := time.Now()
-		if p == phaseMeasure && phase.Load() == phaseMeasure {
-			if uerr != nil {
-				wk.errs++
-				if *verbose && debugErrs.Add(1) <= 3 {
-					fmt.Fprintln(os.Stderr, "unlock:", uerr)
-				}
-			}
-			wk.cycles++
-			wk.acq.add(int64(acquired.Sub(start)))
-			wk.cycle.add(int64(end.Sub(start)))
-		}
+		wk.measured(p == phaseMeasure && phase.Load() == phaseMeasure, start, acquired, end, uerr, "unlock")
 		if g.role == writeAlone {
 			time.Sleep(sharedPause)
 		}
@@ -426,19 +416,8 @@ func (sb *sharedBench) report(env string, passes int, warm time.Duration, md str
 	if sb == nil {
 		return nil
 	}
-	meds := map[string]map[string]result{}
-	for key, byGroup := range sb.runs {
-		meds[key] = map[string]result{}
-		for name, rs := range byGroup {
-			meds[key][name] = median(rs)
-		}
-	}
-	text := env + "\n" + sb.markdown(meds, passes, warm)
-	fmt.Println(text)
-	if md != "" {
-		return writeSection(md, sharedHeading, sharedBegin, sharedEnd, text)
-	}
-	return nil
+	text := env + "\n" + sb.markdown(medians(sb.runs), passes, warm)
+	return publish(text, md, sharedHeading, sharedBegin, sharedEnd)
 }
 
 // tput is the median throughput of the only group of workload id with

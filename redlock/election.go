@@ -69,18 +69,28 @@ func ownCounter(c *config) error {
 // first. It returns ErrClosed once Close has begun, and a plain error for an
 // empty name or an invalid option, before any I/O. Safe for concurrent use.
 func (c *Client) Leader(ctx context.Context, name string, opts ...Option) (value string, term uint64, err error) {
-	lead, _, err := c.lead(ctx, name, opts)
+	cfg, err := c.electionConfig("leader", name, opts)
+	if err != nil {
+		return "", 0, err
+	}
+	lead, _, err := c.lead(ctx, cfg, name)
 	return lead.Value, lead.Term, err
 }
 
-// lead is Leader, with the leader's token.
-func (c *Client) lead(ctx context.Context, name string, opts []Option) (Leadership, string, error) {
+// electionConfig checks an election's name and applies opts, with the
+// election's own fencing counter (ownCounter).
+func (c *Client) electionConfig(op, name string, opts []Option) (*config, error) {
 	if name == "" {
-		return Leadership{}, "", errors.New("redlock: leader: the election's name is empty")
+		return nil, fmt.Errorf("redlock: %s: the election's name is empty", op)
 	}
+	return c.cfg.apply(len(c.pools), append(opts[:len(opts):len(opts)], ownCounter))
+}
+
+// lead is Leader with cfg (electionConfig's), with the leader's token.
+func (c *Client) lead(ctx context.Context, cfg *config, name string) (Leadership, string, error) {
 	var begin time.Time
 	for {
-		in, err := c.Inspect(ctx, name, append(opts[:len(opts):len(opts)], ownCounter)...)
+		in, err := c.inspect(ctx, cfg, name)
 		if in == nil {
 			return Leadership{}, "", err
 		}
@@ -94,7 +104,7 @@ func (c *Client) lead(ctx context.Context, name string, opts []Option) (Leadersh
 			return lead, in.Holder, nil
 		case begin.IsZero():
 			begin = time.Now()
-		case ctx.Err() != nil || time.Since(begin) > c.cfg.nodeTimeout:
+		case ctx.Err() != nil || time.Since(begin) > cfg.nodeTimeout:
 			return Leadership{}, "", fmt.Errorf("redlock: leader %q: a candidate holds the election, but no quorum of its nodes agrees on its term (its fence write-back has not landed, or some of the nodes it reached do not answer): %w", name, errors.Join(ErrUnavailable, ctx.Err()))
 		}
 		select { // the leader's fence write-back is on its way
@@ -161,7 +171,7 @@ func (c *Client) untilFree(ctx context.Context, cfg *config, key string, delay t
 // or an invalid option closes the channel at once. Safe for concurrent use.
 func (c *Client) Observe(ctx context.Context, name string, opts ...Option) <-chan Leadership {
 	ch := make(chan Leadership, 1)
-	cfg, err := c.callConfig("observe", name, opts)
+	cfg, err := c.electionConfig("observe", name, opts)
 	if err != nil {
 		close(ch)
 		return ch
@@ -176,7 +186,7 @@ func (c *Client) Observe(ctx context.Context, name string, opts ...Option) <-cha
 		defer c.wg.Done()
 		defer close(ch)
 		defer c.unwatch(&stop)
-		c.watchLeader(ctx, cfg, name, ch, opts)
+		c.watchLeader(ctx, cfg, name, ch)
 	}()
 	return ch
 }
@@ -206,14 +216,14 @@ func (c *Client) unwatch(stop *context.CancelFunc) {
 }
 
 // watchLeader is Observe's loop.
-func (c *Client) watchLeader(ctx context.Context, cfg *config, name string, ch chan Leadership, opts []Option) {
+func (c *Client) watchLeader(ctx context.Context, cfg *config, name string, ch chan Leadership) {
 	s := &sleeper{c: c, cfg: cfg, t: *c.one(cfg, name)}
 	defer s.stop()
 	var last uint64 // the last leader's term, and its token
 	var holder string
 	quick := 0 // checks left at the short delay, after a release woke us
 	for ctx.Err() == nil {
-		if lead, h, err := c.lead(ctx, name, opts); err == nil && h != holder && lead.Term > last {
+		if lead, h, err := c.lead(ctx, cfg, name); err == nil && h != holder && lead.Term > last {
 			last, holder = lead.Term, h
 			select { // replace an unread older leader with this one
 			case <-ch:

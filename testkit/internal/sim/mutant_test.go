@@ -18,32 +18,13 @@ import (
 func TestFindsBrokenAcquireAll(t *testing.T) {
 	for _, c := range []control{takeAll, firstOnly} {
 		t.Run(string(c), func(t *testing.T) {
-			first := uint64(0)
-			var what string
-			_, played := sweep(t, 1, 600, c, func(seed uint64, o outcome) bool {
-				v, ok := severalOverlap(o.report)
-				if ok && (first == 0 || seed < first) {
-					first, what = seed, v.String()
-				}
-				return ok
+			findEach(t, c, "with a broken acquire_all.lua", map[string]func(history.Violation) bool{
+				"S1 with a lock of several keys": func(v history.Violation) bool {
+					return v.Property == history.S1 && strings.Contains(v.Msg, "(keys ") // its keys joined by '+'
+				},
 			})
-			if first == 0 {
-				t.Fatalf("no overlap with a lock of several keys in %d schedules with a broken acquire_all.lua", played)
-			}
-			t.Logf("caught after %d schedules (first at seed %d; replay: %s): %s", played, first, replayLine(first, c), what)
 		})
 	}
-}
-
-// severalOverlap returns an S1 violation that names a lock of several keys
-// (its keys joined by '+') as one of the two holders.
-func severalOverlap(r *history.Report) (history.Violation, bool) {
-	for _, v := range r.Violations {
-		if v.Property == history.S1 && strings.Contains(v.Msg, "(keys ") {
-			return v, true
-		}
-	}
-	return history.Violation{}, false
 }
 
 // TestFindsBrokenShared runs the workload on nodes whose shared holders'
@@ -54,32 +35,13 @@ func severalOverlap(r *history.Report) (history.Violation, bool) {
 func TestFindsBrokenShared(t *testing.T) {
 	for _, c := range []control{joinHeld, dropShared} {
 		t.Run(string(c), func(t *testing.T) {
-			first := uint64(0)
-			var what string
-			found, played := sweep(t, 1, 600, c, func(seed uint64, o outcome) bool {
-				v, ok := sharedOverlap(o.report)
-				if ok && (first == 0 || seed < first) {
-					first, what = seed, v.String()
-				}
-				return ok
+			findEach(t, c, "with a broken shared script", map[string]func(history.Violation) bool{
+				"S1 with a shared holder": func(v history.Violation) bool {
+					return v.Property == history.S1 && strings.Contains(v.Msg, "(shared, ")
+				},
 			})
-			if first == 0 {
-				t.Fatalf("no overlap with a shared holder in %d schedules (%d violated) with a broken shared script", played, found)
-			}
-			t.Logf("caught after %d schedules (first at seed %d; replay: %s): %s", played, first, replayLine(first, c), what)
 		})
 	}
-}
-
-// sharedOverlap returns an S1 violation that names a shared holder as one
-// of the two holders.
-func sharedOverlap(r *history.Report) (history.Violation, bool) {
-	for _, v := range r.Violations {
-		if v.Property == history.S1 && strings.Contains(v.Msg, "(shared, ") {
-			return v, true
-		}
-	}
-	return history.Violation{}, false
 }
 
 // TestFindsBrokenPermit runs the workload on nodes whose acquire_permit.lua
@@ -88,7 +50,7 @@ func sharedOverlap(r *history.Report) (history.Violation, bool) {
 // permit (S1 on its PermitKey) and more holders of a semaphore than it has
 // permits (SEM).
 func TestFindsBrokenPermit(t *testing.T) {
-	findBoth(t, takePermit, "with a broken acquire_permit.lua", map[string]func(history.Violation) bool{
+	findEach(t, takePermit, "with a broken acquire_permit.lua", map[string]func(history.Violation) bool{
 		"S1 on a permit": func(v history.Violation) bool { return v.Property == history.S1 && strings.Contains(v.Key, "\x1fp") },
 		"SEM":            func(v history.Violation) bool { return v.Property == history.SEM },
 	})
@@ -102,16 +64,16 @@ func TestFindsBrokenPermit(t *testing.T) {
 // names another leader than the one of its term, or a term not above the
 // leader's before it (ELE).
 func TestFindsSameTerm(t *testing.T) {
-	findBoth(t, sameTerm, "with an acquire_fenced.lua that does not increment", map[string]func(history.Violation) bool{
+	findEach(t, sameTerm, "with an acquire_fenced.lua that does not increment", map[string]func(history.Violation) bool{
 		"S4 on the election": func(v history.Violation) bool { return v.Property == history.S4 && v.Key == election },
 		"ELE":                func(v history.Violation) bool { return v.Property == history.ELE },
 	})
 }
 
-// findBoth sweeps up to 600 schedules under control c until, for every
+// findEach sweeps up to 600 schedules under control c until, for every
 // kind, a violation of that kind has been found, and fails for each kind
 // not found.
-func findBoth(t *testing.T, c control, under string, kinds map[string]func(history.Violation) bool) {
+func findEach(t *testing.T, c control, under string, kinds map[string]func(history.Violation) bool) {
 	first := map[string]uint64{}
 	what := map[string]string{}
 	found, played := sweep(t, 1, 600, c, func(seed uint64, o outcome) bool {

@@ -326,7 +326,7 @@ func (w *writer) run(batch []request) {
 	// (ContextTimeoutEnabled): the rounds' deadlines plus the time their
 	// commands are followed, so that a reply that comes after a round
 	// stopped waiting is still read on the connection it was sent on.
-	w.ctx.deadline = deadline
+	w.ctx.deadline, w.ctx.values = deadline, w.reqs[0].op.Values
 	ctx := context.Context(&w.ctx)
 	for _, r := range w.reqs {
 		w.cmds = append(w.cmds, w.p.cmd(ctx, r.op))
@@ -348,6 +348,7 @@ func (w *writer) run(batch []request) {
 	}
 	clear(w.cmds)
 	clear(w.reqs)
+	w.ctx.values = nil
 }
 
 func later(a, b time.Time) time.Time {
@@ -357,12 +358,22 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// deadlineCtx is a context with a deadline and nothing else: no channel, no
-// timer. go-redis turns the deadline into the connection's I/O deadline.
-// Done is nil: it is never cancelled, only its deadline passes.
-type deadlineCtx struct{ deadline time.Time }
+// deadlineCtx is a context with a deadline and the values of a caller's
+// context (node.Op.Values; the batch's first command's): no channel, no
+// timer. go-redis turns the deadline into the connection's I/O deadline,
+// and its hooks read the values. Done is nil: it is never cancelled, only
+// its deadline passes.
+type deadlineCtx struct {
+	deadline time.Time
+	values   context.Context // nil: none
+}
 
 func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
 func (c *deadlineCtx) Done() <-chan struct{}       { return nil }
 func (c *deadlineCtx) Err() error                  { return nil }
-func (c *deadlineCtx) Value(any) any               { return nil }
+func (c *deadlineCtx) Value(key any) any {
+	if c.values == nil {
+		return nil
+	}
+	return c.values.Value(key)
+}

@@ -117,6 +117,7 @@ type config struct {
 	strict       bool
 	eviction     EvictionCheck
 	logger       *slog.Logger
+	hooks        []redis.Hook // WithHooks
 }
 
 func defaults() config {
@@ -166,6 +167,9 @@ func New(c redis.UniversalClient, opts ...Option) (Pool, error) {
 	if err := apply(&cfg, opts); err != nil {
 		return nil, err
 	}
+	if len(cfg.hooks) > 0 {
+		return nil, errors.New("pool: New: WithHooks is for Dial and DialURL; add hooks to a client you own with its AddHook")
+	}
 	if cfg.name == "" {
 		return nil, fmt.Errorf("pool: New: cannot tell the address of a %T; name the pool with pool.WithName", c)
 	}
@@ -203,6 +207,9 @@ func Dial(opt *redis.Options, opts ...Option) (Pool, error) {
 	newGuard(&cfg).install(&o)
 	c := redis.NewClient(&o)
 	c.AddHook(dialHook{}) // lets Close of a subscription end its connection setup
+	for _, h := range cfg.hooks {
+		c.AddHook(h)
+	}
 	return &redisPool{name: cfg.name, c: c, owned: true}, nil
 }
 

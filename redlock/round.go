@@ -119,7 +119,7 @@ func (c *Client) runWith(ctx context.Context, cfg *config, spec *opSpec, l *Lock
 	} else {
 		rd.out = make([]bool, n)
 	}
-	o.Kind, o.Follow = spec.kind, follow(cfg)
+	o.Kind, o.Follow, o.Values = spec.kind, follow(cfg), ctx
 	if spec.unfollowed {
 		o.Follow = 0
 	}

@@ -54,6 +54,12 @@ type Op struct {
 	TTL      time.Duration
 	Fence    uint64
 
+	// Values is the context of the call that sent the command, for its
+	// values only: a Pool that writes the command on a goroutine of its
+	// own passes them to go-redis (hooks read them) under a context whose
+	// deadline is the round's. Nil: no values.
+	Values context.Context
+
 	// Background marks work nobody waits for (releases of late replies,
 	// with a long deadline): a Pool queues it apart from the rounds'
 	// commands, so that it never holds them up.

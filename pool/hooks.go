@@ -1,0 +1,32 @@
+package pool
+
+import (
+	"errors"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// WithHooks adds go-redis hooks (redis.Hook: tracing, metrics, logging) to
+// the client Dial or DialURL creates, in the order given, as its AddHook
+// would. Every lock command reaches them with the context values of the
+// call that sent it (the caller's context, as passed to TryLock, Extend,
+// Release and the rest); its deadline and cancellation are the round's, not
+// the caller's. Where concurrent calls share one pipeline, the pipeline's
+// hook sees the values of its first command's call. Commands the Client
+// sends on its own (automatic renewals, releases in the background)
+// carry the values of no caller.
+//
+// New returns an error for WithHooks: a client the caller owns takes hooks
+// through its own AddHook. WithHooks returns an error (from New, Dial or
+// DialURL) when a hook is nil.
+func WithHooks(hooks ...redis.Hook) Option {
+	return func(c *config) error {
+		for _, h := range hooks {
+			if h == nil {
+				return errors.New("pool: WithHooks: a hook is nil")
+			}
+		}
+		c.hooks = append(c.hooks, hooks...)
+		return nil
+	}
+}

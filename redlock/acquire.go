@@ -30,7 +30,10 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock
 	if err != nil {
 		return nil, err
 	}
-	return c.attempt(ctx, c.one(cfg, key), cfg, nil)
+	cl := newCall(ctx, cfg, key)
+	l, err := c.attempt(ctx, c.one(cfg, key), cfg, nil, cl)
+	c.failed(cfg, cl, err, true)
+	return l, err
 }
 
 // Lock acquires key like TryLock, retrying after jittered, growing delays
@@ -57,6 +60,14 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 // their place in its line, where the nodes keep lines; waiters of several
 // keys never wait in a line (docs/design.md, "Several keys").
 func (c *Client) wait(ctx context.Context, t *target, cfg *config) (*Lock, error) {
+	cl := newCall(ctx, cfg, t.key)
+	l, err := c.waitFor(ctx, t, cfg, cl)
+	c.failed(cfg, cl, err, true)
+	return l, err
+}
+
+// waitFor is wait's loop, as the call cl.
+func (c *Client) waitFor(ctx context.Context, t *target, cfg *config, cl *call) (*Lock, error) {
 	key := t.key
 	begin := time.Now()
 	s := &sleeper{c: c, cfg: cfg, t: *t}
@@ -69,7 +80,7 @@ func (c *Client) wait(ctx context.Context, t *target, cfg *config) (*Lock, error
 		if err := ctx.Err(); err != nil && last != nil {
 			return nil, fmt.Errorf("redlock: acquire %q: stopped after %d attempts: %w; last attempt: %w", key, attempt, err, last)
 		}
-		l, err := c.try(ctx, t, cfg, s.ln)
+		l, err := c.try(ctx, t, cfg, s.ln, cl)
 		if err == nil || !errors.Is(err, ErrNotAcquired) {
 			s.won = err == nil
 			return l, err
@@ -96,17 +107,18 @@ func (c *Client) wait(ctx context.Context, t *target, cfg *config) (*Lock, error
 			}
 			delay = min(delay, left) // one last attempt when the budget ends
 		}
+		c.failed(cfg, cl, err, false)
 		s.sleep(ctx, delay)
 	}
 }
 
 // try is one attempt of wait: one round for t, or for a semaphore, a sweep
 // of its permits.
-func (c *Client) try(ctx context.Context, t *target, cfg *config, ln *line) (*Lock, error) {
+func (c *Client) try(ctx context.Context, t *target, cfg *config, ln *line, cl *call) (*Lock, error) {
 	if t.sem != nil {
-		return t.sem.sweep(ctx, cfg)
+		return t.sem.sweep(ctx, cfg, cl)
 	}
-	return c.attempt(ctx, t, cfg, ln)
+	return c.attempt(ctx, t, cfg, ln, cl)
 }
 
 // delay is the wait before the attempt after attempt, which failed with
@@ -213,8 +225,11 @@ func (s *sleeper) stop() {
 
 // attempt is one acquisition round for t, of the waiter ln when it is not
 // nil.
-func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *line) (*Lock, error) {
+func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *line, cl *call) (*Lock, error) {
 	key := t.key
+	if cl != nil {
+		cl.attempts++
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: not attempted: %w (%w)", key, err, ErrNotAcquired)
 	}
@@ -230,6 +245,7 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *line) 
 	if err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: token generator: %w", key, err)
 	}
+	v.call = cl
 	if v.won && cfg.fencing {
 		v.writeBack(ctx, c, cfg, key)
 	}
@@ -283,6 +299,7 @@ type acquisition struct {
 	keys     []string        // a lock of several keys: the caller's keys (nil: one key)
 	permit   *permitTry      // a semaphore's permit: the attempt at it (nil: none)
 	unsure   []bool          // nodes whose call failed in a way that may still set the key (nil: none)
+	call     *call           // the acquiring call, for the observer (nil: none)
 }
 
 // newToken returns an attempt's token: the session's, or cfg's generator's,

@@ -425,7 +425,9 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 		cfg.logger.Debug("redlock: released", "key", l.key, "took", time.Since(rd.start), "err", err)
 	}
 	if cfg.observer != nil {
-		cfg.observer.Released(l.event(time.Since(rd.start), err))
+		e := l.event(time.Since(rd.start), err).withRound(rd)
+		e.Context = ctx
+		cfg.observer.Released(e)
 	}
 	return err
 }
@@ -658,7 +660,12 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 		cfg.logger.Debug("redlock: acquired", "key", key, "took", a.elapsed, "deadline", l.Deadline())
 	}
 	if cfg.observer != nil {
-		cfg.observer.Acquired(l.event(a.elapsed, nil))
+		e := l.event(a.elapsed, nil).withRound(a.rd)
+		e.Context, e.Waited, e.Attempts = ctx, a.elapsed, 1
+		if a.call != nil {
+			e.Waited, e.Attempts = time.Since(a.call.begin), a.call.attempts
+		}
+		cfg.observer.Acquired(e)
 	}
 	return l
 }

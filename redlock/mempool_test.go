@@ -203,11 +203,13 @@ func (r *recorder) add(kind string, ev Event) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) Acquired(ev Event)     { r.add("acquired", ev) }
-func (r *recorder) Extended(ev Event)     { r.add("extended", ev) }
-func (r *recorder) ExtendFailed(ev Event) { r.add("extend-failed", ev) }
-func (r *recorder) Lost(ev Event)         { r.add("lost", ev) }
-func (r *recorder) Released(ev Event)     { r.add("released", ev) }
+func (r *recorder) Acquired(ev Event)      { r.add("acquired", ev) }
+func (r *recorder) Extended(ev Event)      { r.add("extended", ev) }
+func (r *recorder) Contended(ev Event)     { r.add("contended", ev) }
+func (r *recorder) AcquireFailed(ev Event) { r.add("acquire-failed", ev) }
+func (r *recorder) ExtendFailed(ev Event)  { r.add("extend-failed", ev) }
+func (r *recorder) Lost(ev Event)          { r.add("lost", ev) }
+func (r *recorder) Released(ev Event)      { r.add("released", ev) }
 
 func (r *recorder) of(kind string) []recorded {
 	r.mu.Lock()

@@ -88,7 +88,10 @@ func (c *Client) TryLockAll(ctx context.Context, keys []string, opts ...Option) 
 	if err != nil {
 		return nil, err
 	}
-	return c.attempt(ctx, t, cfg, nil)
+	cl := newCall(ctx, cfg, t.key)
+	l, err := c.attempt(ctx, t, cfg, nil, cl)
+	c.failed(cfg, cl, err, true)
+	return l, err
 }
 
 // LockAll acquires every one of keys as a single lock, like TryLockAll,

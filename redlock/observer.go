@@ -1,17 +1,72 @@
 package redlock
 
 import (
+	"context"
+	"errors"
+	"slices"
 	"time"
 )
 
 // Event describes one step in a lock's life, for an Observer.
 type Event struct {
-	Key      string        // the lock's key, as the caller named it
-	Token    string        // the lock's token
-	Took     time.Duration // how long the step took (for Lost: 0)
-	Deadline time.Time     // the lock's deadline after the step
-	Err      error         // for ExtendFailed and Lost: why
+	Key      string        // the lock's key, as the caller named it (a semaphore's name)
+	Token    string        // the lock's token ("" for Contended and AcquireFailed)
+	Took     time.Duration // how long the step's round took (for Lost: 0)
+	Deadline time.Time     // the lock's deadline after the step (zero when no lock is held)
+	Err      error         // for Contended, AcquireFailed, ExtendFailed and Lost: why; for Released: its error
+
+	// Context is the context of the call the step belongs to (TryLock,
+	// Lock, Release, ...), for its values (a trace's span, say); nil for
+	// steps the Client takes on its own (renewals, Lost).
+	Context context.Context
+
+	// Waited and Attempts describe the acquiring call, for Acquired,
+	// Contended and AcquireFailed: the time since it began, and the
+	// rounds it has run (the one reported included; a semaphore runs one
+	// per permit it tries).
+	Waited   time.Duration
+	Attempts int
+
+	// Quorum and Nodes describe the round the step ran, for Acquired,
+	// Released, and Contended and AcquireFailed when a round ran: the
+	// nodes needed, and every node's outcome and latency, in the order of
+	// the Pools given to New. Nodes is nil when no round ran, and for
+	// Extended, ExtendFailed and Lost. The slice is the event's own.
+	Quorum int
+	Nodes  []NodeResult
 }
+
+// Agreed is the number of nodes in Nodes that did what was asked
+// (OutcomeOK).
+func (e Event) Agreed() int {
+	n := 0
+	for _, r := range e.Nodes {
+		if r.Outcome == OutcomeOK {
+			n++
+		}
+	}
+	return n
+}
+
+// Degraded reports whether some node of the round answered other than
+// as asked: it failed, timed out, was not asked, or held another token. A
+// round is decided as soon as its outcome is certain, so nodes that had not
+// answered by then show as OutcomePending and do not count (a node that
+// refuses connections fails at once; one that hangs shows in the per-node
+// metrics when its timeout passes, docs/observability.md). A lock won
+// while degraded is as safe, but the nodes to spare are fewer.
+func (e Event) Degraded() bool {
+	for _, r := range e.Nodes {
+		if r.Outcome != OutcomeOK && r.Outcome != OutcomePending {
+			return true
+		}
+	}
+	return false
+}
+
+// Unavailable reports whether Err says too few nodes answered for a quorum
+// (ErrUnavailable), rather than that the key is taken.
+func (e Event) Unavailable() bool { return errors.Is(e.Err, ErrUnavailable) }
 
 // Observer is told about the life of every lock of a Client: for metrics,
 // tracing or alerts. Its methods are called synchronously from the goroutine
@@ -19,30 +74,76 @@ type Event struct {
 // lease's timer), so they must be quick, must not block, and must not call
 // back into the Lock or Client (Extend, Release or Client.Close from an
 // observer may deadlock). They may be called concurrently for different
-// locks. Embed NopObserver to implement only some methods.
+// locks. Embed NopObserver to implement only some methods: methods added to
+// Observer later come with NopObserver's.
 type Observer interface {
-	Acquired(Event)     // a Lock or TryLock won its round
-	Extended(Event)     // an automatic renewal of a lock renewed key by key succeeded (none for session locks: WithAutoExtend)
-	ExtendFailed(Event) // such a renewal failed (none for session locks); it is retried while validity is left
-	Lost(Event)         // the lock was lost: validity ran out, or the nodes said the token is gone
-	Released(Event)     // Release (or Close) ran; Err is its error, if any
+	Acquired(Event)      // a TryLock, Lock or other acquiring call won its round
+	Contended(Event)     // an attempt of a waiting call (Lock, Acquire, Campaign, ...) failed; it waits and tries again
+	AcquireFailed(Event) // an acquiring call returns an error: taken, unavailable, ctx ended, budget spent
+	Extended(Event)      // an automatic renewal of a lock renewed key by key succeeded (none for session locks: WithAutoExtend)
+	ExtendFailed(Event)  // such a renewal failed (none for session locks); it is retried while validity is left
+	Lost(Event)          // the lock was lost: validity ran out, or the nodes said the token is gone
+	Released(Event)      // Release (or Close) ran; Err is its error, if any
 }
 
 // NopObserver implements Observer with methods that do nothing; embed it to
 // implement only the methods you need.
 type NopObserver struct{}
 
-func (NopObserver) Acquired(Event)     {}
-func (NopObserver) Extended(Event)     {}
-func (NopObserver) ExtendFailed(Event) {}
-func (NopObserver) Lost(Event)         {}
-func (NopObserver) Released(Event)     {}
+func (NopObserver) Acquired(Event)      {}
+func (NopObserver) Contended(Event)     {}
+func (NopObserver) AcquireFailed(Event) {}
+func (NopObserver) Extended(Event)      {}
+func (NopObserver) ExtendFailed(Event)  {}
+func (NopObserver) Lost(Event)          {}
+func (NopObserver) Released(Event)      {}
 
 var _ Observer = NopObserver{}
 
 // event describes l now.
 func (l *Lock) event(took time.Duration, err error) Event {
 	return Event{Key: l.key, Token: l.token, Took: took, Deadline: l.Deadline(), Err: err}
+}
+
+// withRound adds rd's quorum and per-node outcomes to e.
+func (e Event) withRound(rd *round) Event {
+	e.Quorum, e.Nodes = rd.q, slices.Clone(rd.res)
+	return e
+}
+
+// call is one acquiring call (TryLock, Lock, TryAcquire, ...) as observers
+// see it. Owned by the call's goroutine.
+type call struct {
+	ctx      context.Context
+	key      string
+	begin    time.Time
+	attempts int // rounds begun
+}
+
+// newCall starts a call of key, or returns nil when cfg has no observer.
+func newCall(ctx context.Context, cfg *config, key string) *call {
+	if cfg.observer == nil {
+		return nil
+	}
+	return &call{ctx: ctx, key: key, begin: time.Now()}
+}
+
+// failed tells cfg's observer, if any, that an attempt of cl failed with
+// err: the call returns err (final) or waits and tries again.
+func (c *Client) failed(cfg *config, cl *call, err error, final bool) {
+	if cl == nil || err == nil {
+		return
+	}
+	e := Event{Key: cl.key, Err: err, Context: cl.ctx, Waited: time.Since(cl.begin), Attempts: cl.attempts}
+	var qe *QuorumError
+	if errors.As(err, &qe) {
+		e.Took, e.Quorum, e.Nodes = qe.Elapsed, qe.Quorum, slices.Clone(qe.Nodes)
+	}
+	if final {
+		cfg.observer.AcquireFailed(e)
+	} else {
+		cfg.observer.Contended(e)
+	}
 }
 
 // observe calls fn with the configured observer, if any.

@@ -111,7 +111,10 @@ func (s *Semaphore) Permits() int { return s.permits }
 // first. It matches ErrPermitMismatch when a node declares another count.
 // It is ErrClosed once Close has begun. Safe for concurrent use.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
-	return s.sweep(ctx, s.cfg)
+	cl := newCall(ctx, s.cfg, s.name)
+	l, err := s.sweep(ctx, s.cfg, cl)
+	s.c.failed(s.cfg, cl, err, true)
+	return l, err
 }
 
 // Acquire takes a permit like TryAcquire, retrying like Client.Lock until
@@ -144,13 +147,13 @@ func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error) 
 // sweep takes a free permit with cfg (s's, or a copy): it tries one, and
 // then, while the nodes' answers leave some untried permit free on enough
 // nodes for a quorum, the one free on most of them.
-func (s *Semaphore) sweep(ctx context.Context, cfg *config) (*Lock, error) {
+func (s *Semaphore) sweep(ctx context.Context, cfg *config, cl *call) (*Lock, error) {
 	tried := make([]bool, s.permits)
 	slot := int(s.next.Add(1) % uint64(s.permits))
 	for n := 1; ; n++ {
 		p := &permitTry{sem: s, slot: slot, free: make([]int, s.permits), declared: -1}
 		t := target{key: s.name, rkey: s.keys[1+slot].(string), permit: p}
-		l, err := s.c.attempt(ctx, &t, cfg, nil)
+		l, err := s.c.attempt(ctx, &t, cfg, nil, cl)
 		if p.declared >= 0 {
 			return nil, s.mismatch(ctx, l, p)
 		}

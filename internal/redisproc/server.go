@@ -15,14 +15,43 @@ import (
 
 const tempDirPrefix = "quorumlock-redis-"
 
-// FindBinary returns the path of redis-server or an error saying it is
-// missing.
+// EnvServer names the server binary every test server runs: a name looked
+// up in PATH or a path, e.g. "valkey-server". Unset or empty means
+// "redis-server". The test kit's locally built image copies that binary, so
+// its content-derived tag differs per server.
+const EnvServer = "QUORUMLOCK_SERVER"
+
+const defaultServer = "redis-server"
+
+// ServerName returns $QUORUMLOCK_SERVER, or "redis-server" if it is unset or
+// empty.
+func ServerName() string {
+	if s := strings.TrimSpace(os.Getenv(EnvServer)); s != "" {
+		return s
+	}
+	return defaultServer
+}
+
+// FindBinary returns the path of the server binary (ServerName) or an error
+// saying it is missing.
 func FindBinary() (string, error) {
-	p, err := exec.LookPath("redis-server")
+	name := ServerName()
+	p, err := exec.LookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("redis-server not found in PATH: %v", err)
+		if name != defaultServer {
+			return "", fmt.Errorf("%s (chosen by %s) not found: %v", name, EnvServer, err)
+		}
+		return "", fmt.Errorf("%s not found in PATH: %v", name, err)
 	}
 	return p, nil
+}
+
+// InstallHint says how to get the server binary FindBinary looks for.
+func InstallHint() string {
+	if name := ServerName(); name != defaultServer {
+		return fmt.Sprintf("install %s, or unset %s to run redis-server", name, EnvServer)
+	}
+	return "apt-get install " + defaultServer
 }
 
 // TempDir creates a new temporary directory for the servers of one test,

@@ -9,16 +9,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Start starts n redis-server processes for a white-box test of this module
-// and returns once each answers PING; a t.Cleanup removes them and their
-// directory. It fails the test with t.Fatalf when redis-server is missing
-// or a server does not start. Users and the integration suite use the test
+// Start starts n server processes (redis-server, or $QUORUMLOCK_SERVER) for
+// a white-box test of this module and returns once each answers PING; a
+// t.Cleanup removes them and their directory. It fails the test with
+// t.Fatalf when the binary is missing or a server does not start. Users and the integration suite use the test
 // kit instead, which adds containers, pauses on Docker and fault proxies.
 func Start(t testing.TB, n int) Servers {
 	t.Helper()
 	bin, err := FindBinary()
 	if err != nil {
-		t.Fatalf("redisproc: %v (apt-get install redis-server)", err)
+		t.Fatalf("redisproc: %v (%s)", err, InstallHint())
 	}
 	dir, err := TempDir()
 	if err != nil {

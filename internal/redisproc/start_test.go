@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -50,5 +51,27 @@ func TestStartOnFreePortRetries(t *testing.T) {
 	}
 	if _, err := os.Stat(made[0].dir); !os.IsNotExist(err) {
 		t.Errorf("the server that could not bind was not removed: %v", err)
+	}
+}
+
+// TestFindBinaryServer: QUORUMLOCK_SERVER chooses the binary, and a missing
+// one is an error that names the variable, not a fallback to redis-server.
+func TestFindBinaryServer(t *testing.T) {
+	t.Setenv(EnvServer, "")
+	if got := ServerName(); got != "redis-server" {
+		t.Fatalf("ServerName() with %s empty = %q, want redis-server", EnvServer, got)
+	}
+	t.Setenv(EnvServer, "quorumlock-no-such-server")
+	if got := ServerName(); got != "quorumlock-no-such-server" {
+		t.Fatalf("ServerName() = %q, want quorumlock-no-such-server", got)
+	}
+	p, err := FindBinary()
+	if err == nil {
+		t.Fatalf("FindBinary() = %q, want an error", p)
+	}
+	for _, want := range []string{"quorumlock-no-such-server", EnvServer} {
+		if !strings.Contains(err.Error(), want) || !strings.Contains(InstallHint(), want) {
+			t.Errorf("error %q or hint %q lacks %q", err, InstallHint(), want)
+		}
 	}
 }

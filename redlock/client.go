@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -250,7 +251,14 @@ func (c *Client) callConfig(op, key string, opts []Option) (*config, error) {
 	if key == "" {
 		return nil, fmt.Errorf("redlock: %s: the key is empty; name the resource the lock protects", op)
 	}
-	return c.cfg.apply(len(c.pools), opts)
+	cfg, err := c.cfg.apply(len(c.pools), opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTag(cfg, key); err != nil {
+		return nil, fmt.Errorf("redlock: %s: %w", op, err)
+	}
+	return cfg, nil
 }
 
 // acquireConfig is callConfig for an acquisition of key, which may be a
@@ -269,8 +277,31 @@ func (c *Client) acquireConfig(key string, opts []Option) (*config, error) {
 	return cfg, nil
 }
 
+// redisKey is the Redis key of the lock named key: prefix{key}. The keys a
+// lock's scripts form from it (its line of waiters, a per-slot fencing
+// counter, a semaphore's permits) extend it or share its hash slot, so
+// checkTag must have accepted key.
 func (c *Client) redisKey(cfg *config, key string) string {
-	return cfg.prefix + "{" + key + "}"
+	return redisKeyOf(cfg.prefix, key)
+}
+
+func redisKeyOf(prefix, key string) string { return prefix + "{" + key + "}" }
+
+// checkTag returns an error when the Redis key of key under cfg's prefix
+// has no hash tag: a key that begins with '}' (prefix{}...}), or a prefix
+// that ends a tag of its own. Redis Cluster (and a Ring) would place it by
+// its whole name, and a script that touches it and a key formed from it
+// would fail with CROSSSLOT. Such keys are refused on every kind of Pool,
+// so that a name that works in a test on one server works on a Cluster.
+func checkTag(cfg *config, key string) error {
+	rkey := redisKeyOf(cfg.prefix, key)
+	if _, ok := hashTag(rkey); ok {
+		return nil
+	}
+	if strings.HasPrefix(key, "}") && !strings.ContainsAny(cfg.prefix, "{}") {
+		return fmt.Errorf("the key %q begins with '}': its Redis key %q would have an empty Redis Cluster hash tag, and the lock's keys could land in different slots; use a key that does not begin with '}'", key, rkey)
+	}
+	return fmt.Errorf("the key prefix %q and the key %q form the Redis key %q, which has no Redis Cluster hash tag, so the lock's keys could land in different slots; use a key prefix without '{' or '}' (WithKeyPrefix), and a key that does not begin with '}'", cfg.prefix, key, rkey)
 }
 
 // Locked reports whether some client holds key on a quorum: one token is

@@ -83,7 +83,14 @@ func (c *Client) electionConfig(op, name string, opts []Option) (*config, error)
 	if name == "" {
 		return nil, fmt.Errorf("redlock: %s: the election's name is empty", op)
 	}
-	return c.cfg.apply(len(c.pools), append(opts[:len(opts):len(opts)], ownCounter))
+	cfg, err := c.cfg.apply(len(c.pools), append(opts[:len(opts):len(opts)], ownCounter))
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTag(cfg, name); err != nil {
+		return nil, fmt.Errorf("redlock: %s: %w", op, err)
+	}
+	return cfg, nil
 }
 
 // lead is Leader with cfg (electionConfig's), with the leader's token.

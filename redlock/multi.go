@@ -152,6 +152,11 @@ func (c *Client) several(op string, keys []string, opts []Option) (*target, *con
 	if cfg.shared {
 		return nil, nil, fmt.Errorf("redlock: %s %q: a lock of several keys cannot be shared (Shared): take each key's shared lock", op, name)
 	}
+	for _, k := range keys {
+		if err := checkTag(cfg, k); err != nil {
+			return nil, nil, fmt.Errorf("redlock: %s %q: %w", op, name, err)
+		}
+	}
 	several := *cfg // renewed by its own extends, never through a session
 	several.several = true
 	cfg = &several

@@ -67,6 +67,9 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) (*Semaphore
 	if err != nil {
 		return nil, err
 	}
+	if err := checkTag(cfg, name); err != nil {
+		return nil, fmt.Errorf("redlock: semaphore %q: %w", name, err)
+	}
 	switch {
 	case cfg.fencing:
 		return nil, fmt.Errorf("redlock: semaphore %q: WithFencing: a fence orders one holder after another, and a semaphore's permits are held at once", name)

@@ -13,15 +13,29 @@ import (
 const clusterSlots = 16384
 
 // keySlot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash
-// tag (what is between the first '{' and the next '}', when not empty) or
-// of the whole key, modulo 16384.
+// tag (hashTag) or of the whole key, modulo 16384.
 func keySlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
+	if tag, ok := hashTag(key); ok {
+		key = tag
 	}
 	return int(crc16(key) % clusterSlots)
+}
+
+// hashTag returns key's Redis Cluster hash tag, what is between its first
+// '{' and the next '}', and whether it has one: it has none when there is
+// no such pair or nothing is between them. Redis Cluster and go-redis'
+// Ring place a key with a tag by the tag alone, so every key that extends
+// it (key + suffix) lands with it.
+func hashTag(key string) (string, bool) {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return "", false
+	}
+	j := strings.IndexByte(key[i+1:], '}')
+	if j <= 0 {
+		return "", false
+	}
+	return key[i+1 : i+1+j], true
 }
 
 func crc16(s string) uint16 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -124,9 +125,14 @@ func defaults() config {
 	return config{restartGuard: DefaultRestartGuard, eviction: EvictionWarn, logger: slog.Default()}
 }
 
-// WithName sets the name the Pool has in errors and logs. The default is the
-// server's address ("host:port"; for a cluster or ring client, its addresses
-// joined by commas). New and Dial return an error for an empty name.
+// WithName sets the name the Pool has in errors and logs; the names of the
+// Pools of one redlock.Client must differ. The default is the server's
+// address ("host:port"); for a Cluster client, its seed addresses, and for a
+// Ring, its shards' addresses, sorted and joined by commas; for DialFailover,
+// "sentinel:" and the master's name. A client from redis.NewFailoverClient
+// (or a Cluster client without seed addresses) does not tell go-redis' users
+// what it reaches: New refuses it without WithName. New and Dial return an
+// error for an empty name.
 func WithName(name string) Option {
 	return func(c *config) error {
 		if name == "" {
@@ -156,8 +162,8 @@ var _ Pool = (*redisPool)(nil)
 // restart guard and the eviction check apply only if the client's
 // redis.Options.OnConnect is the hook OnConnect returns.
 //
-// New returns an error for a nil client, an invalid option, or a client of a
-// type whose address it cannot read when no WithName is given.
+// New returns an error for a nil client, an invalid option, or, when no
+// WithName is given, a client it cannot name (see WithName).
 func New(c redis.UniversalClient, opts ...Option) (Pool, error) {
 	if c == nil {
 		return nil, errors.New("pool: New: the client is nil; pass a *redis.Client (or another redis.UniversalClient) for one Redis master")
@@ -171,7 +177,7 @@ func New(c redis.UniversalClient, opts ...Option) (Pool, error) {
 		return nil, errors.New("pool: New: WithHooks is for Dial and DialURL; add hooks to a client you own with its AddHook")
 	}
 	if cfg.name == "" {
-		return nil, fmt.Errorf("pool: New: cannot tell the address of a %T; name the pool with pool.WithName", c)
+		return nil, unnamed(c)
 	}
 	return &redisPool{name: cfg.name, c: c}, nil
 }
@@ -213,6 +219,47 @@ func Dial(opt *redis.Options, opts ...Option) (Pool, error) {
 	return &redisPool{name: cfg.name, c: c, owned: true}, nil
 }
 
+// DialFailover returns a Pool with a client of its own for the master that
+// opt's Sentinels name (opt is copied, not modified), named "sentinel:" and
+// opt.MasterName unless WithName is given. The client is set up as Dial's
+// (ContextTimeoutEnabled, MaxRetries −1, DialerRetries 1, the restart guard
+// and eviction check, WithHooks) and sends every command to the master.
+// A failover to a replica can lose locks on this node: docs/safety.md,
+// "Replica failover", says when that is safe. Like Dial it does not
+// connect; close the Pool to close its client.
+//
+// It returns an error for nil options, an empty MasterName or SentinelAddrs,
+// a routing to replicas (ReplicaOnly, RouteByLatency, RouteRandomly: a
+// replica cannot hold a lock), or an invalid option.
+func DialFailover(opt *redis.FailoverOptions, opts ...Option) (Pool, error) {
+	switch {
+	case opt == nil:
+		return nil, errors.New("pool: DialFailover: the options are nil; pass &redis.FailoverOptions{MasterName: ..., SentinelAddrs: ...}")
+	case opt.MasterName == "" || len(opt.SentinelAddrs) == 0:
+		return nil, errors.New("pool: DialFailover: set redis.FailoverOptions.MasterName and SentinelAddrs: the master's name and its Sentinels' \"host:port\" addresses")
+	case opt.ReplicaOnly || opt.RouteByLatency || opt.RouteRandomly:
+		return nil, errors.New("pool: DialFailover: ReplicaOnly, RouteByLatency and RouteRandomly send commands to replicas, which cannot hold a lock; leave them false")
+	}
+	o := *opt
+	o.ContextTimeoutEnabled = true
+	o.MaxRetries = -1
+	o.DialerRetries = 1
+	cfg := defaults()
+	cfg.name = "sentinel:" + o.MasterName
+	if err := apply(&cfg, opts); err != nil {
+		return nil, err
+	}
+	onConnect := redis.Options{OnConnect: o.OnConnect}
+	newGuard(&cfg).install(&onConnect)
+	o.OnConnect = onConnect.OnConnect
+	c := redis.NewFailoverClient(&o)
+	c.AddHook(dialHook{})
+	for _, h := range cfg.hooks {
+		c.AddHook(h)
+	}
+	return &redisPool{name: cfg.name, c: c, owned: true}, nil
+}
+
 // DialURL is Dial for a URL such as "redis://user:password@host:6379/0" or
 // "rediss://host:6380" (TLS), as parsed by redis.ParseURL. The Pool's
 // default name is the URL's host:port, never its password.
@@ -236,14 +283,45 @@ func apply(cfg *config, opts []Option) error {
 	return nil
 }
 
+// failoverAddr is the Addr of the options of every client from
+// redis.NewFailoverClient: go-redis keeps the master's name to itself.
+const failoverAddr = "FailoverClient"
+
+// addrOf is the default name of a Pool over c (WithName), "" when c does
+// not tell what it reaches.
 func addrOf(c redis.UniversalClient) string {
 	switch c := c.(type) {
 	case *redis.Client:
-		return c.Options().Addr
+		if a := c.Options().Addr; a != failoverAddr {
+			return a
+		}
 	case *redis.ClusterClient:
-		return strings.Join(c.Options().Addrs, ",")
+		return joinSorted(slices.Clone(c.Options().Addrs))
+	case *redis.Ring:
+		addrs := make([]string, 0, len(c.Options().Addrs))
+		for _, a := range c.Options().Addrs {
+			addrs = append(addrs, a)
+		}
+		return joinSorted(addrs)
 	}
 	return ""
+}
+
+func joinSorted(addrs []string) string {
+	slices.Sort(addrs)
+	return strings.Join(addrs, ",")
+}
+
+// unnamed is New's error for a client addrOf cannot name.
+func unnamed(c redis.UniversalClient) error {
+	switch c := c.(type) {
+	case *redis.Client: // addrOf names every other one
+		return fmt.Errorf("pool: New: a client from redis.NewFailoverClient does not tell which master it follows (go-redis names every one %q), so the Pools of several Sentinel-managed masters cannot be told apart; use pool.DialFailover, or name the pool with pool.WithName(\"sentinel:\" + masterName)", failoverAddr)
+	case *redis.ClusterClient:
+		return errors.New("pool: New: the Cluster client has no seed addresses (as from redis.NewFailoverClusterClient); name the pool with pool.WithName, one name per cluster")
+	default:
+		return fmt.Errorf("pool: New: cannot tell the address of a %T; name the pool with pool.WithName", c)
+	}
 }
 
 func (p *redisPool) Name() string { return p.name }

@@ -176,11 +176,6 @@ func TestConstructors(t *testing.T) {
 	if p, err := New(cc); err != nil || p.Name() != "127.0.0.1:1,127.0.0.1:2" {
 		t.Fatalf("cluster pool: %v %v", p, err)
 	}
-	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
-	defer ring.Close()
-	if _, err := New(ring); err == nil || !strings.Contains(err.Error(), "WithName") {
-		t.Fatalf("New(ring) without a name = %v, want advice to use WithName", err)
-	}
 	if _, err := Dial(nil); err == nil {
 		t.Fatal("Dial(nil) accepted")
 	}

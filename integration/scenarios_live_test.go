@@ -433,22 +433,30 @@ func statCalls(info, prefix string) int64 {
 }
 
 // refused checks a failed acquisition of a user that may not run SET on
-// nodes 0..k-1: the *QuorumError reports an ACL refusal (NOPERM for a
-// plain SET; "can't run this command" from inside the fenced acquire
-// script) from enough of those nodes to make the failure certain, names
-// each of them, and reports no error from any other node. Refusing nodes
-// whose answer was not needed may still be pending.
-func refused(t *testing.T, what string, err error, k int) {
+// nodes 0..k-1, given how often each node's ACL log had counted a refused
+// SET of that user before the call (before) and after it (after): enough
+// of those nodes to make the failure certain report an error reply (not a
+// transport error) that their ACL log counted during the call, the error
+// names each of them, and no other node reports an error. Refusing nodes
+// whose answer was not needed may still be pending. The reply's text is not
+// checked: it differs between servers and versions (NOPERM for a plain SET;
+// from inside a script, Redis 7.0's "can't run this command", Valkey 8's
+// "ACL failure in script").
+func refused(t *testing.T, what string, err error, k int, before, after []int64) {
 	t.Helper()
 	qe := checkFailedRound(t, err, nil)
 	refusals := 0
 	for i, r := range qe.Nodes {
+		var reply redis.Error
 		switch {
 		case r.Outcome != redlock.OutcomeError:
 		case i >= k:
 			t.Errorf("%s: node%d, which allows SET, failed: %v", what, i, r.Err)
-		case !strings.Contains(r.Err.Error(), "NOPERM") && !strings.Contains(r.Err.Error(), "can't run this command"):
-			t.Errorf("%s: node%d: error %v, want an ACL refusal", what, i, r.Err)
+		case !errors.As(r.Err, &reply):
+			t.Errorf("%s: node%d: error %v, want the server's error reply", what, i, r.Err)
+		case after[i] <= before[i]:
+			t.Errorf("%s: node%d: error %v, but its ACL log counted no refused SET during the call (%d before, %d after)",
+				what, i, r.Err, before[i], after[i])
 		case !strings.Contains(err.Error(), r.Node+" error"):
 			t.Errorf("%s: the error does not name %s: %v", what, r.Node, err)
 		default:
@@ -460,9 +468,52 @@ func refused(t *testing.T, what string, err error, k int) {
 	}
 }
 
+// setDenials returns, per node, how many refused SET commands of user its
+// ACL log has counted (ACL LOG: the counts of the entries for that user and
+// command, whatever the context, plain or script).
+func setDenials(t *testing.T, ctx context.Context, admins []*redis.Client, user string) []int64 {
+	t.Helper()
+	out := make([]int64, len(admins))
+	for i, cl := range admins {
+		entries, err := cl.Do(ctx, "ACL", "LOG", "1000").Slice()
+		if err != nil {
+			t.Fatalf("ACL LOG on node%d: %v", i, err)
+		}
+		for _, e := range entries {
+			f := aclLogFields(e)
+			if f["username"] == user && f["object"] == "set" {
+				n, ok := f["count"].(int64)
+				if !ok {
+					t.Fatalf("ACL LOG on node%d: entry %v has no integer count", i, e)
+				}
+				out[i] += n
+			}
+		}
+	}
+	return out
+}
+
+// aclLogFields returns the fields of an ACL LOG entry: a map in RESP3, a
+// flat list of names and values in RESP2.
+func aclLogFields(e any) map[string]any {
+	f := map[string]any{}
+	switch e := e.(type) {
+	case map[any]any:
+		for k, v := range e {
+			f[fmt.Sprint(k)] = v
+		}
+	case []any:
+		for j := 0; j+1 < len(e); j += 2 {
+			f[fmt.Sprint(e[j])] = e[j+1]
+		}
+	}
+	return f
+}
+
 // errorReplies connects, for k = 1..5, as a Redis user that may not run SET
-// on the first k nodes (an ACL: every such command gets a NOPERM error
-// reply, plain or from inside the acquire script). With 1 or 2 such nodes,
+// on the first k nodes (an ACL: every such command gets an error reply,
+// plain or from inside the acquire script, and the node's ACL log counts
+// it). With 1 or 2 such nodes,
 // locks work on the others, with and without fencing; with 3 to 5,
 // acquisition fails with a *QuorumError that names the refusing nodes and
 // their error, and leaves nothing behind. Last, a user without pub/sub
@@ -517,6 +568,7 @@ func setRefused(t *testing.T, ctx context.Context, c *cluster, admins []*redis.C
 	for _, fencing := range []bool{false, true} {
 		key := fmt.Sprintf("noset%d-fencing-%v", k, fencing)
 		what := fmt.Sprintf("SET refused on nodes %v, fencing %v", denied, fencing)
+		before := setDenials(t, ctx, admins, user)
 		l, err := lc.TryLock(ctx, key, redlock.WithFencing(fencing))
 		if k <= nodes-nodes/2-1 {
 			if err != nil {
@@ -529,12 +581,13 @@ func setRefused(t *testing.T, ctx context.Context, c *cluster, admins []*redis.C
 			eventuallyGone(t, admins, key)
 			continue
 		}
-		refused(t, what, err, k)
+		refused(t, what, err, k, before, setDenials(t, ctx, admins, user))
 		if k == 3 {
 			t.Logf("%s: %v", what, err)
 		}
+		before = setDenials(t, ctx, admins, user)
 		_, err = lc.Lock(ctx, key, redlock.WithFencing(fencing), redlock.WithMaxWait(100*time.Millisecond))
-		refused(t, what+", Lock", err, k)
+		refused(t, what+", Lock", err, k, before, setDenials(t, ctx, admins, user))
 	}
 	// Close joins every roll-back; then none of the failed tokens may be
 	// on any node.

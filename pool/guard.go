@@ -113,9 +113,12 @@ func WithEvictionCheck(mode EvictionCheck) Option {
 	}
 }
 
-// WithLogger sets where a Pool logs restarts it noticed, risky eviction
-// policies and servers it cannot guard (default slog.Default()). A nil
-// logger is an error.
+// WithLogger sets where a Pool logs what its callers do not see in return
+// values: a restart it noticed (warn, once per restart), a maxmemory-policy
+// that can evict lock keys (warn, once per policy) and a server it cannot
+// guard (debug, once). The default logs nothing, as package redlock's
+// Client does; pass the logger you give redlock.WithLogger. A nil logger is
+// an error.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {

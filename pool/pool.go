@@ -122,7 +122,7 @@ type config struct {
 }
 
 func defaults() config {
-	return config{restartGuard: DefaultRestartGuard, eviction: EvictionWarn, logger: slog.Default()}
+	return config{restartGuard: DefaultRestartGuard, eviction: EvictionWarn, logger: slog.New(slog.DiscardHandler)}
 }
 
 // WithName sets the name the Pool has in errors and logs; the names of the

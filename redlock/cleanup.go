@@ -34,8 +34,8 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 	retry := func(rep quorum.Reply) {
 		switch {
 		case rep.Err == nil:
-		case refused(rep.Err): // sent again, it would be refused again
-			cfg.logger.Warn("redlock: roll-back refused; the key expires with its TTL", "pool", c.pools[rep.Node].Name(), "key", rkey, "err", rep.Err)
+		case refused(rep.Err): // sent again, it would be refused again; the key expires with its TTL
+			c.health.failed(rep.Node, c.pools[rep.Node].Name(), rep.Err)
 		default:
 			// Of unknown fate, or never written (no connection, queued
 			// past its deadline): the node said yes, so the key is there.
@@ -165,8 +165,10 @@ func (b *background) Deliver(i int, r node.Result) {
 		}
 		return
 	}
-	if r.Err != nil {
-		b.cfg.logger.Warn("redlock: releasing a late reply failed; the key expires with its TTL", "pool", b.c.pools[i].Name(), "key", b.rkey, "err", r.Err)
+	if r.Err != nil { // the key expires with its TTL
+		b.c.health.failed(i, b.c.pools[i].Name(), r.Err)
+	} else {
+		b.c.health.answered(i, b.c.pools[i].Name())
 	}
 }
 

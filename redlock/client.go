@@ -41,6 +41,7 @@ type Client struct {
 	lines    lines    // names this Client's waiters, where handoff
 	rechecks rechecks // releases to send again; Close sends them at once
 	renew    renewer  // renews auto-extended locks
+	health   *health  // logs nodes' outages once each (nil: no logger)
 
 	sessMu   sync.Mutex
 	sessions map[sessionKey]*session // renewal sessions, made on first use
@@ -99,6 +100,7 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	c.renew.c = c
 	c.renew.ctx, c.renew.cancel = context.WithCancel(context.Background())
 	c.ids.init(len(pools))
+	c.health = newHealth(cfg.logger, len(pools))
 	return c, nil
 }
 

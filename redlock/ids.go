@@ -153,6 +153,11 @@ func (v *identities) run(ctx context.Context, c *Client, cfg *config, todo []int
 	for range todo {
 		a := <-answers
 		ids[a.k], errs[a.k] = a.id, a.err
+		if i := todo[a.k]; a.err != nil {
+			c.health.failed(i, c.pools[i].Name(), a.err)
+		} else {
+			c.health.answered(i, c.pools[i].Name())
+		}
 		if stream { // a first check: each node counts as it answers
 			v.mu.Lock()
 			v.verifyLocked(c, cfg, todo[a.k], a.id, a.err)

@@ -195,9 +195,13 @@ func (rd *round) next() (rep quorum.Reply, yes, ok bool) {
 	}
 	rd.out[rep.Node] = false
 	yes = rep.Err == nil && rd.spec.yes(rep, rd.l)
+	if rep.Err == nil {
+		rd.c.health.answered(rep.Node, rd.res[rep.Node].Node)
+	}
 	switch {
 	case rep.Err != nil:
 		rd.res[rep.Node] = failed(rep.Node, rd.c, rep.Err, rep.Latency)
+		rd.c.health.failed(rep.Node, rd.res[rep.Node].Node, rep.Err)
 		rd.fail++
 	case yes:
 		rd.res[rep.Node] = NodeResult{Node: rd.res[rep.Node].Node, Outcome: OutcomeOK, Latency: rep.Latency}

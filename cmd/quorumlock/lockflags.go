@@ -90,11 +90,11 @@ func (f *lockFlags) client(e *env, name string, opts ...redlock.Option) (*redloc
 		return nil, 0, nil, err
 	}
 	redis.SetLogger(quiet{}) // go-redis would log every failed dial into stderr
-	pools, err := dial(nodes, guard...)
+	logger := slog.New(newLineHandler(e.stderr, "quorumlock "+name+": "))
+	pools, err := dial(nodes, append(guard, pool.WithLogger(logger))...) // restarts noticed, eviction policies
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	logger := slog.New(newLineHandler(e.stderr, "quorumlock "+name+": "))
 	client, err := redlock.New(pools, append([]redlock.Option{
 		redlock.WithKeyPrefix(f.nf.prefix),
 		redlock.WithTTL(f.ttl),

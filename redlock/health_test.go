@@ -1,0 +1,82 @@
+package redlock
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lockedBuffer is a bytes.Buffer for a slog handler written from several
+// goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestNodeOutageLoggedOnce: a node that fails every command is logged once
+// when it begins failing and once when it answers again, with the failures
+// in between counted, however many operations ran.
+func TestNodeOutageLoggedOnce(t *testing.T) {
+	e := newEnv(t, 3)
+	var buf lockedBuffer
+	c := e.client(WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	ctx := context.Background()
+	e.nodes[2].fault.setErr(errors.New("connection refused"))
+	for i := range 40 {
+		l, err := c.TryLock(ctx, fmt.Sprintf("k%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := buf.String()
+	if n := strings.Count(out, "node2 unreachable since"); n != 1 {
+		t.Fatalf("the outage of node2 was logged %d times, want once:\n%s", n, out)
+	}
+	e.nodes[2].fault.setErr(nil)
+	// Rounds decided before node2 answered do not see its answer; the
+	// releases the Client sends again in the background do, within about
+	// a second (maxRecheck).
+	for i := 0; i < 200 && !strings.Contains(buf.String(), "node2 answers again after"); i++ {
+		l, err := c.TryLock(ctx, fmt.Sprintf("after%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = l.Release(ctx)
+		time.Sleep(25 * time.Millisecond)
+	}
+	out = buf.String()
+	if !strings.Contains(out, "node2 answers again after") || strings.Count(out, "level=") != 2 {
+		t.Fatalf("want one warning and one \"answers again\", got:\n%s", out)
+	}
+	if !strings.Contains(out, "failed_commands=") || strings.Contains(out, "failed_commands=0") {
+		t.Fatalf("the recovery line lacks the count of failed commands:\n%s", out)
+	}
+}
+
+func TestNoLoggerNoHealth(t *testing.T) {
+	c := newEnv(t, 3).client()
+	if c.health != nil {
+		t.Fatal("a Client without WithLogger keeps a health log")
+	}
+}

@@ -113,3 +113,25 @@ func TestObserverSeesContention(t *testing.T) {
 		t.Fatalf("acquired after waiting: %d attempts, waited %v, took %v: want several attempts and the wait", last.Attempts, last.Waited, last.Took)
 	}
 }
+
+// TestWaitWithTooFewNodesIsUnavailable: a Lock (or Do) that waits until its
+// ctx ends with too few nodes up says so (ErrUnavailable), as the README's
+// example relies on, and the observer's last event tells the same.
+func TestWaitWithTooFewNodesIsUnavailable(t *testing.T) {
+	e := newEnv(t, 5)
+	rec := &recorder{}
+	c := e.client(WithObserver(rec))
+	for i := range 3 {
+		e.nodes[i].fault.setErr(errors.New("connection refused"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err := c.Do(ctx, "k", func(context.Context) error { return nil })
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do with 3 of 5 nodes down: %v; want ErrUnavailable, ErrNotAcquired and the deadline", err)
+	}
+	failed := rec.of("acquire-failed")
+	if len(failed) != 1 || !failed[0].ev.Unavailable() {
+		t.Fatalf("acquire-failed events %+v, want one, unavailable", failed)
+	}
+}

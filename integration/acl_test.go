@@ -92,10 +92,7 @@ func TestDocumentedACL(t *testing.T) {
 // as it through pool.Dial (restart guard and eviction check included).
 func aclUser(t *testing.T, ctx context.Context, c *cluster, admins []*redis.Client, user string, rules []string) *lockClient {
 	t.Helper()
-	cmd := []any{"ACL", "SETUSER", user, "reset", "on", ">pw"}
-	for _, r := range rules {
-		cmd = append(cmd, r)
-	}
+	cmd := append([]any{"ACL", "SETUSER", user, "reset", "on", ">pw"}, anys(rules)...)
 	for i, cl := range admins {
 		if err := cl.Do(ctx, cmd...).Err(); err != nil {
 			t.Fatalf("ACL SETUSER %s on node%d: %v", user, i, err)

@@ -22,9 +22,23 @@ import (
 // the scripts would fail with CROSSSLOT), a key beginning with '}' refused
 // before any I/O, and a Lock waiting for a held key that a release
 // notification wakes (its retry delay is a minute, the holder's TTL too).
+// Client b connects as a user with exactly docs/deployments.md's ACL line,
+// which must cover what a Cluster client sends (CLUSTER SLOTS).
 func TestClusterPools(t *testing.T) {
 	clusters := redisproc.StartClusters(t, 3, 3)
-	a, b := clusterClient(t, clusters), clusterClient(t, clusters)
+	rules := documentedACL(t)
+	cmd := append([]any{"ACL", "SETUSER", "locker", "reset", "on", ">pw"}, anys(rules)...)
+	for _, ss := range clusters {
+		for _, s := range ss {
+			cl := redisproc.NewClient(s.Addr(), "")
+			err := cl.Do(context.Background(), cmd...).Err()
+			_ = cl.Close()
+			if err != nil {
+				t.Fatalf("%s: ACL SETUSER: %v", s.Addr(), err)
+			}
+		}
+	}
+	a, b := clusterClient(t, clusters, ""), clusterClient(t, clusters, "locker")
 	ctx := ctxT(t, 30*time.Second)
 	for _, key := range []string{"orders", "a{b}c", "x}y", "{", "a}"} {
 		t.Run(fmt.Sprintf("key %q", key), func(t *testing.T) { clusterLockCycle(t, ctx, a, b, key) })
@@ -38,13 +52,18 @@ func TestClusterPools(t *testing.T) {
 }
 
 // clusterClient returns a Client over one Pool per cluster, each with a
-// Cluster client of its own set up as pool.New's doc asks; Client, Pools and
-// clients close at the end of the test.
-func clusterClient(t *testing.T, clusters []redisproc.Servers) *redlock.Client {
+// Cluster client of its own set up as pool.New's doc asks, connecting as
+// user (password "pw") unless user is ""; Client, Pools and clients close
+// at the end of the test.
+func clusterClient(t *testing.T, clusters []redisproc.Servers, user string) *redlock.Client {
 	t.Helper()
 	pools := make([]pool.Pool, len(clusters))
 	for i, ss := range clusters {
-		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: ss.Addrs(), ContextTimeoutEnabled: true, MaxRetries: -1})
+		o := &redis.ClusterOptions{Addrs: ss.Addrs(), ContextTimeoutEnabled: true, MaxRetries: -1}
+		if user != "" {
+			o.Username, o.Password = user, "pw"
+		}
+		cc := redis.NewClusterClient(o)
 		t.Cleanup(func() { _ = cc.Close() })
 		p, err := pool.New(cc)
 		if err != nil {
@@ -149,4 +168,13 @@ func subscribers(ss redisproc.Servers, channel string) int64 {
 		}
 	}
 	return n
+}
+
+// anys returns ss as command arguments.
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }

@@ -1,0 +1,123 @@
+package qlotel
+
+import (
+	"context"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// A waiting call (Lock, Acquire, Campaign, ...) reports each refused
+// attempt as it happens, and its end later; the Observer keeps the call's
+// span open in between, so that the attempts become its children. An Event
+// names its call only by its context and key, so calls are found by those
+// and by their start (now - Waited): of two calls with the same context and
+// key, the one whose start is nearest.
+
+// callKey identifies the calls of one context and key.
+type callKey struct {
+	ctx context.Context
+	key string
+}
+
+// openCall is a waiting call whose span is open.
+type openCall struct {
+	begin time.Time
+	ctx   context.Context // carries span
+	span  trace.Span
+}
+
+// calls holds the open calls, at most max. Safe for concurrent use.
+type calls struct {
+	max int
+	n   atomic.Int64 // entries, read without mu on the fast path
+	mu  sync.Mutex
+	m   map[callKey][]*openCall
+}
+
+func newCalls(max int) *calls { return &calls{max: max, m: make(map[callKey][]*openCall)} }
+
+var (
+	backgroundType = reflect.TypeOf(context.Background())
+	todoType       = reflect.TypeOf(context.TODO())
+)
+
+// keyOf returns e's call key; false when its context cannot safely be a
+// map key (a context of a non-pointer type other than Background's and
+// TODO's might hold a value that is not comparable, which would panic).
+func keyOf(e *redlock.Event) (callKey, bool) {
+	if e.Context == nil {
+		return callKey{}, false
+	}
+	t := reflect.TypeOf(e.Context)
+	if t.Kind() != reflect.Pointer && t != backgroundType && t != todoType {
+		return callKey{}, false
+	}
+	return callKey{ctx: e.Context, key: e.Key}, true
+}
+
+// find returns the open call of k that began nearest begin, removing it
+// when take is set; nil if none.
+func (c *calls) find(k callKey, begin time.Time, take bool) *openCall {
+	if c.n.Load() == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	list := c.m[k]
+	best := -1
+	for i, oc := range list {
+		if best < 0 || absDur(oc.begin.Sub(begin)) < absDur(list[best].begin.Sub(begin)) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	oc := list[best]
+	if take {
+		list = append(list[:best], list[best+1:]...)
+		if len(list) == 0 {
+			delete(c.m, k)
+		} else {
+			c.m[k] = list
+		}
+		c.n.Add(-1)
+	}
+	return oc
+}
+
+// reserve claims room for one more open call; false when max are open.
+func (c *calls) reserve() bool {
+	for {
+		n := c.n.Load()
+		if n >= int64(c.max) {
+			return false
+		}
+		if c.n.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// unreserve gives back room that reserve claimed and insert did not use.
+func (c *calls) unreserve() { c.n.Add(-1) }
+
+// insert keeps oc open as a call of k, in the room reserve claimed.
+func (c *calls) insert(k callKey, oc *openCall) {
+	c.mu.Lock()
+	c.m[k] = append(c.m[k], oc)
+	c.mu.Unlock()
+}
+
+func absDur(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}

@@ -6,7 +6,7 @@ GO ?= go
 # (integration/) are three modules; modules.work lets one go command cover
 # them, so that their packages' tests run in parallel.
 ALL := GOWORK=$(CURDIR)/modules.work
-PKGS := ./... ./testkit/... ./integration/...
+PKGS := ./... ./testkit/... ./integration/... ./otel/...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: test lint fuzz demo bench bench-go chaos simulate

@@ -61,7 +61,7 @@ func TestDocumentedACL(t *testing.T) {
 	aclOthers(t, ctx, lc)
 
 	noIncr := aclUser(t, ctx, c, admins, "noincr", without(rules, "+incr"))
-	if _, err := noIncr.TryLock(ctx, "acl-noincr", redlock.WithFencing(true)); !refusedEverywhere(t, "without +incr: fenced TryLock", err) {
+	if _, err := noIncr.TryLock(ctx, "acl-noincr", redlock.WithFencing(true)); !refusedEverywhere(t, "without +incr: fenced TryLock", err, redlock.ErrNotAcquired) {
 		t.Errorf("without +incr: fenced TryLock = %v", err)
 	}
 	eventuallyGone(t, admins, "acl-noincr")
@@ -78,7 +78,7 @@ func TestDocumentedACL(t *testing.T) {
 	}
 	// An extend below the key's TTL has nothing to do; a longer one needs
 	// PEXPIRE.
-	if err := l.Extend(ctx, 30*time.Second); !refusedEverywhere(t, "without +pexpire: Extend", err) {
+	if err := l.Extend(ctx, 30*time.Second); !refusedEverywhere(t, "without +pexpire: Extend", err, redlock.ErrNotHeld) {
 		t.Errorf("without +pexpire: Extend = %v", err)
 	}
 	if err := l.Release(ctx); err != nil {
@@ -116,11 +116,12 @@ func without(rules []string, rule string) []string {
 // refusedEverywhere reports whether err is a failed quorum decided by error
 // replies (the ACL refusal; its wording is the server's): enough nodes
 // answered with an error to leave no quorum, none agreed, and the rest had
-// not answered when the outcome was certain. It logs the error.
-func refusedEverywhere(t *testing.T, what string, err error) bool {
+// not answered when the outcome was certain; err matches want. It logs the
+// error.
+func refusedEverywhere(t *testing.T, what string, err, want error) bool {
 	t.Helper()
 	var qe *redlock.QuorumError
-	if err == nil || !errors.As(err, &qe) {
+	if !errors.Is(err, want) || !errors.As(err, &qe) {
 		return false
 	}
 	t.Logf("%s: %v", what, err)

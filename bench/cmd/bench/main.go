@@ -16,7 +16,9 @@
 // writer alone; see shared.go); counting semaphores (semaphore: 2k workers
 // on a Semaphore of k permits against a Lock of one key; see semaphore.go);
 // leader election failover (election: a leader in a child process killed or
-// paused, the standby's wait; see election.go). In the
+// paused, the standby's wait; see election.go); Pools that are each a Redis
+// Cluster (cluster: 3 clusters of 3 masters against 3 standalone masters and
+// redsync; see cluster.go). In the
 // 16-worker distinct-keys scenario (w16) a fourth implementation, floor,
 // sends the same 25 server commands per cycle as quorumlock in plain go-redis
 // pipelines, the yardstick of the total (client + servers) CPU per cycle
@@ -68,7 +70,7 @@ func main() {
 	dur := flag.Duration("d", 10*time.Second, "measured duration of each run")
 	warm := flag.Duration("warm", time.Second, "warm-up before each run's measured window")
 	passes := flag.Int("passes", 3, "interleaved passes over every scenario and implementation")
-	only := flag.String("scenarios", "", "comma-separated scenario ids to run (w1,w16,try1,block1,slow,procs,multi,shared,semaphore,election,starved,held; multi-w1, multi-w16 and multi-ring are multi's parts, shared-read, shared-clients, shared-excl, shared-redsync, shared-own, shared-mixed and shared-writer shared's); empty: all but starved and held, which ignore -d and -passes (see -starve-* and -held-*)")
+	only := flag.String("scenarios", "", "comma-separated scenario ids to run (w1,w16,try1,block1,slow,procs,multi,shared,semaphore,election,cluster,starved,held; multi-w1, multi-w16 and multi-ring are multi's parts, shared-read, shared-clients, shared-excl, shared-redsync, shared-own, shared-mixed and shared-writer shared's); empty: all but starved and held, which ignore -d and -passes (see -starve-* and -held-*)")
 	which := flag.String("impls", "", "comma-separated implementations to run (quorumlock,redsync,raw,floor); empty: all (floor runs in w16 only)")
 	bin := flag.String("redis-server", "redis-server", "the redis-server binary")
 	md := flag.String("md", "", "write the results table into this Markdown file, between the bench markers")
@@ -202,7 +204,8 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 	if err != nil {
 		return err
 	}
-	extra := semb != nil || eb != nil
+	cb := newClusterBench(only, starvedImpls)
+	extra := semb != nil || eb != nil || cb != nil
 	if (len(scs) == 0 && !starved && !held && !procs && mb == nil && sb == nil && !extra) || len(ims) == 0 || passes < 1 {
 		return fmt.Errorf("nothing to run")
 	}
@@ -223,6 +226,10 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 		return err
 	}
 	defer stopServers(srvs)
+	defer cb.close()
+	if err := cb.start(ctx, bin); err != nil {
+		return err
+	}
 	addrs := make([]string, len(srvs))
 	for i, s := range srvs {
 		addrs[i] = s.addr
@@ -284,6 +291,9 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 		if err := eb.pass(ctx, p, srvs); err != nil {
 			return err
 		}
+		if err := cb.pass(ctx, p, srvs, warm, dur); err != nil {
+			return err
+		}
 	}
 	if len(scs) > 0 {
 		var names []string
@@ -304,6 +314,9 @@ func run(ctx context.Context, dur, warm time.Duration, passes int, only, which, 
 		return err
 	}
 	if err := semb.report(environment(bin), passes, warm, md); err != nil {
+		return err
+	}
+	if err := cb.report(environment(bin), passes, dur, md); err != nil {
 		return err
 	}
 	return eb.report(environment(bin), passes, md)

@@ -23,12 +23,12 @@ type server struct {
 }
 
 // startServers starts n redis-server processes on free loopback ports,
-// without persistence, and waits until each answers PING. On error it stops
-// those already started.
-func startServers(ctx context.Context, bin string, n int) ([]*server, error) {
+// without persistence, with extra arguments, and waits until each answers
+// PING. On error it stops those already started.
+func startServers(ctx context.Context, bin string, n int, extra ...string) ([]*server, error) {
 	var srvs []*server
 	for range n {
-		s, err := startServer(ctx, bin)
+		s, err := startServer(ctx, bin, extra...)
 		if err != nil {
 			stopServers(srvs)
 			return nil, err
@@ -38,14 +38,14 @@ func startServers(ctx context.Context, bin string, n int) ([]*server, error) {
 	return srvs, nil
 }
 
-func startServer(ctx context.Context, bin string) (*server, error) {
+func startServer(ctx context.Context, bin string, extra ...string) (*server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+	cmd := exec.Command(bin, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
-		"--maxclients", "2000")
+		"--maxclients", "2000"}, extra...)...)
 	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C goes to us, not to the servers
 	if err := cmd.Start(); err != nil {

@@ -124,13 +124,14 @@ type chaosRun struct {
 	why                   *tally
 	quiet                 *countingLogger
 	prims                 primitives
+	metrics               *chaosMetrics // every client's Observer; logged at the end
 }
 
 // runChaos runs the chaos scenario for chaosDuration and checks its
 // history.
 func runChaos(t *testing.T, sessions bool) {
 	dur := chaosDuration(t)
-	r := &chaosRun{t: t, sessions: sessions, h: hist.New(), why: newTally(), quiet: &countingLogger{}}
+	r := &chaosRun{t: t, sessions: sessions, h: hist.New(), why: newTally(), quiet: &countingLogger{}, metrics: newChaosMetrics(t)}
 	r.c = startCluster(t, chaosTTL, "")
 	dropFenceCounters(t, r.c)
 	r.res = &resource{cl: testkit.Start(t, 1).Clients(t)[0], h: r.h}
@@ -166,6 +167,7 @@ func runChaos(t *testing.T, sessions bool) {
 	scanLeftovers(t, r.admins, r.h)
 	r.res.readCounters(t, guardedKeys)
 	stopAudit()
+	r.metrics.log(t)
 	r.report(dur, r.check())
 }
 
@@ -173,7 +175,7 @@ func runChaos(t *testing.T, sessions bool) {
 // keeps it in the list of every client made.
 func (r *chaosRun) newClient(name string) (*chaosClient, error) {
 	poolOpts := []pool.Option{pool.WithRestartGuard(chaosGuard), pool.WithLogger(slog.New(slog.DiscardHandler))}
-	lockOpts := []redlock.Option{redlock.WithNodeTimeout(chaosNodeTimeout), redlock.WithRetryBackoff(5*time.Millisecond, 100*time.Millisecond)}
+	lockOpts := []redlock.Option{redlock.WithNodeTimeout(chaosNodeTimeout), redlock.WithRetryBackoff(5*time.Millisecond, 100*time.Millisecond), r.metrics.option()}
 	cc, err := makeChaosClient(r.t, r.c, r.h, name, chaosTTL, r.sessions, poolOpts, lockOpts...)
 	if err != nil {
 		return nil, err

@@ -4,14 +4,29 @@ go 1.26.0
 
 replace (
 	github.com/quorumlock/quorumlock => ../
+	github.com/quorumlock/quorumlock/otel => ../otel
 	github.com/quorumlock/quorumlock/testkit => ../testkit
 )
 
 require (
 	github.com/quorumlock/quorumlock v0.0.0
+	github.com/quorumlock/quorumlock/otel v0.0.0
 	github.com/quorumlock/quorumlock/testkit v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/sdk/metric v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
 	golang.org/x/sync v0.24.0
+)
+
+require (
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
+	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
 )
 
 require (

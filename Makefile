@@ -9,7 +9,7 @@ ALL := GOWORK=$(CURDIR)/modules.work
 PKGS := ./... ./testkit/... ./integration/... ./otel/...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test lint fuzz demo bench bench-go chaos simulate
+.PHONY: test test-valkey lint fuzz demo bench bench-go chaos simulate
 
 # demo runs 5 embedded Redis servers in one process, contending workers, and
 # kills and revives nodes; it needs nothing but Go.
@@ -31,6 +31,17 @@ test:
 	wait $$sim; simrc=$$?; cat $(SIMLOG); rm -f $(SIMLOG); \
 	test $$race -eq 0 -a $$simrc -eq 0
 	cd bench && GOWORK=off $(GO) vet ./...
+
+# test-valkey runs the tests against Valkey instead of Redis: every real
+# server (the test kit's containers, whose image is then built from
+# valkey-server, and the white-box tests' processes) runs $(VALKEY), chosen
+# by QUORUMLOCK_SERVER. No race detector, and no simulator (TestSimulate runs
+# no server), to keep it short. On Debian 12: apt-get install -t
+# bookworm-backports valkey-server.
+VALKEY ?= valkey-server
+test-valkey:
+	@command -v $(VALKEY) >/dev/null || { echo "$(VALKEY) not found: apt-get install -t bookworm-backports valkey-server"; exit 1; }
+	$(ALL) QUORUMLOCK_SERVER=$(VALKEY) $(GO) test -count=1 -timeout 20m -skip '^TestSimulate$$' $(PKGS)
 
 # simulate plays SEEDS schedules (default 100,000) from seed FIRST (default 1)
 # in the deterministic simulator and prints schedules per second; a failing

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,4 +178,76 @@ func anys(ss []string) []any {
 		out[i] = s
 	}
 	return out
+}
+
+// TestSentinelPools: three Sentinel-managed masters as three Pools. A Pool
+// over redis.NewFailoverClient without a name is refused with advice (every
+// such client calls itself "FailoverClient"); pool.DialFailover names each
+// Pool after its master, redlock.New accepts the three, and a fenced lock
+// is taken on the masters the Sentinel names and released. The restart
+// guard checks the masters' connections, not the Sentinel's (whose run_id
+// would read as a restart of the master): the default guard lets the fresh
+// masters in, and a strict one refuses them.
+func TestSentinelPools(t *testing.T) {
+	masters := redisproc.Start(t, 3)
+	sentinel := redisproc.StartSentinel(t, masters)
+	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "master0", SentinelAddrs: []string{sentinel}})
+	t.Cleanup(func() { _ = fc.Close() })
+	if _, err := pool.New(fc); err == nil || !strings.Contains(err.Error(), "DialFailover") {
+		t.Errorf("pool.New(failover client) = %v, want advice to use DialFailover or WithName", err)
+	}
+	ctx := ctxT(t, 10*time.Second)
+	strict := sentinelClient(t, len(masters), sentinel, pool.WithStrictRestartGuard())
+	_, err := strict.TryLock(ctx, "sentinel")
+	var qe *redlock.QuorumError
+	if !errors.As(err, &qe) {
+		t.Fatalf("TryLock with a strict restart guard on masters up for seconds = %v, want a *QuorumError", err)
+	}
+	for _, n := range qe.Nodes {
+		if !errors.Is(n.Err, pool.ErrRestarted) {
+			t.Errorf("strict restart guard: %s: %v, want pool.ErrRestarted", n.Node, n.Err)
+		}
+	}
+	c := sentinelClient(t, len(masters), sentinel)
+	l, err := c.TryLock(ctx, "sentinel", redlock.WithFencing(true))
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+	held := 0
+	for _, cl := range masters.Clients(t) {
+		if v, _ := cl.Get(ctx, rkey("sentinel")).Result(); v == l.Token() {
+			held++
+		}
+	}
+	if held < 2 {
+		t.Errorf("the token is on %d of the 3 masters, want a quorum", held)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release: %v", err)
+	}
+}
+
+// sentinelClient returns a Client over one pool.DialFailover Pool per
+// master the Sentinel at sentinel names (master0 ...), with opts; Client and
+// Pools close at the end of the test.
+func sentinelClient(t *testing.T, n int, sentinel string, opts ...pool.Option) *redlock.Client {
+	t.Helper()
+	pools := make([]pool.Pool, n)
+	for i := range n {
+		p, err := pool.DialFailover(&redis.FailoverOptions{MasterName: fmt.Sprintf("master%d", i), SentinelAddrs: []string{sentinel}}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		if want := fmt.Sprintf("sentinel:master%d", i); p.Name() != want {
+			t.Errorf("pool %d is named %q, want %q", i, p.Name(), want)
+		}
+		pools[i] = p
+	}
+	c, err := redlock.New(pools, redlock.WithNodeTimeout(patient))
+	if err != nil {
+		t.Fatalf("redlock.New over %d Sentinel pools: %v", n, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }

@@ -222,8 +222,9 @@ func Dial(opt *redis.Options, opts ...Option) (Pool, error) {
 // DialFailover returns a Pool with a client of its own for the master that
 // opt's Sentinels name (opt is copied, not modified), named "sentinel:" and
 // opt.MasterName unless WithName is given. The client is set up as Dial's
-// (ContextTimeoutEnabled, MaxRetries −1, DialerRetries 1, the restart guard
-// and eviction check, WithHooks) and sends every command to the master.
+// (ContextTimeoutEnabled, MaxRetries −1, DialerRetries 1, WithHooks, and
+// the restart guard and eviction check on the master's connections, not the
+// Sentinels') and sends every command to the master.
 // A failover to a replica can lose locks on this node: docs/safety.md,
 // "Replica failover", says when that is safe. Like Dial it does not
 // connect; close the Pool to close its client.
@@ -249,15 +250,39 @@ func DialFailover(opt *redis.FailoverOptions, opts ...Option) (Pool, error) {
 	if err := apply(&cfg, opts); err != nil {
 		return nil, err
 	}
-	onConnect := redis.Options{OnConnect: o.OnConnect}
-	newGuard(&cfg).install(&onConnect)
-	o.OnConnect = onConnect.OnConnect
+	o.OnConnect = masterGuard(&cfg, o.OnConnect)
 	c := redis.NewFailoverClient(&o)
 	c.AddHook(dialHook{})
 	for _, h := range cfg.hooks {
 		c.AddHook(h)
 	}
 	return &redisPool{name: cfg.name, c: c, owned: true}, nil
+}
+
+// masterGuard is the OnConnect of DialFailover's client: user's hook (if
+// any) on every connection, then the restart guard and eviction check on
+// connections to the master only. go-redis runs FailoverOptions.OnConnect on
+// its connections to the Sentinels too, whose run_id and uptime are not the
+// master's; the master's connections are those of the client whose address
+// is failoverAddr (a go-redis Conn names its client's address in String).
+func masterGuard(cfg *config, user func(context.Context, *redis.Conn) error) func(context.Context, *redis.Conn) error {
+	var g redis.Options
+	newGuard(cfg).install(&g)
+	check := g.OnConnect
+	if check == nil {
+		return user
+	}
+	return func(ctx context.Context, cn *redis.Conn) error {
+		if user != nil {
+			if err := user(ctx, cn); err != nil {
+				return err
+			}
+		}
+		if !strings.Contains(cn.String(), "<"+failoverAddr+" ") {
+			return nil // a Sentinel
+		}
+		return check(ctx, cn)
+	}
 }
 
 // DialURL is Dial for a URL such as "redis://user:password@host:6379/0" or

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -146,4 +147,91 @@ func waitClusterOK(ctx context.Context, ss Servers) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// StartSentinel starts one Sentinel (redis-server --sentinel) on 127.0.0.1
+// that monitors each server of masters under the name "master<i>" (quorum
+// 1), and returns its address once it names every master. A t.Cleanup
+// kills it, by its own pid, and removes its directory; a failure fails the
+// test with t.Fatalf. One Sentinel is enough to name masters for tests; it
+// is not a failover setup.
+func StartSentinel(t testing.TB, masters Servers) string {
+	t.Helper()
+	bin, err := FindBinary()
+	if err != nil {
+		t.Fatalf("redisproc: %v (apt-get install redis-server)", err)
+	}
+	dir, err := TempDir()
+	if err != nil {
+		t.Fatalf("redisproc: %v", err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	port, err := PickPort()
+	if err != nil {
+		t.Fatalf("redisproc: %v", err)
+	}
+	var conf strings.Builder
+	fmt.Fprintf(&conf, "port %d\nbind 127.0.0.1\ndir %s\n", port, dir)
+	for i, m := range masters {
+		fmt.Fprintf(&conf, "sentinel monitor master%d 127.0.0.1 %d 1\n", i, m.port)
+	}
+	path := filepath.Join(dir, "sentinel.conf")
+	if err := os.WriteFile(path, []byte(conf.String()), 0o644); err != nil {
+		t.Fatalf("redisproc: %v", err)
+	}
+	logf, err := os.Create(filepath.Join(dir, "sentinel.log"))
+	if err != nil {
+		t.Fatalf("redisproc: %v", err)
+	}
+	cmd := exec.Command(bin, path, "--sentinel")
+	cmd.Stdout, cmd.Stderr, cmd.SysProcAttr = logf, logf, procAttr()
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		t.Fatalf("redisproc: starting a Sentinel: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logf.Close()
+	})
+	addr := Addr(port)
+	if err := waitSentinel(addr, len(masters)); err != nil {
+		b, _ := os.ReadFile(filepath.Join(dir, "sentinel.log"))
+		t.Fatalf("redisproc: Sentinel %s: %v\n--- log tail ---\n%s", addr, err, Tail(string(b), 20))
+	}
+	return addr
+}
+
+// waitSentinel polls the Sentinel at addr until it names the address of
+// master0 to master<n-1>, or ReadyTimeout passes.
+func waitSentinel(addr string, n int) error {
+	deadline := time.Now().Add(ReadyTimeout)
+	for { // PING first: go-redis logs every refused dial
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := Ping(ctx, addr, "")
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no PING answer within %v: %w", ReadyTimeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s := redis.NewSentinelClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1})
+	defer s.Close()
+	for i := 0; i < n; {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := s.GetMasterAddrByName(ctx, fmt.Sprintf("master%d", i)).Result()
+		cancel()
+		switch {
+		case err == nil:
+			i++
+		case time.Now().After(deadline):
+			return fmt.Errorf("no address for master%d within %v: %w", i, ReadyTimeout, err)
+		default:
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nil
 }

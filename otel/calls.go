@@ -15,9 +15,13 @@ import (
 // A waiting call (Lock, Acquire, Campaign, ...) reports each refused
 // attempt as it happens, and its end later; the Observer keeps the call's
 // span open in between, so that the attempts become its children. An Event
-// names its call only by its context and key, so calls are found by those
-// and by their start (now - Waited): of two calls with the same context and
-// key, the one whose start is nearest.
+// names its call only by its context, key, start (now - Waited) and
+// attempts so far, so a call is found by those: among the open calls of
+// the same context and key that have seen fewer attempts, the one whose
+// start is nearest. A first refusal (one attempt) always opens a new call.
+// Concurrent calls with one context and key may thus swap spans only when
+// they start within the jitter of that estimate (microseconds), and every
+// open call is closed by exactly one ending call.
 
 // callKey identifies the calls of one context and key.
 type callKey struct {
@@ -27,9 +31,10 @@ type callKey struct {
 
 // openCall is a waiting call whose span is open.
 type openCall struct {
-	begin time.Time
-	ctx   context.Context // carries span
-	span  trace.Span
+	begin    time.Time
+	attempts int             // the most its call has reported; guarded by calls.mu
+	ctx      context.Context // carries span
+	span     trace.Span
 }
 
 // calls holds the open calls, at most max. Safe for concurrent use.
@@ -61,9 +66,10 @@ func keyOf(e *redlock.Event) (callKey, bool) {
 	return callKey{ctx: e.Context, key: e.Key}, true
 }
 
-// find returns the open call of k that began nearest begin, removing it
-// when take is set; nil if none.
-func (c *calls) find(k callKey, begin time.Time, take bool) *openCall {
+// find returns the open call of k that has seen fewer than attempts
+// attempts and began nearest begin, nil if none. It notes attempts in the
+// call found, and forgets that call when take is set.
+func (c *calls) find(k callKey, begin time.Time, attempts int, take bool) *openCall {
 	if c.n.Load() == 0 {
 		return nil
 	}
@@ -72,7 +78,7 @@ func (c *calls) find(k callKey, begin time.Time, take bool) *openCall {
 	list := c.m[k]
 	best := -1
 	for i, oc := range list {
-		if best < 0 || absDur(oc.begin.Sub(begin)) < absDur(list[best].begin.Sub(begin)) {
+		if oc.attempts < attempts && (best < 0 || absDur(oc.begin.Sub(begin)) < absDur(list[best].begin.Sub(begin))) {
 			best = i
 		}
 	}
@@ -80,6 +86,7 @@ func (c *calls) find(k callKey, begin time.Time, take bool) *openCall {
 		return nil
 	}
 	oc := list[best]
+	oc.attempts = attempts
 	if take {
 		list = append(list[:best], list[best+1:]...)
 		if len(list) == 0 {

@@ -175,3 +175,60 @@ func TestMetricsCountOperations(t *testing.T) {
 		t.Errorf("%d latencies of ok answers to acquires, want at least 3 (the first round's quorum)", n)
 	}
 }
+
+// TestConcurrentWaitersSameContext: waiting calls that share one context
+// and key each get their own span, with their own refused attempts as
+// children (the waiters start one refusal apart).
+func TestConcurrentWaitersSameContext(t *testing.T) {
+	e := newEnv(t, 3, redlock.WithRetryBackoff(2*time.Millisecond, 10*time.Millisecond))
+	holder, err := e.client.TryLock(context.Background(), "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, caller := e.tp.Tracer("test").Start(context.Background(), "caller")
+	const waiters = 3
+	errs := make(chan error, waiters)
+	for i := range waiters {
+		go func() {
+			l, err := e.client.Lock(ctx, "busy")
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			errs <- err
+		}()
+		e.tee.wait(t, "contended", i+1) // the next waiter starts after this one was refused
+	}
+	e.tee.wait(t, "contended", waiters+3)
+	if err := holder.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for range waiters {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	caller.End()
+	spans := e.spans.Ended()
+	calls := 0
+	for _, call := range named(spans, "quorumlock.acquire") {
+		if call.Parent().SpanID() != caller.SpanContext().SpanID() {
+			continue
+		}
+		calls++
+		kids := 0
+		for _, a := range named(spans, "quorumlock.acquire.attempt") {
+			if a.Parent().SpanID() == call.SpanContext().SpanID() {
+				kids++
+			}
+		}
+		if attr(call, "quorumlock.outcome").AsString() != "acquired" || int64(kids) != attr(call, "quorumlock.attempts").AsInt64()-1 {
+			t.Errorf("a call with %v attempts, outcome %v, has %d refused attempts as children", attr(call, "quorumlock.attempts"), attr(call, "quorumlock.outcome"), kids)
+		}
+	}
+	if calls != waiters {
+		t.Fatalf("%d call spans under the caller's, want %d", calls, waiters)
+	}
+	if t.Failed() {
+		t.Logf("trace:\n%s", tree(spans, caller.SpanContext().SpanID()))
+	}
+}

@@ -41,7 +41,7 @@ func (o *Observer) endCall(e *redlock.Event, now time.Time, oc outcome) trace.Sp
 	var span trace.Span
 	if e.Attempts > 1 {
 		if k, ok := keyOf(e); ok {
-			if c := o.calls.find(k, begin, true); c != nil {
+			if c := o.calls.find(k, begin, e.Attempts, true); c != nil {
 				span = c.span
 			}
 		}
@@ -80,8 +80,10 @@ func (o *Observer) openCall(e *redlock.Event, now time.Time) context.Context {
 	if !ok {
 		return caller
 	}
-	if c := o.calls.find(k, begin, false); c != nil {
-		return c.ctx
+	if e.Attempts > 1 { // a first refusal is a new call's
+		if c := o.calls.find(k, begin, e.Attempts, false); c != nil {
+			return c.ctx
+		}
 	}
 	if !o.calls.reserve() {
 		return caller
@@ -91,7 +93,7 @@ func (o *Observer) openCall(e *redlock.Event, now time.Time) context.Context {
 		o.calls.unreserve()
 		return ctx
 	}
-	o.calls.insert(k, &openCall{begin: begin, ctx: ctx, span: span})
+	o.calls.insert(k, &openCall{begin: begin, attempts: e.Attempts, ctx: ctx, span: span})
 	return ctx
 }
 

@@ -402,6 +402,7 @@ func (w *writer) run(batch []request) {
 func (w *writer) settle(ctx context.Context, r request, cmd redis.Cmder) node.Result {
 	res := r.op.Result(cmd)
 	if node.NoScript(res) {
+		w.ctx.values = r.op.Values // run alone: with its own caller's values
 		res = r.op.Eval(ctx, w.c)
 	}
 	if w.shard && redirected(res.Err) {
@@ -421,7 +422,8 @@ func later(a, b time.Time) time.Time {
 // context (node.Op.Values; the batch's first command's): no channel, no
 // timer. go-redis turns the deadline into the connection's I/O deadline,
 // and its hooks read the values. Done is nil: it is never cancelled, only
-// its deadline passes.
+// its deadline passes. A writer reuses its one deadlineCtx from batch to
+// batch, so a hook may use it only until it returns (WithHooks).
 type deadlineCtx struct {
 	deadline time.Time
 	values   context.Context // nil: none

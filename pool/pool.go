@@ -174,7 +174,7 @@ func New(c redis.UniversalClient, opts ...Option) (Pool, error) {
 		return nil, err
 	}
 	if len(cfg.hooks) > 0 {
-		return nil, errors.New("pool: New: WithHooks is for Dial and DialURL; add hooks to a client you own with its AddHook")
+		return nil, errors.New("pool: New: WithHooks is for Dial, DialURL and DialFailover; add hooks to a client you own with its AddHook")
 	}
 	if cfg.name == "" {
 		return nil, unnamed(c)

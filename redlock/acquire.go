@@ -90,7 +90,7 @@ func (c *Client) waitFor(ctx context.Context, t *target, cfg *config, cl *call) 
 				err = fmt.Errorf("%w: %w", err, cerr)
 			}
 			var qe *QuorumError
-			if last != nil && !errors.As(err, &qe) { // no round ran (the gate): keep the last one's detail
+			if last != nil && (!errors.As(err, &qe) || qe.cut) { // no round ran (the gate), or ctx cut it: keep the last one's detail
 				err = fmt.Errorf("%w; last attempt: %w", err, last)
 			}
 			return nil, err
@@ -227,9 +227,6 @@ func (s *sleeper) stop() {
 // nil.
 func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *line, cl *call) (*Lock, error) {
 	key := t.key
-	if cl != nil {
-		cl.attempts++
-	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: not attempted: %w (%w)", key, err, ErrNotAcquired)
 	}
@@ -241,6 +238,9 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *line, 
 		return nil, fmt.Errorf("redlock: acquire %q: not attempted: waiting for this Client's round on the key: %w (%w)", key, err, ErrNotAcquired)
 	}
 	defer c.gates.exitAll(t)
+	if cl != nil {
+		cl.attempts++
+	}
 	v, err := c.vote(ctx, cfg, t, c.sessionFor(cfg), ln)
 	if err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: token generator: %w", key, err)
@@ -274,6 +274,7 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *line, 
 		}
 	}
 	if err := callerErr(ctx); err != nil {
+		qe.cut = true // the caller's deadline, not the nodes, may have ended it
 		return nil, fmt.Errorf("%w: %w", qe, err)
 	}
 	return nil, qe

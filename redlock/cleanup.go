@@ -55,16 +55,15 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 // ref is what a release takes back from the nodes: a token on a key, on
 // several keys, or a shared holder's place.
 type ref struct {
-	rkey   string
-	keys   []any // a lock of several keys: all of them (rkey is the first); else nil
-	token  string
-	spec   *opSpec         // the release
-	values context.Context // the values of the call it follows (node.Op.Values); nil: none
+	rkey  string
+	keys  []any // a lock of several keys: all of them (rkey is the first); else nil
+	token string
+	spec  *opSpec // the release
 }
 
 // refOf is what the acquire command op may have taken.
 func refOf(op *node.Op) ref {
-	r := ref{rkey: op.Key, token: op.Token, spec: opRelease, values: op.Values}
+	r := ref{rkey: op.Key, token: op.Token, spec: opRelease}
 	switch op.Kind {
 	case node.AcquireAll:
 		r.keys, r.spec = op.Keys, opReleaseAll
@@ -128,10 +127,18 @@ func (c *Client) recheckHorizon(cfg *config) time.Duration {
 	return cfg.ttl + cleanupTimeout(cfg)
 }
 
+// ownWork is the context whose values the commands the Client sends on its
+// own carry (background releases, leaving lines): none of a caller's, whose
+// context may be recycled once its call returned (pool.WithHooks). Its one
+// value marks them for tests.
+var ownWork = context.WithValue(context.Background(), ownWorkKey{}, true)
+
+type ownWorkKey struct{}
+
 // sendRelease queues bg's release on node i (see releaseUnsure).
 func (c *Client) sendRelease(bg *background, i int) {
 	cfg := bg.cfg
-	op := node.New(node.Op{Kind: bg.spec.kind, Key: bg.rkey, Keys: bg.keys, Token: bg.token, Grace: c.grace(cfg), Background: true, Values: bg.values})
+	op := node.New(node.Op{Kind: bg.spec.kind, Key: bg.rkey, Keys: bg.keys, Token: bg.token, Grace: c.grace(cfg), Background: true, Values: ownWork})
 	deadline := time.Now().Add(cleanupTimeout(cfg))
 	c.wg.Add(1)
 	if s := c.senders[i]; s != nil {

@@ -34,7 +34,8 @@ var (
 	// could have been reached even had every other node said yes: the
 	// lock service is unavailable, which "taken" or "not held" is not.
 	// A round decided before every node answered counts only the failures
-	// it saw.
+	// it saw; an acquire round that the caller's context ended before the
+	// node timeout does not match it.
 	ErrUnavailable = errors.New("redlock: too few nodes answered")
 )
 
@@ -95,6 +96,8 @@ type QuorumError struct {
 	// Validity is what was left of the TTL when a quorum agreed but the
 	// round took too long (zero or negative); zero otherwise.
 	Validity time.Duration
+
+	cut bool // the caller's context ended the round: its failures say nothing of the nodes
 }
 
 // Agreed is the number of nodes with OutcomeOK.
@@ -161,9 +164,11 @@ func (e *QuorumError) Error() string {
 }
 
 // Is reports whether target is ErrUnavailable and so many nodes failed
-// that no quorum could have been reached (see ErrUnavailable).
+// that no quorum could have been reached (see ErrUnavailable). A round that
+// the caller's context ended is not unavailable: its nodes had less time
+// than the node timeout.
 func (e *QuorumError) Is(target error) bool {
-	if target != ErrUnavailable {
+	if target != ErrUnavailable || e.cut {
 		return false
 	}
 	failed := e.count(OutcomeError) + e.count(OutcomeTimeout) + e.count(OutcomeNotAsked)

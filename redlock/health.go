@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,19 +14,26 @@ import (
 // node answered ("node X unreachable since ..."), and its first answer
 // after that ("node X answers again"), with the failed commands counted in
 // between rather than logged one by one. A dead node makes every operation
-// fail there; without this, each would log. Safe for concurrent use; a nil
-// *health (the Client logs nothing) does nothing.
+// fail there; without this, each would log. Error replies (NOPERM, OOM,
+// READONLY, WRONGTYPE...) are no outage, since the node answers: each kind
+// is logged at most once per node per refusalEvery. Safe for concurrent
+// use; a nil *health (the Client logs nothing) does nothing.
 type health struct {
 	log   *slog.Logger
 	nodes []nodeHealth
 }
 
 type nodeHealth struct {
-	down   atomic.Bool // the fast path of answered: false while the node answers
-	mu     sync.Mutex
-	since  time.Time // the first failure of the outage
-	failed int       // failed commands in the outage
+	down    atomic.Bool // the fast path of answered: false while the node answers
+	mu      sync.Mutex
+	since   time.Time            // the first failure of the outage
+	failed  int                  // failed commands in the outage
+	refusal map[string]time.Time // error reply kind: when last logged
 }
+
+// refusalEvery bounds how often one kind of error reply of one node is
+// logged.
+const refusalEvery = 10 * time.Minute
 
 // newHealth returns the health log of nodes on log, or nil when log
 // discards warnings.
@@ -37,9 +45,14 @@ func newHealth(log *slog.Logger, nodes int) *health {
 }
 
 // failed records a command on node name (index i) that failed with err: it
-// logs when this begins an outage.
+// logs when this begins an outage, or when err is an error reply of a kind
+// not logged for refusalEvery.
 func (h *health) failed(i int, name string, err error) {
 	if h == nil {
+		return
+	}
+	if refused(err) {
+		h.refused(i, name, err)
 		return
 	}
 	n := &h.nodes[i]
@@ -53,17 +66,35 @@ func (h *health) failed(i int, name string, err error) {
 	since := n.since
 	n.mu.Unlock()
 	if first {
-		what := "unreachable" // no answer: down, cut off, too slow
-		if refused(err) {
-			what = "refusing lock commands" // an error reply: NOPERM, READONLY, OOM...
-		}
-		h.log.Warn(fmt.Sprintf("redlock: node %s %s since %s; keys this Client could not release there expire with their TTL; further failures are counted, not logged, until it answers again", name, what, since.Format(time.RFC3339Nano)),
+		h.log.Warn(fmt.Sprintf("redlock: node %s unreachable since %s; keys this Client could not release there expire with their TTL; further failures are counted, not logged, until it answers", name, since.Format(time.RFC3339Nano)),
 			"pool", name, "since", since, "err", err)
 	}
 }
 
+// refused logs node name's error reply err, unless one of its kind (its
+// first word: NOPERM, OOM...) was logged less than refusalEvery ago.
+func (h *health) refused(i int, name string, err error) {
+	kind, _, _ := strings.Cut(err.Error(), " ")
+	n := &h.nodes[i]
+	now := time.Now()
+	n.mu.Lock()
+	last, seen := n.refusal[kind]
+	log := !seen || now.Sub(last) >= refusalEvery
+	if log {
+		if n.refusal == nil {
+			n.refusal = map[string]time.Time{}
+		}
+		n.refusal[kind] = now
+	}
+	n.mu.Unlock()
+	if log {
+		h.log.Warn(fmt.Sprintf("redlock: node %s refuses a lock command: %v; its key there expires with its TTL; this kind of refusal is logged once per %v", name, err, refusalEvery),
+			"pool", name, "err", err)
+	}
+}
+
 // answered records an answer of node name (index i): it logs when this
-// ends an outage.
+// ends an outage, at the outage's level.
 func (h *health) answered(i int, name string) {
 	if h == nil || !h.nodes[i].down.Load() {
 		return
@@ -75,7 +106,7 @@ func (h *health) answered(i int, name string) {
 	n.down.Store(false)
 	n.mu.Unlock()
 	if failed > 0 {
-		h.log.Info(fmt.Sprintf("redlock: node %s answers again after %v unreachable (%d failed commands)", name, time.Since(since).Round(time.Millisecond), failed),
+		h.log.Warn(fmt.Sprintf("redlock: node %s answers again after %v unreachable (%d failed commands)", name, time.Since(since).Round(time.Millisecond), failed),
 			"pool", name, "down_for", time.Since(since), "failed_commands", failed)
 	}
 }

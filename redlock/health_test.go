@@ -10,6 +10,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/pool"
 )
 
 // lockedBuffer is a bytes.Buffer for a slog handler written from several
@@ -78,5 +83,72 @@ func TestNoLoggerNoHealth(t *testing.T) {
 	c := newEnv(t, 3).client()
 	if c.health != nil {
 		t.Fatal("a Client without WithLogger keeps a health log")
+	}
+}
+
+// TestNodeRefusingOneKeyIsNoOutage: an error reply on one key (WRONGTYPE)
+// of a node that answers everything else is logged once, not as an outage
+// that every other answer ends (found by the adversarial review: it
+// flapped once per cycle).
+func TestNodeRefusingOneKeyIsNoOutage(t *testing.T) {
+	e := newEnv(t, 3)
+	var buf lockedBuffer
+	c := e.client(WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	ctx := context.Background()
+	if _, err := e.nodes[2].m.Lpush(rkey("bad"), "x"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		for _, k := range []string{"bad", fmt.Sprintf("good%d", i)} {
+			l, err := c.TryLock(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = l.Release(ctx)
+		}
+	}
+	out := buf.String()
+	if strings.Contains(out, "unreachable") || strings.Contains(out, "answers again") || strings.Count(out, "refuses a lock command") > 1 {
+		t.Fatalf("a key of the wrong type on node2 logged:\n%s", out)
+	}
+}
+
+// TestCallersShortDeadlineIsNoOutage: rounds cut short by callers'
+// deadlines (commands never written) do not log healthy nodes as
+// unreachable, and are not ErrUnavailable (found by the adversarial
+// review).
+func TestCallersShortDeadlineIsNoOutage(t *testing.T) {
+	var pools []pool.Pool
+	for i := range 3 {
+		m := miniredis.RunT(t)
+		rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		p, err := pool.New(rdb, pool.WithName(fmt.Sprintf("node%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pools = append(pools, p)
+	}
+	var buf lockedBuffer
+	c, err := New(pools, testNodeTimeout, WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	held, err := c.TryLock(context.Background(), "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	for i := range 300 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(20+i%80)*time.Microsecond)
+		_, err := c.TryLock(ctx, "held")
+		cancel()
+		if errors.Is(err, ErrUnavailable) {
+			t.Fatalf("a TryLock of a held key on healthy nodes, cut by its caller's deadline: %v", err)
+		}
+	}
+	if out := buf.String(); strings.Contains(out, "unreachable since") {
+		t.Fatalf("healthy nodes logged unreachable after callers' short deadlines:\n%s", out)
 	}
 }

@@ -96,7 +96,7 @@ func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func
 		return
 	}
 	defer c.wg.Done()
-	op := node.New(node.Op{Kind: node.Leave, Key: rkey, Waiter: waiter, Grace: handGrace(cfg), LineTTL: lineTTL(cfg), Tell: tell, Background: true})
+	op := node.New(node.Op{Kind: node.Leave, Key: rkey, Waiter: waiter, Grace: handGrace(cfg), LineTTL: lineTTL(cfg), Tell: tell, Background: true, Values: ownWork})
 	deadline := time.Now().Add(cleanupTimeout(cfg))
 	for i, s := range c.senders {
 		if ask == nil || ask(i) {

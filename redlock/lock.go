@@ -40,12 +40,9 @@ type Lock struct {
 	mu       sync.Mutex
 	deadline time.Time // end of validity on the local monotonic clock
 	released bool      // Release or Close ran
-	// relValues is the context Release was called with: the releases that
-	// follow it in the background carry its values (node.Op.Values).
-	relValues context.Context
-	lost      bool      // the lock was lost (sticky: a later release keeps it)
-	acquired  time.Time // start of the acquiring round
-	lease     *lease    // created on first use of Done, Err or Context, or by auto-extension
+	lost     bool      // the lock was lost (sticky: a later release keeps it)
+	acquired time.Time // start of the acquiring round
+	lease    *lease    // created on first use of Done, Err or Context, or by auto-extension
 
 	// keyArg and tokenArg are rkey and token boxed as command arguments
 	// by the acquiring round, reused by renewals and the release.
@@ -390,7 +387,7 @@ func (l *Lock) release(ctx context.Context) error {
 // releaseLocked releases the lock; l.op and an enter() count (or Close's
 // share of the WaitGroup) must be held.
 func (l *Lock) releaseLocked(ctx context.Context) error {
-	unsure, err := l.endForRelease(ctx)
+	unsure, err := l.endForRelease()
 	if err != nil {
 		return err
 	}
@@ -402,14 +399,12 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	// reached the node, or was never written) is sent again in the
 	// background; so is one that found nothing where our acquire's fate is
 	// unknown (its SET may still land).
-	ref := l.ref()
-	ref.values = rd.op.Values // the background releases carry the caller's values
 	retry := func(rep quorum.Reply) {
 		switch {
 		case rep.Err != nil && !refused(rep.Err):
-			c.releaseUnsure(cfg, rep.Node, ref, rep.Err)
+			c.releaseUnsure(cfg, rep.Node, l.ref(), rep.Err)
 		case rep.Err == nil && rep.Int == 0 && unsure != nil && unsure[rep.Node]:
-			c.releaseUnsure(cfg, rep.Node, ref, errUnknownFate)
+			c.releaseUnsure(cfg, rep.Node, l.ref(), errUnknownFate)
 		}
 	}
 	for i, r := range rd.res {
@@ -494,13 +489,12 @@ var errUnknownFate = errors.New("the acquire command's fate is unknown")
 // deadline has passed unnoticed: a lock is lost the same way whether or not
 // its lease was watched; from now on late replies release their node) and
 // returns the nodes whose acquire failed without a reply.
-func (l *Lock) endForRelease(ctx context.Context) (unsure []bool, err error) {
+func (l *Lock) endForRelease() (unsure []bool, err error) {
 	l.mu.Lock()
 	if l.released {
 		l.mu.Unlock()
 		return nil, ErrReleased
 	}
-	l.relValues = ctx
 	lost := !l.lost && !l.cfg.now().Before(l.deadlineLocked()) && l.endLocked(true)
 	l.endLocked(false)
 	unsure = slices.Clone(l.unsure) // nil unless some acquire's fate is unknown
@@ -565,11 +559,7 @@ func (l *Lock) late(rep quorum.Reply) {
 	// A definite yes is covered by a chained release sent now; an unknown
 	// fate needs the release that re-checks.
 	if free && (rep.Int > 0 && !releasing || mayHaveWritten(rep.Err)) {
-		r := l.ref()
-		l.mu.Lock()
-		r.values = l.relValues
-		l.mu.Unlock()
-		l.c.releaseUnsure(l.cfg, rep.Node, r, rep.Err)
+		l.c.releaseUnsure(l.cfg, rep.Node, l.ref(), rep.Err)
 	}
 }
 

@@ -12,7 +12,7 @@ type Event struct {
 	Key      string        // the lock's key, as the caller named it (a semaphore's name)
 	Token    string        // the lock's token ("" for Contended and AcquireFailed)
 	Took     time.Duration // how long the step's round took (for Lost: 0)
-	Deadline time.Time     // the lock's deadline after the step (zero when no lock is held)
+	Deadline time.Time     // the lock's deadline after the step, or the last it had (Released, Lost); zero for Contended and AcquireFailed
 	Err      error         // for Contended, AcquireFailed, ExtendFailed and Lost: why; for Released: its error
 
 	// Context is the context of the call the step belongs to (TryLock,
@@ -22,16 +22,22 @@ type Event struct {
 
 	// Waited and Attempts describe the acquiring call, for Acquired,
 	// Contended and AcquireFailed: the time since it began, and the
-	// rounds it has run (the one reported included; a semaphore runs one
-	// per permit it tries).
+	// acquisition rounds it has run (a semaphore runs one per permit it
+	// tries).
 	Waited   time.Duration
 	Attempts int
 
-	// Quorum and Nodes describe the round the step ran, for Acquired,
-	// Released, and Contended and AcquireFailed when a round ran: the
-	// nodes needed, and every node's outcome and latency, in the order of
-	// the Pools given to New. Nodes is nil when no round ran, and for
-	// Extended, ExtendFailed and Lost. The slice is the event's own.
+	// Quorum and Nodes describe the round the step reports: for
+	// Acquired, Contended and Released, the step's own; for AcquireFailed,
+	// the call's last round unless a Contended event reported it already
+	// (the call's ctx ended or its budget ran out while it waited) or no
+	// round ran (bad state, ctx ended first). Quorum is the nodes needed;
+	// Nodes is every node's outcome and latency, in the order of the Pools
+	// given to New, nil when the event reports no round, and for Extended,
+	// ExtendFailed and Lost. So every acquisition round of a lock is
+	// reported by exactly one event with Nodes (of a semaphore's sweep
+	// through its permits, only the last round). The slice is the event's
+	// own.
 	Quorum int
 	Nodes  []NodeResult
 }
@@ -69,7 +75,12 @@ func (e Event) Degraded() bool {
 func (e Event) Unavailable() bool { return errors.Is(e.Err, ErrUnavailable) }
 
 // Observer is told about the life of every lock of a Client: for metrics,
-// tracing or alerts. Its methods are called synchronously from the goroutine
+// tracing or alerts. Every acquiring call (TryLock, Lock, TryLockAll,
+// LockAll, Do, DoAll, Campaign, a Semaphore's TryAcquire, Acquire and Do)
+// that passed its argument checks ends in exactly one Acquired or
+// AcquireFailed; a Resume that succeeds is reported as Acquired, one that
+// fails is not reported. A permit taken while a node declares another
+// count is given back: Acquired and Released, then AcquireFailed. Its methods are called synchronously from the goroutine
 // that did the step (the caller's, or one the Client runs: renewals, the
 // lease's timer), so they must be quick, must not block, and must not call
 // back into the Lock or Client (Extend, Release or Client.Close from an
@@ -78,7 +89,7 @@ func (e Event) Unavailable() bool { return errors.Is(e.Err, ErrUnavailable) }
 // Observer later come with NopObserver's.
 type Observer interface {
 	Acquired(Event)      // a TryLock, Lock or other acquiring call won its round
-	Contended(Event)     // an attempt of a waiting call (Lock, Acquire, Campaign, ...) failed; it waits and tries again
+	Contended(Event)     // a round of a waiting call (Lock, Acquire, Campaign, ...) failed; it waits to try again (ctx or WithMaxWait may end the wait first)
 	AcquireFailed(Event) // an acquiring call returns an error: taken, unavailable, ctx ended, budget spent
 	Extended(Event)      // an automatic renewal of a lock renewed key by key succeeded (none for session locks: WithAutoExtend)
 	ExtendFailed(Event)  // such a renewal failed (none for session locks); it is retried while validity is left
@@ -118,6 +129,7 @@ type call struct {
 	key      string
 	begin    time.Time
 	attempts int // rounds begun
+	reported int // rounds a Contended event reported
 }
 
 // newCall starts a call of key, or returns nil when cfg has no observer.
@@ -136,9 +148,10 @@ func (c *Client) failed(cfg *config, cl *call, err error, final bool) {
 	}
 	e := Event{Key: cl.key, Err: err, Context: cl.ctx, Waited: time.Since(cl.begin), Attempts: cl.attempts}
 	var qe *QuorumError
-	if errors.As(err, &qe) {
+	if cl.attempts > cl.reported && errors.As(err, &qe) { // a round no event reported yet
 		e.Took, e.Quorum, e.Nodes = qe.Elapsed, qe.Quorum, slices.Clone(qe.Nodes)
 	}
+	cl.reported = cl.attempts
 	if final {
 		cfg.observer.AcquireFailed(e)
 	} else {

@@ -135,3 +135,37 @@ func TestWaitWithTooFewNodesIsUnavailable(t *testing.T) {
 		t.Fatalf("acquire-failed events %+v, want one, unavailable", failed)
 	}
 }
+
+// TestObserverReportsEachRoundOnce: a Lock whose ctx ends while it waits
+// reports its refused rounds as Contended and then AcquireFailed without a
+// round (its last round was reported already); one whose ctx ended before
+// any round reports no attempt (found by the adversarial review).
+func TestObserverReportsEachRoundOnce(t *testing.T) {
+	e := newEnv(t, 3)
+	rec := &recorder{}
+	c := e.client(WithObserver(rec), WithRetryBackoff(150*time.Millisecond, 150*time.Millisecond))
+	held, err := c.TryLock(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	if _, err := c.Lock(ctx, "k"); err == nil {
+		t.Fatal("Lock of a held key succeeded")
+	}
+	cont, fail := rec.of("contended"), rec.of("acquire-failed")
+	rounds := len(cont)
+	if len(fail) == 1 && fail[0].ev.Nodes != nil {
+		rounds++
+	}
+	if len(fail) != 1 || rounds != fail[0].ev.Attempts {
+		t.Fatalf("%d contended and %+v: want each of the call's rounds reported by exactly one event with Nodes", len(cont), fail)
+	}
+	gone, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	_, _ = c.TryLock(gone, "k2")
+	if fail := rec.of("acquire-failed"); len(fail) != 2 || fail[1].ev.Attempts != 0 || fail[1].ev.Nodes != nil {
+		t.Fatalf("a TryLock whose ctx had ended: %+v, want no attempt and no round", fail[len(fail)-1])
+	}
+}

@@ -91,9 +91,10 @@ type round struct {
 	start time.Time
 	out   []bool // nodes asked whose reply settle has not taken
 	outv  [8]bool
-	yes   int // replies that confirmed
-	no    int // replies that did not (spec.no)
-	fail  int // errors
+	yes   int  // replies that confirmed
+	no    int  // replies that did not (spec.no)
+	fail  int  // errors
+	cut   bool // the caller's deadline comes before the node timeout's
 }
 
 // follow is how long a command is followed after its round stopped
@@ -114,6 +115,9 @@ func (c *Client) run(ctx context.Context, cfg *config, spec *opSpec, l *Lock, o 
 // no command of a lock overtakes its SET.
 func (c *Client) runWith(ctx context.Context, cfg *config, spec *opSpec, l *Lock, o node.Op, op *node.Op, ask func(int) bool, call quorum.Call) *round {
 	rd := &round{c: c, cfg: cfg, spec: spec, l: l, res: c.newResults(), q: cfg.quorumOf(len(c.pools)), start: time.Now()}
+	if d, ok := ctx.Deadline(); ok && d.Before(rd.start.Add(cfg.nodeTimeout)) {
+		rd.cut = true
+	}
 	if n := len(c.pools); n <= len(rd.outv) {
 		rd.out = rd.outv[:n]
 	} else {
@@ -201,7 +205,9 @@ func (rd *round) next() (rep quorum.Reply, yes, ok bool) {
 	switch {
 	case rep.Err != nil:
 		rd.res[rep.Node] = failed(rep.Node, rd.c, rep.Err, rep.Latency)
-		rd.c.health.failed(rep.Node, rd.res[rep.Node].Node, rep.Err)
+		if !rd.cut || rd.res[rep.Node].Outcome != OutcomeTimeout { // the caller's short deadline is no outage
+			rd.c.health.failed(rep.Node, rd.res[rep.Node].Node, rep.Err)
+		}
 		rd.fail++
 	case yes:
 		rd.res[rep.Node] = NodeResult{Node: rd.res[rep.Node].Node, Outcome: OutcomeOK, Latency: rep.Latency}

@@ -56,8 +56,8 @@ type Op struct {
 
 	// Values is the context of the call that sent the command, for its
 	// values only: a Pool that writes the command on a goroutine of its
-	// own passes them to go-redis (hooks read them) under a context whose
-	// deadline is the round's. Nil: no values.
+	// own passes them to go-redis (hooks read them) under a context of its
+	// own, whose deadline is the command's plus Follow. Nil: no values.
 	Values context.Context
 
 	// Background marks work nobody waits for (releases of late replies,

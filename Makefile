@@ -9,7 +9,7 @@ ALL := GOWORK=$(CURDIR)/modules.work
 PKGS := ./... ./testkit/... ./integration/... ./otel/...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test test-valkey lint fuzz demo bench bench-go chaos simulate
+.PHONY: test test-valkey test-go1.25 lint fuzz demo bench bench-go chaos simulate
 
 # demo runs 5 embedded Redis servers in one process, contending workers, and
 # kills and revives nodes; it needs nothing but Go.
@@ -35,13 +35,22 @@ test:
 # test-valkey runs the tests against Valkey instead of Redis: every real
 # server (the test kit's containers, whose image is then built from
 # valkey-server, and the white-box tests' processes) runs $(VALKEY), chosen
-# by QUORUMLOCK_SERVER. No race detector, and no simulator (TestSimulate runs
-# no server), to keep it short. On Debian 12: apt-get install -t
-# bookworm-backports valkey-server.
+# by QUORUMLOCK_SERVER. Only the packages whose tests start servers (the
+# others run on in-process miniredis), no race detector, and no simulator
+# (TestSimulate runs no server), to keep it short. On Debian 12: apt-get
+# install -t bookworm-backports valkey-server.
 VALKEY ?= valkey-server
+VALKEY_PKGS := ./pool/... ./internal/... ./testkit/... ./integration/...
 test-valkey:
 	@command -v $(VALKEY) >/dev/null || { echo "$(VALKEY) not found: apt-get install -t bookworm-backports valkey-server"; exit 1; }
-	$(ALL) QUORUMLOCK_SERVER=$(VALKEY) $(GO) test -count=1 -timeout 20m -skip '^TestSimulate$$' $(PKGS)
+	$(ALL) QUORUMLOCK_SERVER=$(VALKEY) $(GO) test -count=1 -timeout 20m -skip '^TestSimulate$$' $(VALKEY_PKGS)
+
+# test-go1.25 runs the library module's tests (not the test modules', which
+# need Go 1.26) with Go 1.25, the oldest release go.mod admits; the go
+# command fetches that toolchain from the module proxy.
+GO125 ?= go1.25.14
+test-go1.25:
+	GOTOOLCHAIN=$(GO125) GOWORK=off $(GO) test -count=1 ./...
 
 # simulate plays SEEDS schedules (default 100,000) from seed FIRST (default 1)
 # in the deterministic simulator and prints schedules per second; a failing

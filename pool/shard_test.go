@@ -275,7 +275,7 @@ func testShardDeadlines(t *testing.T, tc *testCluster) {
 	}
 	t.Cleanup(func() { _ = tc.srvs[0].Resume() })
 	box := newInbox(3)
-	r.p.Send(node.New(node.Op{Kind: node.Get, Key: k0[0]}), time.Now().Add(time.Second), box, 0)
+	r.p.Send(node.New(node.Op{Kind: node.Get, Key: k0[0]}), time.Now().Add(2*time.Second), box, 0) // the writer waits for it this long
 	waitUntil(t, 5*time.Second, "first command written", func() bool {
 		writes, _, _ := r.master(tc.srvs[0].Addr()).snapshot()
 		return len(writes) > 0 && writes[len(writes)-1][0] == k0[0]

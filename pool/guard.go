@@ -135,8 +135,10 @@ func WithLogger(l *slog.Logger) Option {
 // guard and the eviction check with the given options (WithRestartGuard,
 // WithEvictionCheck, WithLogger, WithName for the logs). The hook is safe for
 // concurrent use by all connections of one client; use one hook per server,
-// since it remembers the server's run_id. OnConnect returns an error for an
-// invalid option.
+// since it remembers the server's run_id. Do not set it on
+// redis.FailoverOptions: go-redis runs that hook on its Sentinel connections
+// too, whose run_id is the Sentinel's; use DialFailover. OnConnect returns an
+// error for an invalid option.
 func OnConnect(opts ...Option) (func(ctx context.Context, cn *redis.Conn) error, error) {
 	cfg := defaults()
 	if err := apply(&cfg, opts); err != nil {

@@ -392,6 +392,12 @@ func resolveImage(pool *dockertest.Pool, logf func(string, ...any)) (string, err
 	if specErr == nil && imagePresent(pool, spec.ref) {
 		return spec.ref, nil
 	}
+	if server := redisproc.ServerName(); server != "redis-server" { // Valkey, say: never the official Redis image
+		if specErr != nil {
+			return "", fmt.Errorf("no image can be built from the local %s (%s): %w", server, redisproc.EnvServer, specErr)
+		}
+		return buildLocal(pool, spec, "another server than Redis is chosen", logf)
+	}
 	if imagePresent(pool, redisOfficialImage) {
 		return redisOfficialImage, nil
 	}
@@ -403,16 +409,19 @@ func resolveImage(pool *dockertest.Pool, logf func(string, ...any)) (string, err
 		return "", fmt.Errorf("%s cannot be pulled (%v) and no image can be built from a local redis-server: %v",
 			redisOfficialImage, pullErr, specErr)
 	}
+	return buildLocal(pool, spec, fmt.Sprintf("%s cannot be pulled (%v)", redisOfficialImage, pullErr), logf)
+}
+
+// buildLocal builds spec's image from the local server binary, for why.
+func buildLocal(pool *dockertest.Pool, spec *imageSpec, why string, logf func(string, ...any)) (string, error) {
 	begin := time.Now()
 	if err := buildImage(pool, spec); err != nil {
-		return "", fmt.Errorf("%s cannot be pulled (%v); building %s from the local redis-server failed: %w",
-			redisOfficialImage, pullErr, spec.ref, err)
+		return "", fmt.Errorf("%s; building %s from %s failed: %w", why, spec.ref, spec.bin, err)
 	}
 	size := ""
 	if img, err := pool.Client.InspectImage(spec.ref); err == nil {
 		size = fmt.Sprintf(", %.1f MB", float64(img.Size)/1e6)
 	}
-	logf("testkit: %s cannot be pulled; built %s from %s in %v%s",
-		redisOfficialImage, spec.ref, spec.bin, time.Since(begin).Round(time.Millisecond), size)
+	logf("testkit: %s; built %s from %s in %v%s", why, spec.ref, spec.bin, time.Since(begin).Round(time.Millisecond), size)
 	return spec.ref, nil
 }

@@ -28,9 +28,7 @@ const maxExecutors = 2
 // which writes it as one pipeline (one write, one read of all replies);
 // what arrives meanwhile goes into the next batch. The writer waits for a
 // batch until the earliest deadline among its commands, then leaves it to
-// its executor and goes on. A Cluster pool's queue writes through a batcher
-// per shard master (shards, shard.go), each this same machinery on that
-// master's own client. Commands of one batch run on the node in the
+// its executor and goes on. Commands of one batch run on the node in the
 // order they were sent, but for one case: when the server has lost its
 // script cache (restart, SCRIPT FLUSH), the scripts of a batch answer
 // NOSCRIPT and run again with EVAL after it, in their order, so the batch's
@@ -48,9 +46,6 @@ type batcher struct {
 	idle    []*executor   // executors waiting for a batch
 	execs   int           // executors alive
 	wg      sync.WaitGroup
-
-	c      client // what batches are written on; nil: the Pool's client
-	shards shards // on a Cluster pool: a batcher per shard master (shard.go)
 }
 
 type request struct {
@@ -73,29 +68,19 @@ var _ node.Sender = (*redisPool)(nil)
 // Send queues op for this node (see node.Sender). It is safe for concurrent
 // use; after Close it delivers redis.ErrClosed at once. Background ops go to
 // a queue (and writer) of their own: their long deadlines must not hold up
-// the rounds' commands behind a node that does not answer. On a Cluster
-// pool each of the two has a queue per shard master (see shard.go).
+// the rounds' commands behind a node that does not answer.
 func (p *redisPool) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag int) {
 	b := &p.b
 	if op.Background {
 		b = &p.bg
 	}
-	if cc, ok := p.c.(*redis.ClusterClient); ok {
-		b = b.shard(cc, op)
-	}
-	b.enqueue(p, request{op: op, deadline: deadline, rcv: rcv, tag: tag})
-}
-
-// enqueue queues r and makes sure a writer goroutine runs; after stop it
-// delivers redis.ErrClosed at once.
-func (b *batcher) enqueue(p *redisPool, r request) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		r.rcv.Deliver(r.tag, node.Result{Err: redis.ErrClosed})
+		rcv.Deliver(tag, node.Result{Err: redis.ErrClosed})
 		return
 	}
-	b.queue = append(b.queue, r)
+	b.queue = append(b.queue, request{op: op, deadline: deadline, rcv: rcv, tag: tag})
 	if b.wake == nil {
 		b.wake, b.freed = make(chan struct{}, 1), make(chan struct{}, 1)
 	}
@@ -120,30 +105,16 @@ func signal(ch chan struct{}) {
 // stop makes the writer deliver redis.ErrClosed for everything still queued
 // and exit, and waits for it and the executors (for a batch in flight, at
 // most until its deadline plus its Follow; the Pool closes its client first,
-// which ends them at once); so for every shard's batcher. A Send that finds
-// b closed delivers redis.ErrClosed.
+// which ends them at once).
 func (b *batcher) stop() {
-	shards := b.close()
-	for _, s := range shards {
-		s.close()
-	}
-	for _, s := range shards {
-		s.wg.Wait()
-	}
-	b.wg.Wait()
-}
-
-// close marks b closed and wakes its writer; it returns b's shards' batchers.
-func (b *batcher) close() []*batcher {
 	b.mu.Lock()
 	b.closed = true
 	wake := b.wake
-	shards := b.shards.all() // none is added once b is closed
 	b.mu.Unlock()
 	if wake != nil {
 		signal(wake)
 	}
-	return shards
+	b.wg.Wait()
 }
 
 // write is the writer goroutine: it hands batches to executors until the
@@ -251,7 +222,7 @@ func (b *batcher) executor(p *redisPool) *executor {
 		if b.execs < maxExecutors {
 			b.execs++
 			b.mu.Unlock()
-			ex := &executor{in: make(chan []request, 1), done: make(chan uint64, 1), w: b.writer(p)}
+			ex := &executor{in: make(chan []request, 1), done: make(chan uint64, 1), w: writer{p: p, pipe: p.c.Pipeline()}}
 			b.wg.Go(func() { b.execute(ex) })
 			return ex
 		}
@@ -326,26 +297,13 @@ func (t *timer) stop() {
 	}
 }
 
-// writer holds what one executor reuses from batch to batch.
+// writer holds what one writer goroutine reuses from batch to batch.
 type writer struct {
-	p     *redisPool
-	b     *batcher
-	c     client // the client it writes on (a shard's master, or the Pool's)
-	shard bool   // c is a Cluster pool's shard master: redirects are possible
-	pipe  redis.Pipeliner
-	ctx   deadlineCtx
-	cmds  []redis.Cmder
-	reqs  []request
-}
-
-// writer returns a new executor's writer: on b's own client if it has one
-// (a shard's master), else on the Pool's.
-func (b *batcher) writer(p *redisPool) writer {
-	c, shard := b.c, b.c != nil
-	if !shard {
-		c = p.c
-	}
-	return writer{p: p, b: b, c: c, shard: shard, pipe: c.Pipeline()}
+	p    *redisPool
+	pipe redis.Pipeliner
+	ctx  deadlineCtx
+	cmds []redis.Cmder
+	reqs []request
 }
 
 // run writes one batch and delivers every result.
@@ -374,41 +332,24 @@ func (w *writer) run(batch []request) {
 		w.cmds = append(w.cmds, w.p.cmd(ctx, r.op))
 	}
 	if len(w.cmds) == 1 {
-		_ = w.c.Process(ctx, w.cmds[0])
+		_ = w.p.c.Process(ctx, w.cmds[0])
 	} else {
 		for _, c := range w.cmds {
 			_ = w.pipe.Process(ctx, c)
 		}
 		_, _ = w.pipe.Exec(ctx)
 	}
-	var probe string // a key to see whether the slot map is loaded now
-	if w.b.shards.unmapped(w.c) {
-		probe, _ = firstKey(w.reqs[0].op)
-	}
 	for i, r := range w.reqs {
-		r.rcv.Deliver(r.tag, w.settle(ctx, r, w.cmds[i]))
-	}
-	if probe != "" {
-		w.b.shards.learn(ctx, w.c, probe)
+		res := r.op.Result(w.cmds[i])
+		if node.NoScript(res) { // after a restart or SCRIPT FLUSH
+			w.ctx.values = r.op.Values // run alone: with its own caller's values
+			res = r.op.Eval(ctx, w.p.c)
+		}
+		r.rcv.Deliver(r.tag, res)
 	}
 	clear(w.cmds)
 	clear(w.reqs)
 	w.ctx.values = nil
-}
-
-// settle reads r's reply from cmd. After a lost script cache (restart,
-// SCRIPT FLUSH) it runs the script again with EVAL; on a shard, it sends
-// a command that was redirected again (see resend).
-func (w *writer) settle(ctx context.Context, r request, cmd redis.Cmder) node.Result {
-	res := r.op.Result(cmd)
-	if node.NoScript(res) {
-		w.ctx.values = r.op.Values // run alone: with its own caller's values
-		res = r.op.Eval(ctx, w.c)
-	}
-	if w.shard && redirected(res.Err) {
-		res = w.resend(r)
-	}
-	return res
 }
 
 func later(a, b time.Time) time.Time {

@@ -50,6 +50,28 @@ func TestClusterPools(t *testing.T) {
 		t.Errorf("TryLock(\"}x\") = %v; want a plain error before any I/O", err)
 	}
 	clusterWaitWoken(t, ctx, clusters, a, b)
+	t.Run("auto-extended locks renewed together", func(t *testing.T) { clusterRenewMany(t, ctx, a) })
+}
+
+// clusterRenewMany: locks of keys in different slots, due for renewal at
+// once, stay held for several TTLs: their renewals are batched per slot
+// (one command over keys of several slots fails with CROSSSLOT).
+func clusterRenewMany(t *testing.T, ctx context.Context, c *redlock.Client) {
+	var ls []*redlock.Lock
+	for i := range 12 {
+		l, err := c.TryLock(ctx, fmt.Sprintf("renewed-%d", i), redlock.WithTTL(2*time.Second), redlock.WithAutoExtend(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	time.Sleep(5 * time.Second) // 2.5 TTLs: every lock renewed at least twice
+	for i, l := range ls {
+		if held, err := l.Held(ctx); !held || err != nil || l.Err() != nil {
+			t.Errorf("lock %d: Held = %v, %v; Err = %v: an auto-extended lock on Cluster pools was not renewed", i, held, err, l.Err())
+		}
+		_ = l.Release(ctx)
+	}
 }
 
 // clusterClient returns a Client over one Pool per cluster, each with a

@@ -12,8 +12,9 @@ import (
 )
 
 // renew renews a batch of due locks: the ones a renewal may go to, grouped
-// by the TTL they are renewed to, one ExtendMany round per chunk of up to
-// renewChunk locks, all chunks in flight at once. Each lock holds its op
+// by the TTL they are renewed to (and, where a Pool is a Redis Cluster, by
+// hash slot), one ExtendMany round per chunk of up to renewChunk locks, all
+// chunks in flight at once. Each lock holds its op
 // slot (one Extend or Release at a time) from before its command is sent
 // until its outcome is recorded. It runs on a goroutine counted in c.wg.
 func (r *renewer) renew(batch []*Lock) {
@@ -38,7 +39,10 @@ func (r *renewer) renew(batch []*Lock) {
 			<-l.op
 			c.wg.Go(func() { r.renewOne(l, ttl) })
 		default:
-			k := renewKey{ttl: ttl, timeout: l.cfg.nodeTimeout, quorum: l.cfg.quorum, keys: l.sess != nil}
+			k := renewKey{ttl: ttl, timeout: l.cfg.nodeTimeout, quorum: l.cfg.quorum, keys: l.sess != nil, slot: -1}
+			if c.slotted { // one command's keys must share a slot on a Cluster
+				k.slot = keySlot(l.rkey)
+			}
 			groups[k] = append(groups[k], l)
 		}
 	}
@@ -71,6 +75,7 @@ type renewKey struct {
 	ttl, timeout time.Duration
 	quorum       int
 	keys         bool // session locks' keys: refreshed, not renewed (refreshed)
+	slot         int  // the keys' hash slot where a Pool is a Redis Cluster, else -1
 }
 
 // renewalTTL returns the TTL the lock's renewal at now sets, or false when

@@ -77,15 +77,16 @@ func (o *Observer) Contended(e redlock.Event) {
 	o.attemptSpan(&e, now, oc)
 }
 
-// AcquireFailed records an acquiring call that returns an error: its last
-// attempt, its whole time, its round if one ran, and the call's span.
+// AcquireFailed records an acquiring call that returns an error: its whole
+// time, its last round and attempt if no Contended event reported them
+// (e.Nodes is then set), and the call's span.
 func (o *Observer) AcquireFailed(e redlock.Event) {
 	now := time.Now()
 	ctx := orBackground(e.Context)
 	oc := acquireOutcome(e.Err)
-	o.in.attempts.Add(ctx, 1, o.in.byOutcome[oc].add...)
 	o.in.acquireDur.Record(ctx, e.Waited.Seconds(), o.in.byOutcome[oc].rec...)
 	if e.Nodes != nil {
+		o.in.attempts.Add(ctx, 1, o.in.byOutcome[oc].add...)
 		o.in.round(ctx, opAcquire, oc, &e)
 	}
 	o.endCall(&e, now, oc)

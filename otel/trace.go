@@ -39,12 +39,8 @@ func failing(oc outcome) bool {
 func (o *Observer) endCall(e *redlock.Event, now time.Time, oc outcome) trace.SpanContext {
 	begin := now.Add(-e.Waited)
 	var span trace.Span
-	if e.Attempts > 1 {
-		if k, ok := keyOf(e); ok {
-			if c := o.calls.find(k, begin, e.Attempts, true); c != nil {
-				span = c.span
-			}
-		}
+	if c := o.calls.find(e.Call, true); c != nil {
+		span = c.span
 	}
 	if span == nil {
 		_, span = o.tracer.Start(orBackground(e.Context), spanAcquire, trace.WithTimestamp(begin))
@@ -72,20 +68,14 @@ func (o *Observer) attemptSpan(e *redlock.Event, now time.Time, oc outcome) {
 
 // openCall returns the context of the open span of e's call, starting it
 // (at now - e.Waited) if there is none; the caller's context when the call
-// cannot be kept open (WithMaxCalls, or a context that cannot be a key).
+// cannot be kept open (WithMaxCalls).
 func (o *Observer) openCall(e *redlock.Event, now time.Time) context.Context {
 	caller := orBackground(e.Context)
 	begin := now.Add(-e.Waited)
-	k, ok := keyOf(e)
-	if !ok {
-		return caller
+	if c := o.calls.find(e.Call, false); c != nil {
+		return c.ctx
 	}
-	if e.Attempts > 1 { // a first refusal is a new call's
-		if c := o.calls.find(k, begin, e.Attempts, false); c != nil {
-			return c.ctx
-		}
-	}
-	if !o.calls.reserve() {
+	if e.Call == 0 || !o.calls.reserve() {
 		return caller
 	}
 	ctx, span := o.tracer.Start(caller, spanAcquire, trace.WithTimestamp(begin))
@@ -93,7 +83,7 @@ func (o *Observer) openCall(e *redlock.Event, now time.Time) context.Context {
 		o.calls.unreserve()
 		return ctx
 	}
-	o.calls.insert(k, &openCall{begin: begin, attempts: e.Attempts, ctx: ctx, span: span})
+	o.calls.insert(e.Call, &openCall{ctx: ctx, span: span})
 	return ctx
 }
 

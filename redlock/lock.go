@@ -653,7 +653,7 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 		e := l.event(a.elapsed, nil).withRound(a.rd)
 		e.Context, e.Waited, e.Attempts = ctx, a.elapsed, 1
 		if a.call != nil {
-			e.Waited, e.Attempts = time.Since(a.call.begin), a.call.attempts
+			e.Call, e.Waited, e.Attempts = a.call.id, time.Since(a.call.begin), a.call.attempts
 		}
 		cfg.observer.Acquired(e)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,10 +21,13 @@ type Event struct {
 	// steps the Client takes on its own (renewals, Lost).
 	Context context.Context
 
-	// Waited and Attempts describe the acquiring call, for Acquired,
-	// Contended and AcquireFailed: the time since it began, and the
-	// acquisition rounds it has run (a semaphore runs one per permit it
-	// tries).
+	// Call, Waited and Attempts describe the acquiring call, for
+	// Acquired, Contended and AcquireFailed: Call is the same for every
+	// event of one call and distinct across the calls of a process (0 for
+	// other events, and for a Resume's Acquired); Waited is the time since
+	// the call began; Attempts the acquisition rounds it has run (a
+	// semaphore runs one per permit it tries).
+	Call     uint64
 	Waited   time.Duration
 	Attempts int
 
@@ -125,6 +129,7 @@ func (e Event) withRound(rd *round) Event {
 // call is one acquiring call (TryLock, Lock, TryAcquire, ...) as observers
 // see it. Owned by the call's goroutine.
 type call struct {
+	id       uint64 // Event.Call
 	ctx      context.Context
 	key      string
 	begin    time.Time
@@ -137,8 +142,11 @@ func newCall(ctx context.Context, cfg *config, key string) *call {
 	if cfg.observer == nil {
 		return nil
 	}
-	return &call{ctx: ctx, key: key, begin: time.Now()}
+	return &call{id: callIDs.Add(1), ctx: ctx, key: key, begin: time.Now()}
 }
+
+// callIDs numbers the acquiring calls observers see.
+var callIDs atomic.Uint64
 
 // failed tells cfg's observer, if any, that an attempt of cl failed with
 // err: the call returns err (final) or waits and tries again.
@@ -146,7 +154,7 @@ func (c *Client) failed(cfg *config, cl *call, err error, final bool) {
 	if cl == nil || err == nil {
 		return
 	}
-	e := Event{Key: cl.key, Err: err, Context: cl.ctx, Waited: time.Since(cl.begin), Attempts: cl.attempts}
+	e := Event{Key: cl.key, Err: err, Context: cl.ctx, Call: cl.id, Waited: time.Since(cl.begin), Attempts: cl.attempts}
 	var qe *QuorumError
 	if cl.attempts > cl.reported && errors.As(err, &qe) { // a round no event reported yet
 		e.Took, e.Quorum, e.Nodes = qe.Elapsed, qe.Quorum, slices.Clone(qe.Nodes)

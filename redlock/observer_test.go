@@ -112,6 +112,15 @@ func TestObserverSeesContention(t *testing.T) {
 	if last.Attempts < 2 || last.Waited < last.Took || last.Waited < 50*time.Millisecond/2 {
 		t.Fatalf("acquired after waiting: %d attempts, waited %v, took %v: want several attempts and the wait", last.Attempts, last.Waited, last.Took)
 	}
+	calls := map[uint64]int{} // per call number, its events
+	for _, r := range rec.events {
+		if r.kind == "contended" || r.kind == "acquired" || r.kind == "acquire-failed" {
+			calls[r.ev.Call]++
+		}
+	}
+	if len(calls) != 3 || calls[0] != 0 || calls[won[0].ev.Call] != 1 || calls[failed[0].ev.Call] != contended+1 {
+		t.Fatalf("events per call number %v: want 3 calls (the holder's, the one that gave up, the one that waited), each event of a call under its number", calls)
+	}
 }
 
 // TestWaitWithTooFewNodesIsUnavailable: a Lock (or Do) that waits until its

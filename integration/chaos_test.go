@@ -123,6 +123,7 @@ type chaosRun struct {
 	resumed, resumeFailed atomic.Int64
 	why                   *tally
 	quiet                 *countingLogger
+	logs                  *logCount // what the Clients log (redlock.WithLogger)
 	prims                 primitives
 	metrics               *chaosMetrics // every client's Observer; logged at the end
 }
@@ -131,7 +132,7 @@ type chaosRun struct {
 // history.
 func runChaos(t *testing.T, sessions bool) {
 	dur := chaosDuration(t)
-	r := &chaosRun{t: t, sessions: sessions, h: hist.New(), why: newTally(), quiet: &countingLogger{}, metrics: newChaosMetrics(t)}
+	r := &chaosRun{t: t, sessions: sessions, h: hist.New(), why: newTally(), quiet: &countingLogger{}, logs: &logCount{}, metrics: newChaosMetrics(t)}
 	r.c = startCluster(t, chaosTTL, "")
 	dropFenceCounters(t, r.c)
 	r.res = &resource{cl: testkit.Start(t, 1).Clients(t)[0], h: r.h}
@@ -175,7 +176,7 @@ func runChaos(t *testing.T, sessions bool) {
 // keeps it in the list of every client made.
 func (r *chaosRun) newClient(name string) (*chaosClient, error) {
 	poolOpts := []pool.Option{pool.WithRestartGuard(chaosGuard), pool.WithLogger(slog.New(slog.DiscardHandler))}
-	lockOpts := []redlock.Option{redlock.WithNodeTimeout(chaosNodeTimeout), redlock.WithRetryBackoff(5*time.Millisecond, 100*time.Millisecond), r.metrics.option()}
+	lockOpts := []redlock.Option{redlock.WithNodeTimeout(chaosNodeTimeout), redlock.WithRetryBackoff(5*time.Millisecond, 100*time.Millisecond), r.metrics.option(), redlock.WithLogger(slog.New(r.logs))}
 	cc, err := makeChaosClient(r.t, r.c, r.h, name, chaosTTL, r.sessions, poolOpts, lockOpts...)
 	if err != nil {
 		return nil, err
@@ -479,6 +480,7 @@ func (r *chaosRun) report(dur time.Duration, rep *hist.Report) {
 	_, counts := r.f.status()
 	t.Logf("chaos summary (max %d faults at once; %d bytes delivered late; go-redis logged %d failed dials; %d clients died; %d locks resumed by token, %d resumes failed; %d locks of several keys held of %d acquire calls; %d shared holders held of %d acquire calls)",
 		r.f.maxFaults, r.f.lateBytes, r.quiet.n.Load(), r.deaths.Load(), r.resumed.Load(), r.resumeFailed.Load(), r.severalHeld.Load(), r.several.Load(), r.sharedHeld.Load(), r.shared.Load())
+	t.Logf("the Clients logged %v", r.logs)
 	t.Logf("acquire calls that won: %s", durations(r.lat.get(true)))
 	t.Logf("acquire calls that failed: %s; their last rounds' node answers: %s", durations(r.lat.get(false)), r.why.all())
 	kind := "mixed"

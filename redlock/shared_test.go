@@ -90,12 +90,18 @@ func sharedSubset(t *testing.T, e *env, c *Client, taken, failing int) {
 		return err == nil && n >= 3 || err != nil && n == 0
 	})
 	for i := range e.nodes {
-		switch v := e.value(i, k); {
+		// A node the round did not wait for may take our holder while
+		// this reads (the key and its holders change together, in one
+		// script): a holder without the key's mark counts only when the
+		// holders read the same before and after the key.
+		before := ours(i)
+		v := e.value(i, k)
+		switch {
 		case taken&(1<<i) != 0 && (v != "someone-else" || ours(i)):
 			t.Fatalf("taken %05b failing %05b: node %d: the other lock's key became %q, holders %v", taken, failing, i, v, e.sharedHolders(i, k))
 		case i%2 == 1 && taken&(1<<i) == 0 && !strings.Contains(strings.Join(e.sharedHolders(i, k), ","), "reader-x"):
 			t.Fatalf("node %d: the other shared holder is gone: %v", i, e.sharedHolders(i, k))
-		case ours(i) && !strings.HasPrefix(v, "\x1c"):
+		case before && ours(i) && !strings.HasPrefix(v, "\x1c"):
 			t.Fatalf("node %d: a shared holder on a key that reads %q", i, v)
 		}
 	}

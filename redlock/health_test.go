@@ -10,11 +10,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
-	"github.com/quorumlock/quorumlock/pool"
 )
 
 // lockedBuffer is a bytes.Buffer for a slog handler written from several
@@ -118,23 +113,8 @@ func TestNodeRefusingOneKeyIsNoOutage(t *testing.T) {
 // unreachable, and are not ErrUnavailable (found by the adversarial
 // review).
 func TestCallersShortDeadlineIsNoOutage(t *testing.T) {
-	var pools []pool.Pool
-	for i := range 3 {
-		m := miniredis.RunT(t)
-		rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-		t.Cleanup(func() { _ = rdb.Close() })
-		p, err := pool.New(rdb, pool.WithName(fmt.Sprintf("node%d", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pools = append(pools, p)
-	}
 	var buf lockedBuffer
-	c, err := New(pools, testNodeTimeout, WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := newEnv(t, 3).scriptClient(WithLogger(slog.New(slog.NewTextHandler(&buf, nil)))) // queued Pools: commands can miss their deadline in the queue
 	held, err := c.TryLock(context.Background(), "held")
 	if err != nil {
 		t.Fatal(err)

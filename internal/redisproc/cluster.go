@@ -27,14 +27,7 @@ const clusterSlots = 16384
 // fails; a failure fails the test with t.Fatalf.
 func StartClusters(t testing.TB, n, masters int) []Servers {
 	t.Helper()
-	bin, err := FindBinary()
-	if err != nil {
-		t.Fatalf("redisproc: %v (apt-get install redis-server)", err)
-	}
-	dir, err := TempDir()
-	if err != nil {
-		t.Fatalf("redisproc: %v", err)
-	}
+	bin, dir := binAndDir(t)
 	out := make([]Servers, n)
 	t.Cleanup(func() {
 		for _, ss := range out {
@@ -157,14 +150,7 @@ func waitClusterOK(ctx context.Context, ss Servers) error {
 // is not a failover setup.
 func StartSentinel(t testing.TB, masters Servers) string {
 	t.Helper()
-	bin, err := FindBinary()
-	if err != nil {
-		t.Fatalf("redisproc: %v (apt-get install redis-server)", err)
-	}
-	dir, err := TempDir()
-	if err != nil {
-		t.Fatalf("redisproc: %v", err)
-	}
+	bin, dir := binAndDir(t)
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	port, err := PickPort()
 	if err != nil {
@@ -234,4 +220,18 @@ func waitSentinel(addr string, n int) error {
 		}
 	}
 	return nil
+}
+
+// binAndDir returns the server binary and a new directory for a test's
+// servers, or fails the test.
+func binAndDir(t testing.TB) (bin, dir string) {
+	t.Helper()
+	bin, err := FindBinary()
+	if err != nil {
+		t.Fatalf("redisproc: %v (apt-get install redis-server)", err)
+	}
+	if dir, err = TempDir(); err != nil {
+		t.Fatalf("redisproc: %v", err)
+	}
+	return bin, dir
 }

@@ -28,7 +28,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/pool"
-	"github.com/quorumlock/quorumlock/redlock"
 )
 
 const (
@@ -213,20 +212,12 @@ type clusterOurs struct {
 
 func (cb *clusterBench) newOurs([]string) (impl, error) {
 	o := &clusterOurs{ccs: cb.clusterClients()}
-	for _, cc := range o.ccs {
-		p, err := pool.New(cc)
-		if err != nil {
-			o.close()
-			return nil, err
-		}
-		o.pools = append(o.pools, p)
-	}
-	c, err := redlock.New(o.pools, redlock.WithTTL(ttl))
+	our, err := oursOf(len(o.ccs), func(i int) (pool.Pool, error) { return pool.New(o.ccs[i]) })
 	if err != nil {
 		o.close()
 		return nil, err
 	}
-	o.c = c
+	o.ours = *our
 	return o, nil
 }
 

@@ -59,9 +59,19 @@ type ours struct {
 }
 
 func newOurs(addrs []string) (impl, error) {
+	o, err := oursOf(len(addrs), func(i int) (pool.Pool, error) { return pool.Dial(&redis.Options{Addr: addrs[i]}) })
+	if err != nil {
+		return nil, err // not a typed nil impl
+	}
+	return o, nil
+}
+
+// oursOf is quorumlock over the n Pools open makes; on failure what it made
+// is closed.
+func oursOf(n int, open func(i int) (pool.Pool, error)) (*ours, error) {
 	o := &ours{}
-	for _, a := range addrs {
-		p, err := pool.Dial(&redis.Options{Addr: a})
+	for i := range n {
+		p, err := open(i)
 		if err != nil {
 			o.close()
 			return nil, err

@@ -105,6 +105,7 @@ func TestInspectShowsTheLock(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	e.waitGone(rkey("job")) // Release returns at quorum; the rest follow
 	in, err = c.Inspect(ctx, "job")
 	if err != nil || in.State != StateFree || in.Holder != "" || in.Nodes[0].TTL != 0 {
 		t.Fatalf("Inspect after release: %+v, %v", in, err)

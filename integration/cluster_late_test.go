@@ -24,14 +24,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/internal/redisproc"
 	"github.com/quorumlock/quorumlock/redlock"
 	"github.com/quorumlock/quorumlock/testkit"
 )
@@ -57,18 +56,20 @@ type clusterRig struct {
 // cluster's shard master never alters the next holder's key there, and
 // never leaves a's token behind for longer than the late-landing bound.
 func TestClusterLateLandings(t *testing.T) {
-	clusters := startRedisClusters(t, 3, 3)
+	clusters := redisproc.StartClusters(t, 3, 3)
 	r := &clusterRig{ctx: ctxT(t, 90*time.Second), proxies: map[string]*testkit.Proxy{}}
-	for _, kc := range clusters {
-		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: kc.Addrs(), MaxRetries: -1})
+	for _, ss := range clusters {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: ss.Addrs(), MaxRetries: -1})
 		t.Cleanup(func() { _ = cc.Close() })
 		r.admins = append(r.admins, cc)
-		for i := range kc.Len() {
-			r.proxies[kc.Node(i).Addr()] = kc.Node(i).Proxy(t)
+		for _, addr := range ss.Addrs() {
+			r.proxies[addr] = testkit.NewProxy(t, addr)
 		}
 	}
-	r.a = clusterPoolsClient(t, clusters, r.viaProxy, redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(lateNodeTimeout))
-	r.b = clusterPoolsClient(t, clusters, nil, redlock.WithTTL(clusterLateBTTL), redlock.WithNodeTimeout(patient))
+	r.a = clusterPoolsClient(t, clusters, func(o *redis.ClusterOptions) { o.Dialer = r.viaProxy },
+		redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(lateNodeTimeout))
+	r.b = clusterPoolsClient(t, clusters, func(*redis.ClusterOptions) {},
+		redlock.WithTTL(clusterLateBTTL), redlock.WithNodeTimeout(patient))
 	for _, c := range []*redlock.Client{r.a, r.b} {
 		if !r.cycle(t, c, "warm-up") {
 			t.Fatal("warm-up failed")
@@ -87,77 +88,6 @@ func TestClusterLateLandings(t *testing.T) {
 			lateAttempts(t, func(key string) bool { return sc.run(t, sc.prefix+"/"+key) })
 		})
 	}
-}
-
-// startRedisClusters starts n Redis Clusters of masters masters each, as
-// testkit servers (so that a testkit.Proxy can reach each node), with an
-// equal range of slots per master, and returns them once every node reports
-// cluster_state:ok and knows the others. They run as processes: a
-// container's node would announce its container address in CLUSTER SLOTS.
-func startRedisClusters(t *testing.T, n, masters int) []*testkit.Cluster {
-	t.Setenv(testkit.EnvBackend, testkit.BackendProcess)
-	ctx := ctxT(t, 30*time.Second)
-	out := make([]*testkit.Cluster, n)
-	for c := range out {
-		out[c] = testkit.Start(t, masters, testkit.WithArgs("--cluster-enabled", "yes", "--cluster-node-timeout", "5000"))
-		first := testkit.NewClient(out[c].Node(0).Addr(), "")
-		for i, addr := range out[c].Addrs() {
-			cl := testkit.NewClient(addr, "")
-			err := cl.Do(ctx, "cluster", "addslotsrange", i*16384/masters, (i+1)*16384/masters-1).Err()
-			_ = cl.Close()
-			if err == nil && i > 0 {
-				port, _ := strconv.Atoi(addr[strings.LastIndexByte(addr, ':')+1:])
-				err = first.Do(ctx, "cluster", "meet", "127.0.0.1", port, port+10000).Err() // the default bus port
-			}
-			if err != nil {
-				t.Fatalf("cluster %d, %s: %v", c, addr, err)
-			}
-		}
-		_ = first.Close()
-	}
-	want := fmt.Sprintf("cluster_known_nodes:%d", masters)
-	for c, kc := range out {
-		cls := kc.Clients(t)
-		eventually(t, 20*time.Second, 20*time.Millisecond, fmt.Sprintf("cluster %d formed", c), func() bool {
-			for _, cl := range cls {
-				info, err := cl.ClusterInfo(ctx).Result()
-				if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, want) {
-					return false
-				}
-			}
-			return true
-		})
-	}
-	return out
-}
-
-// clusterPoolsClient returns a Client with opts over one Pool per cluster,
-// each over a Cluster client of its own seeded with the cluster's addresses
-// and set up as pool.New's doc asks; dial, unless nil, is its Dialer.
-// Client, Pools and Cluster clients close at the end of the test.
-func clusterPoolsClient(t *testing.T, clusters []*testkit.Cluster, dial func(context.Context, string, string) (net.Conn, error), opts ...redlock.Option) *redlock.Client {
-	t.Helper()
-	pools := make([]pool.Pool, len(clusters))
-	for i, kc := range clusters {
-		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: kc.Addrs(), Dialer: dial, ContextTimeoutEnabled: true, MaxRetries: -1})
-		t.Cleanup(func() { _ = cc.Close() })
-		p, err := pool.New(cc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = p.Close() })
-		pools[i] = p
-	}
-	c, err := redlock.New(pools, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return c
 }
 
 // viaProxy is a's Dialer: it reaches a cluster node, whose real address the

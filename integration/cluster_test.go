@@ -74,18 +74,27 @@ func clusterRenewMany(t *testing.T, ctx context.Context, c *redlock.Client) {
 	}
 }
 
-// clusterClient returns a Client over one Pool per cluster, each with a
-// Cluster client of its own set up as pool.New's doc asks, connecting as
-// user (password "pw") unless user is ""; Client, Pools and clients close
-// at the end of the test.
+// clusterClient returns a Client (node timeout patient) over one Pool per
+// cluster, as clusterPoolsClient makes them, authenticated as user ("":
+// the default user, else with password "pw").
 func clusterClient(t *testing.T, clusters []redisproc.Servers, user string) *redlock.Client {
+	return clusterPoolsClient(t, clusters, func(o *redis.ClusterOptions) {
+		if user != "" {
+			o.Username, o.Password = user, "pw"
+		}
+	}, redlock.WithNodeTimeout(patient))
+}
+
+// clusterPoolsClient returns a Client with opts over one Pool per cluster,
+// each over a Cluster client of its own seeded with the cluster's addresses,
+// set up as pool.New's doc asks and then by set. Client, Pools and Cluster
+// clients close at the end of the test.
+func clusterPoolsClient(t *testing.T, clusters []redisproc.Servers, set func(*redis.ClusterOptions), opts ...redlock.Option) *redlock.Client {
 	t.Helper()
 	pools := make([]pool.Pool, len(clusters))
 	for i, ss := range clusters {
 		o := &redis.ClusterOptions{Addrs: ss.Addrs(), ContextTimeoutEnabled: true, MaxRetries: -1}
-		if user != "" {
-			o.Username, o.Password = user, "pw"
-		}
+		set(o)
 		cc := redis.NewClusterClient(o)
 		t.Cleanup(func() { _ = cc.Close() })
 		p, err := pool.New(cc)
@@ -95,7 +104,7 @@ func clusterClient(t *testing.T, clusters []redisproc.Servers, user string) *red
 		t.Cleanup(func() { _ = p.Close() })
 		pools[i] = p
 	}
-	c, err := redlock.New(pools, redlock.WithNodeTimeout(patient))
+	c, err := redlock.New(pools, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

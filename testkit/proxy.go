@@ -4,6 +4,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -97,6 +98,21 @@ type heldChunk struct {
 	n           int
 	ready, done chan struct{}
 	written     atomic.Bool
+}
+
+// NewProxy starts a new in-process TCP proxy from 127.0.0.1:<random port>
+// to target, a "host:port" that need not be a Node of this package (a
+// server the test started otherwise, such as a Redis Cluster's node), and
+// registers a t.Cleanup that closes it. The proxy dials target only when a
+// client connects. It fails the test with t.Fatalf if it cannot listen.
+func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	p, err := newProxy(target)
+	if err != nil {
+		t.Fatalf("testkit: proxy to %s: %v", target, err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
 }
 
 func newProxy(target string) (*Proxy, error) {

@@ -464,12 +464,7 @@ func (n *Node) freeze(want nodeState, what string, do func() error) error {
 // node. Proxy fails the test with t.Fatalf if it cannot listen.
 func (n *Node) Proxy(t testing.TB) *Proxy {
 	t.Helper()
-	p, err := newProxy(n.addr)
-	if err != nil {
-		t.Fatalf("testkit: proxy to node %d: %v", n.index, err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	return p
+	return NewProxy(t, n.addr)
 }
 
 // waitReady waits until the node answers PING (redisproc.WaitReady).

@@ -7,11 +7,13 @@ package main
 // standalone servers, and runs 16 workers on distinct keys (TryLock, then
 // Release: runOne's distinct mode) with: quorumlock over 3 Pools, each from
 // pool.New of a ClusterClient on one cluster; redsync over the same 3
-// ClusterClients; and quorumlock over 3 of the standalone masters (Dial),
-// each one independent node of the quorum, as a cluster is. The runs are
+// ClusterClients; quorumlock over 3 of the standalone masters (Dial),
+// each one independent node of the quorum, as a cluster is; and the shard
+// split (shards.go): 9 standalone masters, each shard's workers on their
+// own 3. The runs are
 // interleaved, their order rotated by the pass. The servers' CPU per cycle
-// is that of the servers the run used (the 9 cluster nodes, or the 3
-// standalone masters), from /proc/<pid>/stat.
+// is that of the servers the run used (the 9 cluster nodes, the 3
+// standalone masters, or the shard split's 9), from /proc/<pid>/stat.
 
 import (
 	"context"
@@ -55,12 +57,14 @@ var clusterRuns = []clusterRun{
 	{oursName, "quorumlock, 3 cluster pools", oursName},
 	{base, "redsync, the same 3 cluster clients", base},
 	{oursStandalone, "quorumlock, 3 standalone masters (Dial)", oursName},
+	{oursShards, "quorumlock, shard split: 9 standalone masters, each shard's workers on their own 3", oursName},
 }
 
 // clusterBench runs the cluster scenario, pass by pass, and reports it.
 type clusterBench struct {
 	runs    []clusterRun
 	nodes   [][]*server // per cluster
+	shards  []*server   // the shard-split run's standalone masters
 	dir     string      // the nodes' config files
 	results map[string][]result
 }
@@ -105,7 +109,8 @@ func (cb *clusterBench) start(ctx context.Context, bin string) error {
 			return err
 		}
 	}
-	return nil
+	cb.shards, err = startServers(ctx, bin, clusters*clusterMasters)
+	return err
 }
 
 // close stops the clusters' servers and removes their config files.
@@ -116,6 +121,7 @@ func (cb *clusterBench) close() {
 	for _, srvs := range cb.nodes {
 		stopServers(srvs)
 	}
+	stopServers(cb.shards)
 	if cb.dir != "" {
 		_ = os.RemoveAll(cb.dir)
 	}
@@ -187,6 +193,8 @@ func (cb *clusterBench) pass(ctx context.Context, p int, standalone []*server, w
 			mk = cb.newRedsync
 		case oursStandalone:
 			mk, srvs = newOurs, standalone[:clusters]
+		case oursShards:
+			mk, srvs = newShards, cb.shards
 		}
 		var addrs []string
 		for _, s := range srvs {
@@ -264,7 +272,7 @@ func (cb *clusterBench) markdown(meds map[string]result, passes int, dur time.Du
 	var b strings.Builder
 	fmt.Fprintf(&b, "#### %s (`%s`)\n\n", clusterScenario.title, clusterID)
 	fmt.Fprintf(&b, "Medians of %d interleaved pass(es), %s measured per run. A cycle is a TryLock and a Release. "+
-		"Servers' CPU is that of the servers the run used: the 9 cluster nodes, or the 3 standalone masters.\n\n", passes, human(dur))
+		"Servers' CPU is that of the servers the run used: the 9 cluster nodes, the 3 standalone masters, or the shard split's 9.\n\n", passes, human(dur))
 	b.WriteString("| implementation | cycles/s | servers' CPU per cycle (µs) | client CPU per cycle (µs) | servers' reads per cycle | cycle p50 (ms) | cycle p99 (ms) | failed | errors | goroutines left |\n")
 	b.WriteString("|---|" + strings.Repeat("---:|", 9) + "\n")
 	for _, r := range cb.runs {
@@ -278,6 +286,10 @@ func (cb *clusterBench) markdown(meds map[string]result, passes int, dur time.Du
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, ratio(a.tput, z.tput), ratio(float64(a.srvCPU), float64(z.srvCPU)), ratio(float64(a.cpu), float64(z.cpu)))
 	}
 	line("quorumlock on clusters ÷ quorumlock on standalone masters (target: servers' CPU ≤ 1.50×)", ours, std)
+	if split, ok := meds[oursShards]; ok {
+		line("shard split ÷ quorumlock on standalone masters (per-shard writers, no cluster mode)", split, std)
+		line("quorumlock on clusters ÷ shard split", ours, split)
+	}
 	if _, ok := meds[base]; ok {
 		line("quorumlock on clusters ÷ redsync on clusters", ours, rs)
 	}

@@ -291,11 +291,17 @@ func redisKeyOf(prefix, key string) string { return prefix + "{" + key + "}" }
 
 // checkTag returns an error when the Redis key of key under cfg's prefix
 // has no hash tag: a key that begins with '}' (prefix{}...}), or a prefix
-// that ends a tag of its own. Redis Cluster (and a Ring) would place it by
-// its whole name, and a script that touches it and a key formed from it
-// would fail with CROSSSLOT. Such keys are refused on every kind of Pool,
-// so that a name that works in a test on one server works on a Cluster.
+// that ends a tag of its own; or when the prefix opens a tag it does not
+// close ("app{"), which gives the lock key a tag that runs into the key and
+// the keys formed from the prefix another. Redis Cluster (and a Ring) would
+// place them in different slots, and a script that touches the lock key and
+// a key formed with it would fail with CROSSSLOT. Such keys are refused on
+// every kind of Pool, so that a name that works in a test on one server
+// works on a Cluster.
 func checkTag(cfg *config, key string) error {
+	if i := strings.IndexByte(cfg.prefix, '{'); i >= 0 && strings.IndexByte(cfg.prefix[i+1:], '}') < 0 {
+		return fmt.Errorf("the key prefix %q opens a Redis Cluster hash tag that it does not close, so the lock's keys could land in different slots; close it in the prefix (WithKeyPrefix(\"{app}:\")) or use a prefix without '{'", cfg.prefix)
+	}
 	rkey := redisKeyOf(cfg.prefix, key)
 	if _, ok := hashTag(rkey); ok {
 		return nil

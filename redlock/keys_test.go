@@ -79,6 +79,39 @@ func TestPrefixWithoutTagRefused(t *testing.T) {
 	}
 }
 
+// TestPrefixThatOpensATagRefused: a key prefix that opens a hash tag it
+// does not close ("app{") gives the lock key a tag that runs into the key
+// ("{orders"), while the keys formed from the prefix get another (the
+// per-slot counter's "{45d"): fenced locks on a Cluster pool failed every
+// time with CROSSSLOT. Such prefixes are refused before any I/O; every
+// prefix and key accepted forms keys that share the lock key's slot.
+func TestPrefixThatOpensATagRefused(t *testing.T) {
+	e := newEnv(t, 3)
+	ctx := context.Background()
+	before := e.commands()
+	for _, prefix := range []string{"app{", "a{b:", "x{}{"} {
+		_, err := e.scriptClient(WithKeyPrefix(prefix)).TryLock(ctx, "orders", WithFencing(true))
+		if err == nil || !strings.Contains(err.Error(), "WithKeyPrefix") {
+			t.Errorf("TryLock under the prefix %q: %v, want an error about the prefix", prefix, err)
+		}
+	}
+	if after := e.commands(); after != before {
+		t.Errorf("the refused calls sent %d commands to the nodes, want none", after-before)
+	}
+	for _, prefix := range []string{"", "quorumlock:", "{shop}:", "a}", "x{y}z{", "}{", "app{", "a{b:", "{", "{}", "x{}{"} {
+		for _, key := range []string{"orders", "a}b", "{x}", "a{b", "{", "}x"} {
+			cfg := &config{prefix: prefix}
+			if checkTag(cfg, key) != nil {
+				continue
+			}
+			rk := redisKeyOf(prefix, key)
+			if s, want := keySlot(fenceKeyOf(prefix, rk, true)), keySlot(rk); s != want {
+				t.Errorf("prefix %q, key %q accepted, but its counter %q is in slot %d, the lock key %q in %d", prefix, key, fenceKeyOf(prefix, rk, true), s, rk, want)
+			}
+		}
+	}
+}
+
 // TestKeysWithBracesElsewhere: a brace anywhere else keeps the hash tag
 // non-empty; such keys lock, fence and release as any other, and every key
 // a lock's scripts form (the legacy per-key counter, the line of waiters,

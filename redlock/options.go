@@ -260,9 +260,11 @@ func WithMetadata(desc string) Option {
 // WithKeyPrefix sets the prefix of the Redis keys (default "quorumlock:").
 // A lock named K lives under the Redis key prefix + "{" + K + "}": the braces
 // make it a Redis Cluster hash tag, so keys that belong to one lock always
-// share a slot. A prefix that closes a hash tag of its own (a '}' after its
-// first '{') is refused by every call that uses it, as a key beginning with
-// '}' is: such Redis keys have no hash tag.
+// share a slot. A prefix with a hash tag of its own ("{shop}:") puts every
+// lock under it in that tag's slot. A prefix whose first '{' is closed at
+// once ("app{}") or never ("app{") is refused by every call that uses it,
+// as a key beginning with '}' is: the lock's keys would have no hash tag,
+// or not one tag, and could land in different slots.
 func WithKeyPrefix(prefix string) Option {
 	return func(c *config) error {
 		c.prefix = prefix

@@ -31,20 +31,23 @@ import (
 type Hook struct {
 	tracer trace.Tracer
 	root   bool
-	server atomic.Pointer[[]attribute.KeyValue] // set by NewHook or the first dial
+	learn  bool                                 // NewHook was given no address: each dial tells it
+	server atomic.Pointer[[]attribute.KeyValue] // set by NewHook or by the latest dial
 }
 
 var _ redis.Hook = (*Hook)(nil)
 
 // NewHook returns a Hook for the Redis server at addr ("host:port"); with
-// addr "", the address is taken from the client's first dial. It fails only
-// on a bad option; WithTracerProvider and WithRootSpans apply.
+// addr "", the address is the remote address of the connection the client
+// dialed last, so that the spans of a Sentinel-managed master
+// (pool.DialFailover) name the master it reached, after a failover too. It
+// fails only on a bad option; WithTracerProvider and WithRootSpans apply.
 func NewHook(addr string, opts ...Option) (*Hook, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	h := &Hook{tracer: cfg.tracers.Tracer(ScopeName, trace.WithSchemaURL(schemaURL)), root: cfg.rootSpans}
+	h := &Hook{tracer: cfg.tracers.Tracer(ScopeName, trace.WithSchemaURL(schemaURL)), root: cfg.rootSpans, learn: addr == ""}
 	if addr != "" {
 		h.server.Store(serverAttrs(addr))
 	}
@@ -66,14 +69,20 @@ func serverAttrs(addr string) *[]attribute.KeyValue {
 	return &kv
 }
 
-// DialHook learns the server's address from the first dial when NewHook
-// was given none; it makes no span.
+// DialHook learns the server's address from each connection dialed when
+// NewHook was given none: the connection's remote address, not the address
+// asked for, which a Sentinel client gives as "FailoverClient". It makes no
+// span.
 func (h *Hook) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if h.server.Load() == nil {
-			h.server.CompareAndSwap(nil, serverAttrs(addr))
+		conn, err := next(ctx, network, addr)
+		if err == nil && h.learn {
+			if ra := conn.RemoteAddr(); ra != nil && ra.String() != "" {
+				addr = ra.String()
+			}
+			h.server.Store(serverAttrs(addr))
 		}
-		return next(ctx, network, addr)
+		return conn, err
 	}
 }
 
@@ -165,7 +174,17 @@ func errorType(err error) string {
 	case errors.Is(err, context.Canceled):
 		return "canceled"
 	}
-	return fmt.Sprintf("%T", err)
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return "net." + oe.Op // net.dial, net.read, net.write
+	}
+	for {
+		inner := errors.Unwrap(err)
+		if inner == nil {
+			return fmt.Sprintf("%T", err)
+		}
+		err = inner
+	}
 }
 
 // commandNames are the upper-case names of the commands lock operations

@@ -111,3 +111,24 @@ func TestDialFailover(t *testing.T) {
 		}
 	}
 }
+
+// TestNewRefusesClusterReadsFromReplicas: a ClusterClient that routes
+// reads to replicas is refused (Lock.Held and Client.Locked read with GET);
+// one that sends everything to masters is accepted.
+func TestNewRefusesClusterReadsFromReplicas(t *testing.T) {
+	for _, o := range []redis.ClusterOptions{{ReadOnly: true}, {RouteByLatency: true}, {RouteRandomly: true}, {}} {
+		o.Addrs = []string{"127.0.0.1:1"}
+		cc := redis.NewClusterClient(&o)
+		p, err := New(cc)
+		switch reads := o.ReadOnly || o.RouteByLatency || o.RouteRandomly; {
+		case reads && (err == nil || !strings.Contains(err.Error(), "replicas")):
+			t.Errorf("New(ClusterClient %+v) = %v, want an error about replicas", o, err)
+		case !reads && err != nil:
+			t.Errorf("New(ClusterClient to masters) = %v", err)
+		}
+		if p != nil {
+			_ = p.Close()
+		}
+		_ = cc.Close()
+	}
+}

@@ -162,11 +162,24 @@ var _ Pool = (*redisPool)(nil)
 // restart guard and the eviction check apply only if the client's
 // redis.Options.OnConnect is the hook OnConnect returns.
 //
-// New returns an error for a nil client, an invalid option, or, when no
-// WithName is given, a client it cannot name (see WithName).
+// A client must send every command to masters: a replica cannot hold a
+// lock, and a read there (Lock.Held, Client.Locked) can answer from a past
+// the master has left. New refuses a ClusterClient that reads from
+// replicas (ReadOnly, RouteByLatency, RouteRandomly); it cannot see the
+// options of a redis.NewFailoverClient, whose ReplicaOnly, RouteByLatency
+// and RouteRandomly must stay false (DialFailover checks them).
+//
+// New returns an error for a nil client, a ClusterClient that reads from
+// replicas, an invalid option, or, when no WithName is given, a client it
+// cannot name (see WithName).
 func New(c redis.UniversalClient, opts ...Option) (Pool, error) {
 	if c == nil {
 		return nil, errors.New("pool: New: the client is nil; pass a *redis.Client (or another redis.UniversalClient) for one Redis master")
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		if o := cc.Options(); o.ReadOnly || o.RouteByLatency || o.RouteRandomly {
+			return nil, errors.New("pool: New: the ClusterClient reads from replicas (ReadOnly, RouteByLatency or RouteRandomly), which cannot hold a lock and may answer from the past; leave them false")
+		}
 	}
 	cfg := defaults()
 	cfg.name = addrOf(c)

@@ -256,6 +256,7 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *line, 
 		// Close began during the round and will not release this lock:
 		// roll it back like a failed round.
 	}
+	ended := callerErr(ctx) // before the roll-back, which may outlast the caller's deadline
 	c.rollback(ctx, cfg, v.rd, v.said)
 	for i, u := range v.unsure { // their SET may land yet
 		if u {
@@ -273,9 +274,9 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *line, 
 			qe.Validity = v.validity
 		}
 	}
-	if err := callerErr(ctx); err != nil {
+	if ended != nil {
 		qe.cut = true // the caller's deadline, not the nodes, may have ended it
-		return nil, fmt.Errorf("%w: %w", qe, err)
+		return nil, fmt.Errorf("%w: %w", qe, ended)
 	}
 	return nil, qe
 }

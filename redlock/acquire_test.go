@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/drift"
+	"github.com/quorumlock/quorumlock/pool"
 )
 
 // errorReplies are the server error replies a failing node gives, in turn.
@@ -525,4 +526,61 @@ func TestErrUnavailable(t *testing.T) {
 	if !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrUnavailable) {
 		t.Fatalf("a taken key: %v; want ErrNotAcquired and not ErrUnavailable", err)
 	}
+}
+
+// TestUnavailableWhileRollingBack: a round the failed nodes decided is
+// unavailable even when the caller's deadline passes afterwards, while the
+// roll-back waits for a slow release of the node that said yes: the
+// deadline did not cut the round short.
+func TestUnavailableWhileRollingBack(t *testing.T) {
+	e := newEnv(t, 3)
+	yes := make(chan struct{})
+	pools := []pool.Pool{
+		failAfter{e.nodes[0].fault, yes}, failAfter{e.nodes[1].fault, yes},
+		closeAfterAcquire{e.nodes[2].fault, yes},
+	}
+	c := New2(t, pools, WithNodeTimeout(5*time.Second))
+	e.nodes[2].fault.hold(false, "release")
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	go func() {
+		<-ctx.Done()
+		e.nodes[2].fault.open()
+	}()
+	_, err := c.TryLock(ctx, "rolled")
+	if ctx.Err() == nil {
+		t.Fatalf("TryLock returned before the caller's deadline, while the roll-back was held: %v", err)
+	}
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("2 of 3 nodes refused, the deadline passed during the roll-back: %v; want ErrUnavailable, not the deadline", err)
+	}
+}
+
+// failAfter is a Pool whose Acquire fails with a refused connection once
+// after is closed.
+type failAfter struct {
+	pool.Pool
+	after <-chan struct{}
+}
+
+func (f failAfter) Acquire(ctx context.Context, _, _ string, _ time.Duration) (bool, error) {
+	select {
+	case <-f.after:
+		return false, errConnRefused
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// closeAfterAcquire is a Pool that closes done once its first Acquire
+// returned.
+type closeAfterAcquire struct {
+	pool.Pool
+	done chan struct{}
+}
+
+func (p closeAfterAcquire) Acquire(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	ok, err := p.Pool.Acquire(ctx, key, token, ttl)
+	close(p.done)
+	return ok, err
 }

@@ -250,7 +250,7 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *line, 
 		v.writeBack(ctx, c, cfg, key)
 	}
 	if v.won {
-		if l := c.newLock(ctx, cfg, key, v); l != nil {
+		if l := c.newLock(ctx, unobserved(cfg, t), key, v); l != nil {
 			return l, nil
 		}
 		// Close began during the round and will not release this lock:
@@ -279,6 +279,19 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *line, 
 		return nil, fmt.Errorf("%w: %w", qe, ended)
 	}
 	return nil, qe
+}
+
+// unobserved is cfg, or, for an attempt at a permit that met another
+// permit count, a copy without the Observer: the permit is given back at
+// once and the call fails, so the Observer hears of the call only as its
+// AcquireFailed.
+func unobserved(cfg *config, t *target) *config {
+	if cfg.observer == nil || t.permit == nil || t.permit.declared < 0 {
+		return cfg
+	}
+	quiet := *cfg
+	quiet.observer = nil
+	return &quiet
 }
 
 // acquisition is the state of one acquisition round.

@@ -84,7 +84,8 @@ func (e Event) Unavailable() bool { return errors.Is(e.Err, ErrUnavailable) }
 // that passed its argument checks ends in exactly one Acquired or
 // AcquireFailed; a Resume that succeeds is reported as Acquired, one that
 // fails is not reported. A permit taken while a node declares another
-// count is given back: Acquired and Released, then AcquireFailed. Its methods are called synchronously from the goroutine
+// count is given back unreported: that call ends in AcquireFailed
+// (ErrPermitMismatch) alone. Its methods are called synchronously from the goroutine
 // that did the step (the caller's, or one the Client runs: renewals, the
 // lease's timer), so they must be quick, must not block, and must not call
 // back into the Lock or Client (Extend, Release or Client.Close from an

@@ -8,6 +8,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/pool"
 )
 
 // permitKey and countKey are the Redis keys of a semaphore under the
@@ -174,6 +178,64 @@ func TestSemaphoreCountMismatch(t *testing.T) {
 	three, _ = c.Semaphore("mm", 3)
 	if _, err := three.TryAcquire(context.Background()); err != nil {
 		t.Fatalf("3 permits once the 2-permit declaration lapsed: %v", err)
+	}
+}
+
+// TestSemaphoreMismatchEndsInOneEvent: a permit won on the nodes that
+// declare no count, while one node declares another, is given back, and
+// the call fails with ErrPermitMismatch: the Observer hears of the call
+// once, as AcquireFailed, not of a permit that was never the caller's.
+func TestSemaphoreMismatchEndsInOneEvent(t *testing.T) {
+	e := newEnv(t, 5)
+	rec := &recorder{}
+	pools := make([]pool.Pool, len(e.nodes))
+	for i, n := range e.nodes {
+		rdb := redis.NewClient(&redis.Options{Addr: n.m.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		if i > 0 { // node 0's "another count" is counted before the others' yes decide the round
+			rdb.AddHook(delayHook(50 * time.Millisecond))
+		}
+		pools[i], _ = pool.New(rdb, pool.WithName(fmt.Sprintf("node%d", i)))
+	}
+	c := New2(t, pools, WithObserver(rec))
+	verifyAll(t, c)
+	if err := e.nodes[0].m.Set(countKey("mm1"), "2"); err != nil {
+		t.Fatal(err)
+	}
+	three, _ := c.Semaphore("mm1", 3)
+	if _, err := three.TryAcquire(context.Background()); !errors.Is(err, ErrPermitMismatch) {
+		t.Fatalf("TryAcquire of 3 permits where node 0 declares 2: %v, want ErrPermitMismatch", err)
+	}
+	if n := e.holders(countKey("mm1"), "3"); n < 3 { // a permit was won: the count it declared stays
+		t.Fatalf("3 permits declared on %d nodes, want a quorum: no permit was won and given back", n)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.events) != 1 || rec.events[0].kind != "acquire-failed" || !errors.Is(rec.events[0].ev.Err, ErrPermitMismatch) {
+		var kinds []string
+		for _, r := range rec.events {
+			kinds = append(kinds, r.kind)
+		}
+		t.Fatalf("events %v, want one acquire-failed with ErrPermitMismatch", kinds)
+	}
+}
+
+// delayHook delays every command and pipeline by its duration.
+type delayHook time.Duration
+
+func (d delayHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (d delayHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		time.Sleep(time.Duration(d))
+		return next(ctx, cmd)
+	}
+}
+
+func (d delayHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		time.Sleep(time.Duration(d))
+		return next(ctx, cmds)
 	}
 }
 

@@ -139,14 +139,20 @@ func (r *clusterRig) master(t *testing.T, c int, key string) (*redis.Client, *te
 func (r *clusterRig) lateSetRetaken(t *testing.T, key string) bool {
 	la, m, p, ok := r.heldTryLock(t, key)
 	defer p.Deliver()
-	if !ok {
+	if !ok || !r.released(t, la) {
 		return false
 	}
+	return r.retakeAndLand(t, key, la.Token(), m, p)
+}
+
+// released releases la, and says whether it did (a premise of the
+// scenarios that release a's lock while a command of it is held).
+func (r *clusterRig) released(t *testing.T, la *redlock.Lock) bool {
 	if err := la.Release(r.ctx); err != nil {
 		t.Logf("premise: a.Release: %v", err)
 		return false
 	}
-	return r.retakeAndLand(t, key, la.Token(), m, p)
+	return true
 }
 
 // lateSetReleased: a wins key while its SET to cluster 0 is held and
@@ -156,11 +162,7 @@ func (r *clusterRig) lateSetRetaken(t *testing.T, key string) bool {
 func (r *clusterRig) lateSetReleased(t *testing.T, key string) bool {
 	la, m, p, ok := r.heldTryLock(t, key)
 	defer p.Deliver()
-	if !ok {
-		return false
-	}
-	if err := la.Release(r.ctx); err != nil {
-		t.Logf("premise: a.Release: %v", err)
+	if !ok || !r.released(t, la) {
 		return false
 	}
 	if v := get(t, m, rkey(key)); v != "" {
@@ -178,19 +180,12 @@ func (r *clusterRig) lateSetReleased(t *testing.T, key string) bool {
 // It must leave it alone (extend.lua checks the token): a PEXPIRE there
 // would lengthen b's TTL to 10 s.
 func (r *clusterRig) lateExtendRetaken(t *testing.T, key string) bool {
-	if !r.cycle(t, r.a, key) {
+	la, m, p, ok := r.takenThenHeld(t, key)
+	if !ok {
 		return false
 	}
-	la, err := r.a.TryLock(r.ctx, key)
-	if err != nil {
-		t.Logf("premise: a.TryLock(%q): %v", key, err)
-		return false
-	}
-	settle()
-	m, p := r.master(t, 0, key)
-	p.Hold(testkit.HoldOpen)
 	defer p.Deliver()
-	err = la.Extend(r.ctx, lateTTL)
+	err := la.Extend(r.ctx, lateTTL)
 	if err == nil && r.held(t, p) {
 		err = la.Release(r.ctx)
 	}
@@ -209,17 +204,10 @@ func (r *clusterRig) lateExtendRetaken(t *testing.T, key string) bool {
 // own token).
 func (r *clusterRig) lateReleaseRetaken(t *testing.T, key string) bool {
 	const aTTL = 600 * time.Millisecond
-	if !r.cycle(t, r.a, key) {
+	la, m, p, ok := r.takenThenHeld(t, key, redlock.WithTTL(aTTL))
+	if !ok {
 		return false
 	}
-	la, err := r.a.TryLock(r.ctx, key, redlock.WithTTL(aTTL))
-	if err != nil {
-		t.Logf("premise: a.TryLock(%q): %v", key, err)
-		return false
-	}
-	settle()
-	m, p := r.master(t, 0, key)
-	p.Hold(testkit.HoldOpen)
 	defer p.Deliver()
 	if err := la.Release(r.ctx); err != nil || !r.held(t, p) {
 		t.Logf("premise: a.Release with cluster 0 held: %v", err)
@@ -416,4 +404,23 @@ func (r *clusterRig) goneWithin(t *testing.T, key, token string, at time.Time) {
 			return
 		}
 	}
+}
+
+// takenThenHeld has a take key with opts (after a warm-up cycle on it),
+// then holds what a sends to the master of key's slot in cluster 0 from
+// then on: it returns a's lock, a direct client of that master and a's
+// proxy to it, the hold on. ok is false when a could not take the key.
+func (r *clusterRig) takenThenHeld(t *testing.T, key string, opts ...redlock.Option) (_ *redlock.Lock, _ *redis.Client, _ *testkit.Proxy, ok bool) {
+	if !r.cycle(t, r.a, key) {
+		return nil, nil, nil, false
+	}
+	la, err := r.a.TryLock(r.ctx, key, opts...)
+	if err != nil {
+		t.Logf("premise: a.TryLock(%q): %v", key, err)
+		return nil, nil, nil, false
+	}
+	settle()
+	m, p := r.master(t, 0, key)
+	p.Hold(testkit.HoldOpen)
+	return la, m, p, true
 }

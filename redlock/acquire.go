@@ -460,7 +460,7 @@ func (a *acquisition) writeBack(ctx context.Context, c *Client, cfg *config, key
 		return c.call(ctx, i, op)
 	})
 	rd.settle(nil)
-	rd.r.Finish(nil)
+	rd.finish(nil)
 	a.elapsed = cfg.now().Sub(a.start)
 	a.validity = drift.Validity(cfg.ttl, a.elapsed, cfg.driftFactor)
 	a.won = rd.won() && a.validity > 0

@@ -22,7 +22,7 @@ import (
 func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bool) {
 	ref := refOf(rd.op)
 	rkey := ref.rkey
-	rd.r.Finish(func(rep quorum.Reply) {
+	rd.finish(func(rep quorum.Reply) {
 		if rep.Int > 0 || mayHaveWritten(rep.Err) {
 			c.releaseUnsure(cfg, rep.Node, ref, rep.Err)
 		}
@@ -49,7 +49,7 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 		}
 		retry(rep)
 	}
-	rel.r.Finish(retry)
+	rel.finish(retry)
 }
 
 // ref is what a release takes back from the nodes: a token on a key, on

@@ -330,11 +330,11 @@ func (c *Client) Locked(ctx context.Context, key string, opts ...Option) (bool, 
 	rd := c.run(ctx, cfg, opLocked, nil, node.Op{Key: c.redisKey(cfg, key)}, nil, nil)
 	best, answered, sessions := rd.tallyTokens()
 	if sessions { // only a script tells whether a session lock is held
-		rd.r.Finish(nil)
+		rd.finish(nil)
 		rd = c.run(ctx, cfg, opLockedPeek, nil, node.Op{Key: c.redisKey(cfg, key)}, nil, nil)
 		best, answered, _ = rd.tallyTokens()
 	}
-	defer rd.r.Finish(nil)
+	defer rd.finish(nil)
 	n := len(c.pools)
 	switch {
 	case best >= rd.q:

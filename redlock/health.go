@@ -14,7 +14,11 @@ import (
 // node answered ("node X unreachable since ..."), and its first answer
 // after that ("node X answers again"), with the failed commands counted in
 // between rather than logged one by one. A dead node makes every operation
-// fail there; without this, each would log. Error replies (NOPERM, OOM,
+// fail there; without this, each would log. A node that flaps (a Cluster
+// pool with one shard's master gone fails for some keys and answers for
+// others) would still log a pair of lines per flap: an outage that begins
+// less than outageEvery after the last logged one is counted, not logged,
+// and so is its end. Error replies (NOPERM, OOM,
 // READONLY, WRONGTYPE...) are no outage, since the node answers: each kind
 // is logged at most once per node per refusalEvery. Safe for concurrent
 // use; a nil *health (the Client logs nothing) does nothing.
@@ -24,16 +28,22 @@ type health struct {
 }
 
 type nodeHealth struct {
-	down    atomic.Bool // the fast path of answered: false while the node answers
-	mu      sync.Mutex
-	since   time.Time            // the first failure of the outage
-	failed  int                  // failed commands in the outage
-	refusal map[string]time.Time // error reply kind: when last logged
+	down     atomic.Bool // the fast path of answered: false while the node answers
+	mu       sync.Mutex
+	since    time.Time            // the first failure of the outage
+	failed   int                  // failed commands in the outage
+	logged   bool                 // the outage's beginning was logged
+	lastLine time.Time            // when an outage's beginning was last logged
+	quiet    int                  // outages not logged since then
+	refusal  map[string]time.Time // error reply kind: when last logged
 }
 
 // refusalEvery bounds how often one kind of error reply of one node is
-// logged.
-const refusalEvery = 10 * time.Minute
+// logged; outageEvery how often one node's outages are.
+const (
+	refusalEvery = 10 * time.Minute
+	outageEvery  = time.Minute
+)
 
 // newHealth returns the health log of nodes on log, or nil when log
 // discards warnings.
@@ -58,16 +68,23 @@ func (h *health) failed(i int, name string, err error) {
 	n := &h.nodes[i]
 	n.mu.Lock()
 	first := n.failed == 0
+	quiet := 0
 	if first {
 		n.since = time.Now()
 		n.down.Store(true)
+		n.logged = n.lastLine.IsZero() || n.since.Sub(n.lastLine) >= outageEvery
+		if n.logged {
+			n.lastLine, quiet, n.quiet = n.since, n.quiet, 0
+		} else {
+			n.quiet++
+		}
 	}
 	n.failed++
-	since := n.since
+	since, log := n.since, first && n.logged
 	n.mu.Unlock()
-	if first {
-		h.log.Warn(fmt.Sprintf("redlock: node %s unreachable since %s; keys this Client could not release there expire with their TTL; further failures are counted, not logged, until it answers", name, since.Format(time.RFC3339Nano)),
-			"pool", name, "since", since, "err", err)
+	if log {
+		h.log.Warn(fmt.Sprintf("redlock: node %s unreachable since %s (%d shorter outages in the last %v not logged); keys this Client could not release there expire with their TTL; further failures are counted, not logged, until it answers", name, since.Format(time.RFC3339Nano), quiet, outageEvery),
+			"pool", name, "since", since, "err", err, "unlogged_outages", quiet)
 	}
 }
 
@@ -102,6 +119,9 @@ func (h *health) answered(i int, name string) {
 	n := &h.nodes[i]
 	n.mu.Lock()
 	since, failed := n.since, n.failed
+	if !n.logged {
+		failed = 0 // an outage not logged ends unlogged
+	}
 	n.failed = 0
 	n.down.Store(false)
 	n.mu.Unlock()

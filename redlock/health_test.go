@@ -74,6 +74,72 @@ func TestNodeOutageLoggedOnce(t *testing.T) {
 	}
 }
 
+// TestFlappingNodeLogsOnce: a node that fails for some operations and
+// answers the next (a Cluster pool with one shard's master gone) logs one
+// outage and its end per outageEvery, not a pair of lines per flap (the
+// second review: 14 pairs in 100 operations).
+func TestFlappingNodeLogsOnce(t *testing.T) {
+	e := newEnv(t, 3)
+	var buf lockedBuffer
+	c := e.client(WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	ctx := context.Background()
+	for i := range 50 {
+		if i%2 == 0 {
+			e.nodes[2].fault.setErr(errConnRefused)
+		}
+		l, err := c.TryLock(ctx, fmt.Sprintf("flap%d", i))
+		e.nodes[2].fault.setErr(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		e.waitGone(rkey(fmt.Sprintf("flap%d", i))) // node2 answered the release
+	}
+	out := buf.String()
+	if strings.Count(out, "node2 unreachable since") != 1 || strings.Count(out, "node2 answers again") != 1 {
+		t.Fatalf("25 outages of node2 in a row, want one outage and one recovery logged:\n%s", out)
+	}
+}
+
+// TestStalledNodeSeenLate: a node that stops answering while the others
+// decide every round is still logged as unreachable (its commands time
+// out after the rounds ended), and its answers after that log its
+// recovery, though no round waits for them.
+func TestStalledNodeSeenLate(t *testing.T) {
+	e := newEnv(t, 5)
+	var buf lockedBuffer
+	c := e.client(WithLogger(slog.New(slog.NewTextHandler(&buf, nil))), WithNodeTimeout(100*time.Millisecond))
+	ctx := context.Background()
+	verifyAll(t, c)
+	e.nodes[4].fault.hold(false, "acquire", "release")
+	cycle := func(k string) {
+		l, err := c.TryLock(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; !strings.Contains(buf.String(), "node4 unreachable since"); i++ {
+		if i == 200 {
+			t.Fatalf("node4 stalled for 200 operations and nothing was logged:\n%s", buf.String())
+		}
+		cycle(fmt.Sprintf("stall%d", i))
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.nodes[4].fault.open()
+	for i := 0; !strings.Contains(buf.String(), "node4 answers again"); i++ {
+		if i == 200 {
+			t.Fatalf("node4 answers again, and its recovery was not logged:\n%s", buf.String())
+		}
+		cycle(fmt.Sprintf("back%d", i))
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func TestNoLoggerNoHealth(t *testing.T) {
 	c := newEnv(t, 3).client()
 	if c.health != nil {

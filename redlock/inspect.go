@@ -128,7 +128,7 @@ func (c *Client) inspect(ctx context.Context, cfg *config, key string) (*Inspect
 		return in, err
 	}
 	rd := c.run(ctx, cfg, opInspect, nil, node.Op{Key: rkey, FenceKey: c.fenceKey(cfg, rkey)}, nil, nil)
-	defer rd.r.Finish(nil)
+	defer rd.finish(nil)
 	got := make([]bool, len(c.pools))
 	for {
 		rep, ok := rd.r.Next()

@@ -415,7 +415,7 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	if !rd.won() {
 		err = rd.quorumError(l.key)
 	}
-	rd.r.Finish(retry)
+	rd.finish(retry)
 	if cfg.debug(ctx) {
 		cfg.logger.Debug("redlock: released", "key", l.key, "took", time.Since(rd.start), "err", err)
 	}
@@ -590,7 +590,7 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 	}
 	rd := c.run(ctx, cfg, spec, l, o, nil, nil)
 	rd.settle(nil)
-	defer rd.r.Finish(nil)
+	defer rd.finish(nil)
 	switch {
 	case rd.won():
 		return l.usable(l.cfg.now()) == nil, nil
@@ -642,7 +642,7 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 	if l.inLine { // it holds the key; it must not be handed it where it waits
 		c.leaveLine(cfg, l.rkey, l.waiter, false, func(i int) bool { return !a.said[i] && !l.landing[i] })
 	}
-	a.rd.r.Finish(l.late)
+	a.rd.finish(l.late)
 	if cfg.autoExtend {
 		c.renew.add(l, firstRenewal(l, cfg.now()))
 	}

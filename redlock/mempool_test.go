@@ -211,6 +211,13 @@ func (r *recorder) ExtendFailed(ev Event)  { r.add("extend-failed", ev) }
 func (r *recorder) Lost(ev Event)          { r.add("lost", ev) }
 func (r *recorder) Released(ev Event)      { r.add("released", ev) }
 
+// all returns a copy of every event so far.
+func (r *recorder) all() []recorded {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]recorded(nil), r.events...)
+}
+
 func (r *recorder) of(kind string) []recorded {
 	r.mu.Lock()
 	defer r.mu.Unlock()

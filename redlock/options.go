@@ -288,7 +288,8 @@ func WithQuorum(q int) Option {
 // WithLogger sets where the Client logs what callers do not see in return
 // values: a node's outage, once when a command there first fails ("node X
 // unreachable since ...", warn; the failures that follow are counted, not
-// logged) and once when it answers again (warn, with the count); a lock
+// logged) and once when it answers again (warn, with the count), at most
+// one outage per node per minute (shorter ones are counted); a lock
 // lost or left to expire at its maximum hold time (warn); pools found to
 // reach the same server (error). The default logs nothing. go-redis logs
 // some failures of its own (dial errors) through its global logger, which

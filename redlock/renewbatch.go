@@ -241,7 +241,7 @@ func (rn *renewal) undecided(n, q, pending int) bool {
 // never shortens a key) and dropped.
 func (rn *renewal) apply(r *renewer) {
 	rd := rn.rd
-	rd.r.Finish(nil)
+	rd.finish(nil)
 	n, q := len(rd.res), rd.q
 	for i, l := range rn.ls {
 		if l.sess != nil {

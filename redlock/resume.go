@@ -75,10 +75,10 @@ func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) 
 		if l := c.newLock(ctx, cfg, key, a); l != nil {
 			return l, nil
 		}
-		a.rd.r.Finish(nil)
+		a.rd.finish(nil)
 		return nil, ErrClosed
 	}
-	a.rd.r.Finish(nil)
+	a.rd.finish(nil)
 	return nil, resumeError(ctx, a, key, session)
 }
 

@@ -199,15 +199,10 @@ func (rd *round) next() (rep quorum.Reply, yes, ok bool) {
 	}
 	rd.out[rep.Node] = false
 	yes = rep.Err == nil && rd.spec.yes(rep, rd.l)
-	if rep.Err == nil {
-		rd.c.health.answered(rep.Node, rd.res[rep.Node].Node)
-	}
+	rd.note(rep)
 	switch {
 	case rep.Err != nil:
 		rd.res[rep.Node] = failed(rep.Node, rd.c, rep.Err, rep.Latency)
-		if !rd.cut || rd.res[rep.Node].Outcome != OutcomeTimeout { // the caller's short deadline is no outage
-			rd.c.health.failed(rep.Node, rd.res[rep.Node].Node, rep.Err)
-		}
 		rd.fail++
 	case yes:
 		rd.res[rep.Node] = NodeResult{Node: rd.res[rep.Node].Node, Outcome: OutcomeOK, Latency: rep.Latency}
@@ -217,6 +212,44 @@ func (rd *round) next() (rep quorum.Reply, yes, ok bool) {
 		rd.no++
 	}
 	return rep, yes, true
+}
+
+// note tells the Client's health log of a reply of the round, taken by
+// next or arriving late: an answer ends its node's outage, a failure may
+// begin one. A timeout of a round the caller's short deadline cut is no
+// outage.
+func (rd *round) note(rep quorum.Reply) {
+	h := rd.c.health
+	if h == nil {
+		return
+	}
+	name := rd.c.pools[rep.Node].Name()
+	switch {
+	case rep.Err == nil:
+		h.answered(rep.Node, name)
+	case !rd.cut || failed(rep.Node, rd.c, rep.Err, rep.Latency).Outcome != OutcomeTimeout:
+		h.failed(rep.Node, name, rep.Err)
+	}
+}
+
+// finish ends the round as quorum.Round.Finish does, handing replies that
+// arrive later to late (if not nil), and to the health log, so that a node
+// whose replies come after the rounds' decisions is still seen to fail, or
+// to answer again. A late command never written (node.ErrNotSent) says
+// nothing of its node: the round no longer waited for it.
+func (rd *round) finish(late func(quorum.Reply)) {
+	if rd.c.health == nil {
+		rd.r.Finish(late)
+		return
+	}
+	rd.r.Finish(func(rep quorum.Reply) {
+		if !errors.Is(rep.Err, node.ErrNotSent) {
+			rd.note(rep)
+		}
+		if late != nil {
+			late(rep)
+		}
+	})
 }
 
 // won reports whether a quorum confirmed; gone whether so many nodes said

@@ -135,7 +135,8 @@ func WithLogger(l *slog.Logger) Option {
 // guard and the eviction check with the given options (WithRestartGuard,
 // WithEvictionCheck, WithLogger, WithName for the logs). The hook is safe for
 // concurrent use by all connections of one client; use one hook per server,
-// since it remembers the server's run_id. Do not set it on
+// since it remembers the server's run_id (on a ClusterClient, one per
+// master through redis.ClusterOptions.NewClient: docs/deployments.md). Do not set it on
 // redis.FailoverOptions: go-redis runs that hook on its Sentinel connections
 // too, whose run_id is the Sentinel's; use DialFailover. OnConnect returns an
 // error for an invalid option.

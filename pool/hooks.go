@@ -18,7 +18,10 @@ import (
 // values of its first command's call. Commands the Client sends on its own
 // (automatic renewals, releases in the background) carry the values of no
 // caller. A hook may use the context only until it returns: the Pool reuses
-// it for its next commands.
+// it for its next commands. Hooks run on the Pool's own goroutines, not the
+// caller's: a hook that panics ends the program (no caller can recover it),
+// and one that blocks holds up that node's commands, which then fail as not
+// sent, and Close, until it returns.
 //
 // New returns an error for WithHooks: a client the caller owns takes hooks
 // through its own AddHook. WithHooks returns an error (from New, Dial,

@@ -234,7 +234,9 @@ func Dial(opt *redis.Options, opts ...Option) (Pool, error) {
 
 // DialFailover returns a Pool with a client of its own for the master that
 // opt's Sentinels name (opt is copied, not modified), named "sentinel:" and
-// opt.MasterName unless WithName is given. The client is set up as Dial's
+// opt.MasterName unless WithName is given; independent Sentinel groups that
+// use one master name (Sentinel's example configuration calls it
+// "mymaster") need WithName, or redlock.New refuses them as one node. The client is set up as Dial's
 // (ContextTimeoutEnabled, MaxRetries −1, DialerRetries 1, WithHooks, and
 // the restart guard and eviction check on the master's connections, not the
 // Sentinels') and sends every command to the master.

@@ -322,11 +322,14 @@ func (w *writer) run(batch []request) {
 	if len(w.reqs) == 0 {
 		return
 	}
-	// go-redis bounds the I/O, connection set-up included, by this deadline
-	// (ContextTimeoutEnabled): the rounds' deadlines plus the time their
-	// commands are followed, so that a reply that comes after a round
-	// stopped waiting is still read on the connection it was sent on.
-	w.ctx.deadline, w.ctx.values = deadline, w.reqs[0].op.Values
+	// go-redis bounds the I/O by this deadline (ContextTimeoutEnabled), and
+	// its waits for a connection, dials included, by Done: the rounds'
+	// deadlines plus the time their commands are followed, so that a reply
+	// that comes after a round stopped waiting is still read on the
+	// connection it was sent on.
+	w.ctx.arm(deadline)
+	defer w.ctx.disarm()
+	w.ctx.values = w.reqs[0].op.Values
 	ctx := context.Context(&w.ctx)
 	for _, r := range w.reqs {
 		w.cmds = append(w.cmds, w.p.cmd(ctx, r.op))
@@ -360,19 +363,71 @@ func later(a, b time.Time) time.Time {
 }
 
 // deadlineCtx is a context with a deadline and the values of a caller's
-// context (node.Op.Values; the batch's first command's): no channel, no
-// timer. go-redis turns the deadline into the connection's I/O deadline,
-// and its hooks read the values. Done is nil: it is never cancelled, only
-// its deadline passes. A writer reuses its one deadlineCtx from batch to
-// batch, so a hook may use it only until it returns (WithHooks).
+// context (node.Op.Values; the batch's first command's). go-redis turns the
+// deadline into the connection's I/O deadline, waits for a connection (a
+// dial's included: go-redis dials without the caller's context) until Done,
+// and its hooks read the values. It is never cancelled: Done is closed, by
+// one reusable timer, once the deadline passed during a batch. A writer
+// reuses its one deadlineCtx from batch to batch, so a hook may use it only
+// until it returns (WithHooks).
 type deadlineCtx struct {
-	deadline time.Time
+	deadline time.Time       // written by arm only, under mu
 	values   context.Context // nil: none
+
+	mu      sync.Mutex
+	done    chan struct{} // closed by expire; a new one after that
+	expired bool
+	timer   *time.Timer
+}
+
+// arm sets the deadline of the next batch and the timer that closes Done
+// when it passes.
+func (c *deadlineCtx) arm(deadline time.Time) {
+	c.mu.Lock()
+	if c.done == nil || c.expired {
+		c.done, c.expired = make(chan struct{}), false
+	}
+	c.deadline = deadline
+	c.mu.Unlock()
+	if c.timer == nil {
+		c.timer = time.AfterFunc(time.Until(deadline), c.expire)
+		return
+	}
+	c.timer.Reset(time.Until(deadline))
+}
+
+// disarm stops the timer once the batch is over.
+func (c *deadlineCtx) disarm() { c.timer.Stop() }
+
+// expire closes Done if the deadline armed last has passed: a timer that
+// fires late, for a batch already over, finds a later deadline and leaves
+// the next batch's Done open.
+func (c *deadlineCtx) expire() {
+	c.mu.Lock()
+	if !c.expired && !time.Now().Before(c.deadline) {
+		c.expired = true
+		close(c.done)
+	}
+	c.mu.Unlock()
 }
 
 func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
-func (c *deadlineCtx) Done() <-chan struct{}       { return nil }
-func (c *deadlineCtx) Err() error                  { return nil }
+
+func (c *deadlineCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.done
+}
+
+func (c *deadlineCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.expired {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
 func (c *deadlineCtx) Value(key any) any {
 	if c.values == nil {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/quorumlock/quorumlock/internal/scripts"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -180,5 +181,44 @@ func TestSendAfterClose(t *testing.T) {
 	p.(node.Sender).Send(node.New(node.Op{Kind: node.Get, Key: "k"}), time.Now().Add(time.Second), box, 0)
 	if r := box.wait(t)[0]; !errors.Is(r.Err, redis.ErrClosed) {
 		t.Fatalf("after Close: %+v", r)
+	}
+}
+
+// TestDialBoundedByDeadline: a node whose connection set-up never ends
+// (dropped SYNs, here a Dialer that blocks until the test ends) holds a
+// command up only until its deadline, and Close does not wait for the dial
+// either: go-redis dials without the command's context and waits for the
+// dial until the context's Done, which used to be nil (the second review:
+// a 50 ms Get came back after go-redis' 5 s DialTimeout, Close took 4.7 s).
+func TestDialBoundedByDeadline(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	dialing := make(chan struct{}, 16)
+	p, err := Dial(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: time.Hour,
+		Dialer: func(context.Context, string, string) (net.Conn, error) {
+			dialing <- struct{}{}
+			<-release
+			return nil, errors.New("never reached")
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := newInbox(1)
+	p.(node.Sender).Send(node.New(node.Op{Kind: node.Get, Key: "k", Follow: 100 * time.Millisecond}), time.Now().Add(50*time.Millisecond), box, 0)
+	<-dialing
+	select {
+	case <-box.all:
+		if r := box.got[0]; r.Err == nil {
+			t.Fatalf("Get through a dial that never ends: %+v", r)
+		}
+	case <-time.After(30 * time.Second): // the dial blocks for an hour
+		t.Fatal("a command waited for a dial that never ends, past its deadline")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close waited for a dial that never ends")
 	}
 }

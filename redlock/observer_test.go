@@ -114,7 +114,7 @@ func TestObserverSeesContention(t *testing.T) {
 	if last.Attempts < 2 || last.Waited < last.Took || last.Waited < 50*time.Millisecond {
 		t.Fatalf("acquired after waiting: %d attempts, waited %v, took %v: want several attempts and the wait", last.Attempts, last.Waited, last.Took)
 	}
-	calls := map[uint64]int{} // per call number, its events
+	calls := map[uint64]int{}     // per call number, its events
 	for _, r := range rec.all() { // the holder's Release may still be reporting
 		if r.kind == "contended" || r.kind == "acquired" || r.kind == "acquire-failed" {
 			calls[r.ev.Call]++

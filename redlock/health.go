@@ -32,8 +32,7 @@ type nodeHealth struct {
 	mu       sync.Mutex
 	since    time.Time            // the first failure of the outage
 	failed   int                  // failed commands in the outage
-	logged   bool                 // the outage's beginning was logged
-	lastLine time.Time            // when an outage's beginning was last logged
+	lastLine time.Time            // when an outage's beginning was last logged (== since: this one's was)
 	quiet    int                  // outages not logged since then
 	refusal  map[string]time.Time // error reply kind: when last logged
 }
@@ -67,25 +66,31 @@ func (h *health) failed(i int, name string, err error) {
 	}
 	n := &h.nodes[i]
 	n.mu.Lock()
-	first := n.failed == 0
-	quiet := 0
-	if first {
-		n.since = time.Now()
-		n.down.Store(true)
-		n.logged = n.lastLine.IsZero() || n.since.Sub(n.lastLine) >= outageEvery
-		if n.logged {
-			n.lastLine, quiet, n.quiet = n.since, n.quiet, 0
-		} else {
-			n.quiet++
-		}
+	log, quiet := false, 0
+	if n.failed == 0 {
+		log, quiet = n.begin(time.Now())
 	}
 	n.failed++
-	since, log := n.since, first && n.logged
+	since := n.since
 	n.mu.Unlock()
 	if log {
-		h.log.Warn(fmt.Sprintf("redlock: node %s unreachable since %s (%d shorter outages in the last %v not logged); keys this Client could not release there expire with their TTL; further failures are counted, not logged, until it answers", name, since.Format(time.RFC3339Nano), quiet, outageEvery),
+		h.log.Warn(fmt.Sprintf("redlock: node %s unreachable since %s (%d shorter outages since the last one logged were not); keys this Client could not release there expire with their TTL; further failures are counted, not logged, until it answers", name, since.Format(time.RFC3339Nano), quiet),
 			"pool", name, "since", since, "err", err, "unlogged_outages", quiet)
 	}
+}
+
+// begin starts an outage of n at now (n.mu held): it reports whether to
+// log it (no outage of n was logged for outageEvery) and, if so, how many
+// outages began unlogged since the last logged one.
+func (n *nodeHealth) begin(now time.Time) (log bool, quiet int) {
+	n.since = now
+	n.down.Store(true)
+	if !n.lastLine.IsZero() && now.Sub(n.lastLine) < outageEvery {
+		n.quiet++
+		return false, 0
+	}
+	n.lastLine, quiet, n.quiet = now, n.quiet, 0
+	return true, quiet
 }
 
 // refused logs node name's error reply err, unless one of its kind (its
@@ -119,7 +124,7 @@ func (h *health) answered(i int, name string) {
 	n := &h.nodes[i]
 	n.mu.Lock()
 	since, failed := n.since, n.failed
-	if !n.logged {
+	if !n.lastLine.Equal(n.since) {
 		failed = 0 // an outage not logged ends unlogged
 	}
 	n.failed = 0

@@ -227,7 +227,7 @@ func (rd *round) note(rep quorum.Reply) {
 	switch {
 	case rep.Err == nil:
 		h.answered(rep.Node, name)
-	case !rd.cut || failed(rep.Node, rd.c, rep.Err, rep.Latency).Outcome != OutcomeTimeout:
+	case !rd.cut || !timedOut(rep.Err):
 		h.failed(rep.Node, name, rep.Err)
 	}
 }
@@ -317,10 +317,16 @@ func (c *Client) newResults() []NodeResult {
 // either: a timeout.
 func failed(i int, c *Client, err error, latency time.Duration) NodeResult {
 	o := OutcomeError
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, node.ErrNotSent) || isTimeout(err) {
+	if timedOut(err) {
 		o = OutcomeTimeout
 	}
 	return NodeResult{Node: c.pools[i].Name(), Outcome: o, Err: err, Latency: latency}
+}
+
+// timedOut reports whether err is a node's timeout (OutcomeTimeout): its
+// deadline passed, before the command was written or after.
+func timedOut(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, node.ErrNotSent) || isTimeout(err)
 }
 
 func isTimeout(err error) bool {

@@ -297,7 +297,7 @@ func (t *timer) stop() {
 	}
 }
 
-// writer holds what one writer goroutine reuses from batch to batch.
+// writer holds what one executor reuses from batch to batch.
 type writer struct {
 	p    *redisPool
 	pipe redis.Pipeliner

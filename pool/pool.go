@@ -236,10 +236,11 @@ func Dial(opt *redis.Options, opts ...Option) (Pool, error) {
 // opt's Sentinels name (opt is copied, not modified), named "sentinel:" and
 // opt.MasterName unless WithName is given; independent Sentinel groups that
 // use one master name (Sentinel's example configuration calls it
-// "mymaster") need WithName, or redlock.New refuses them as one node. The client is set up as Dial's
-// (ContextTimeoutEnabled, MaxRetries −1, DialerRetries 1, WithHooks, and
-// the restart guard and eviction check on the master's connections, not the
-// Sentinels') and sends every command to the master.
+// "mymaster") need WithName, or redlock.New refuses them as one node. The
+// client is set up as Dial's (ContextTimeoutEnabled, MaxRetries −1,
+// DialerRetries 1, WithHooks, and the restart guard and eviction check on
+// the master's connections, not the Sentinels') and sends every command to
+// the master.
 // A failover to a replica can lose locks on this node: docs/safety.md,
 // "Replica failover", says when that is safe. Like Dial it does not
 // connect; close the Pool to close its client.

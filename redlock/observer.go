@@ -85,11 +85,11 @@ func (e Event) Unavailable() bool { return errors.Is(e.Err, ErrUnavailable) }
 // AcquireFailed; a Resume that succeeds is reported as Acquired, one that
 // fails is not reported. A permit taken while a node declares another
 // count is given back unreported: that call ends in AcquireFailed
-// (ErrPermitMismatch) alone. Its methods are called synchronously from the goroutine
-// that did the step (the caller's, or one the Client runs: renewals, the
-// lease's timer), so they must be quick, must not block, and must not call
-// back into the Lock or Client (Extend, Release or Client.Close from an
-// observer may deadlock). They may be called concurrently for different
+// (ErrPermitMismatch) alone. Its methods are called synchronously from the
+// goroutine that did the step (the caller's, or one the Client runs:
+// renewals, the lease's timer), so they must be quick, must not block, and
+// must not call back into the Lock or Client (Extend, Release or
+// Client.Close from an observer may deadlock). They may be called concurrently for different
 // locks. Embed NopObserver to implement only some methods: methods added to
 // Observer later come with NopObserver's.
 type Observer interface {

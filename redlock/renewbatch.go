@@ -14,9 +14,9 @@ import (
 // renew renews a batch of due locks: the ones a renewal may go to, grouped
 // by the TTL they are renewed to (and, where a Pool is a Redis Cluster, by
 // hash slot), one ExtendMany round per chunk of up to renewChunk locks, all
-// chunks in flight at once. Each lock holds its op
-// slot (one Extend or Release at a time) from before its command is sent
-// until its outcome is recorded. It runs on a goroutine counted in c.wg.
+// chunks in flight at once. Each lock holds its op slot (one Extend or
+// Release at a time) from before its command is sent until its outcome is
+// recorded. It runs on a goroutine counted in c.wg.
 func (r *renewer) renew(batch []*Lock) {
 	c := r.c
 	now := c.cfg.now()

@@ -8,6 +8,9 @@
 -- the waiter, if any (lib.lua, line).
 -- Returns 1 when the key holds our token; when it is taken, 0, or, to a
 -- waiter, minus the number of waiters in the line (lib.lua, line).
+if mark(ARGV[1]) then
+  return 0 -- a mark is nobody's token (lib.lua)
+end
 local o = free_for(KEYS[1], redis.call('GET', KEYS[1]), 3)
 if o == ARGV[1] then
   return 1

@@ -13,6 +13,9 @@
 -- the keys' old counters (all in one hash slot); ARGV[1] token; ARGV[2] TTL
 -- in milliseconds; ARGV[3] n.
 -- Returns 0 when some key is taken; else 1, or, fenced, the counter (>= 1).
+if mark(ARGV[1]) then
+  return 0 -- a mark is nobody's token (lib.lua)
+end
 local n = tonumber(ARGV[3])
 local fenced = #KEYS > n
 local mine, ours = 0, {}

@@ -19,6 +19,9 @@
 -- Returns the counter (>= 1) when the key holds our token, 0 when it is
 -- taken (not the line's length, as the plain acquire answers: a counter
 -- changed outside quorumlock could be negative, and must read as an error).
+if mark(ARGV[1]) then
+  return 0 -- a mark is nobody's token (lib.lua)
+end
 local o = free_for(KEYS[1], redis.call('GET', KEYS[1]), 3)
 if o == ARGV[1] then
   return tonumber(redis.call('GET', KEYS[2]) or '0')

@@ -15,6 +15,9 @@
 -- Returns the incarnation (>= 1) when the key holds our token, 0 when it is
 -- taken (not the line's length, as the plain acquire answers: a sequence
 -- changed outside quorumlock must not read as "taken").
+if mark(ARGV[1]) then
+  return 0 -- a mark is nobody's token (lib.lua)
+end
 local o = free_for(KEYS[1], redis.call('GET', KEYS[1]), 5)
 if o and o ~= ARGV[1] then
   line(KEYS[1], 5, false)

@@ -9,11 +9,16 @@
 -- key's line (lib.lua): those wait for the key alone, and a stream of
 -- shared holders must not starve them, so new shared holders wait behind
 -- them. A key handed to such a waiter is taken.
+-- The set holds at most SHARED_MAX holders (lib.lua): a holder that finds it
+-- full after dropping lapsed ones is told "taken".
 -- A copy of a call that already joined (a command sent again) finds the
 -- token a live holder and answers like the first one did, changing nothing.
 -- KEYS[1] lock key; ARGV[1] token; ARGV[2] TTL in milliseconds.
 -- Returns 1 when the token is a shared holder, 0 when the key is taken or a
 -- waiter for the key alone is in line.
+if mark(ARGV[1]) then
+  return 0 -- a mark is nobody's token (lib.lua)
+end
 local k, r = KEYS[1], KEYS[1] .. '\31r'
 local v = redis.call('GET', k)
 local now = now_ms()
@@ -22,6 +27,10 @@ if shared and tonumber(redis.call('ZSCORE', r, ARGV[1]) or '0') > now then
   return 1
 end
 if v and not shared and owner(k, v) or waiting(k) then
+  return 0
+end
+prune(r, now)
+if shared and redis.call('ZCARD', r) >= SHARED_MAX then
   return 0
 end
 if not shared then

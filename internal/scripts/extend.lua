@@ -7,6 +7,9 @@
 -- KEYS[1] lock key; ARGV[1] token; ARGV[2] new TTL in milliseconds.
 -- Returns 1 when the key holds our token (its TTL is now >= ARGV[2] ms),
 -- 0 otherwise (absent, expired, or held by another token: left untouched).
+if mark(ARGV[1]) then
+  return 0 -- a mark is nobody's token (lib.lua)
+end
 local v = redis.call('GET', KEYS[1])
 if not v or not names(v, ARGV[1]) then
   return 0

@@ -12,7 +12,7 @@ local ttl = ARGV[1]
 local out = {}
 for i, k in ipairs(KEYS) do
   local v = redis.call('GET', k)
-  if v and names(v, ARGV[i + 1]) then
+  if v and not mark(ARGV[i + 1]) and names(v, ARGV[i + 1]) then
     redis.call('PEXPIRE', k, ttl, 'GT')
     out[i] = '1'
   else

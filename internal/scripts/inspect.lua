@@ -23,10 +23,8 @@ local v = redis.call('GET', KEYS[1])
 local t, ttl = '', -2
 if v and string.byte(v, 1) == 28 then
   ttl = redis.call('PTTL', KEYS[1])
-  t = '\28'
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1] .. '\31r', now_ms() + 1, '+inf')) do
-    t = t .. '\31' .. m
-  end
+  local live = redis.call('ZRANGEBYSCORE', KEYS[1] .. '\31r', now_ms() + 1, '+inf')
+  t = '\28' .. (#live > 0 and '\31' or '') .. table.concat(live, '\31')
 elseif v and string.byte(v, 1) ~= 30 then
   t = owner(KEYS[1], v) or ''
   if t == v then

@@ -39,18 +39,43 @@ local function names(v, t)
 end
 
 
--- A lock key's line of waiters (docs/design.md, "Hand-off"). The sorted set
--- <key>\31q holds the waiters of Lock ranked by their first attempt (µs on
--- the waiter's clock, the same score on every node, so that every node
--- ranks the waiters alike); <key>\31x holds when each entry lapses (ms on
--- this node's clock), so that a waiter that stops asking leaves the line
--- by itself. A release hands the key to the first waiter: the key then
--- holds \30 and that waiter for a grace, taken for every acquire but that
--- waiter's. Neither tokens nor waiters contain \30 or \31.
+-- A lock key's line of waiters (docs/design.md, "Hand-off" and "Bounds").
+-- <key>\31q ranks the waiters of Lock by their first attempt (µs on the
+-- waiter's clock, the same score on every node, so that every node ranks
+-- the waiters it knows alike); <key>\31x holds when each of them lapses
+-- (ms on this node's clock), so that a waiter that stops asking leaves the
+-- line by itself; <key>\31g holds, until they lapse, the waiters that left
+-- for good, whose attempts still landing must not put them back. q and x
+-- have the same members and are renewed together. A release hands the key
+-- to the first live waiter: the key then holds \30 and that waiter for a
+-- grace, taken for every acquire but that waiter's. Neither tokens nor
+-- waiters contain \28, \30 or \31.
+-- Bounds, whatever the key's history: q, x and g hold at most LINE_MAX
+-- members each (a waiter that finds the line full waits without a place),
+-- the shared holders of a key (acquire_shared.lua) at most SHARED_MAX, each
+-- key lives no longer than its longest-lived entry, and one call drops at
+-- most PRUNE lapsed entries of a set and reads at most PRUNE of the line's
+-- head.
+local LINE_MAX = 1000
+local SHARED_MAX = 10000
+local PRUNE = 8
 
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- mark reports whether t, a token a client sent, is a value the nodes keep
+-- as a mark (a shared key's, a handed key's, a session lock's): such a
+-- value is nobody's token, and no script takes it for one.
+local function mark(t)
+--[fix resumemark
+  local b = string.byte(t or '', 1)
+  return b == 28 or b == 30 or string.find(t, '\31', 1, true) ~= nil
+--]
+--[bug resumemark
+  return false
+--]
 end
 
 -- reserved_for reports whether v, a lock key's value, is the key handed to
@@ -66,66 +91,117 @@ local function live(s, ttl)
   end
 end
 
--- join puts waiter w in the line of k, ranked order unless it is in the
--- line already, and makes its entry live ttl ms more. A waiter that left
--- for good (leave with a ttl) stays out: this is an attempt of it that
--- landed late.
-local function join(k, w, order, ttl)
-  local q, x = k .. '\31q', k .. '\31x'
-  if not redis.call('ZSCORE', q, w) then
-    if redis.call('ZSCORE', x, w) then
-      return
+-- prune drops from sorted set s at most PRUNE members whose score, the
+-- instant they lapse, is not after now, and the same members from set t
+-- when given.
+local function prune(s, now, t)
+--[fix linegrowth
+  local gone = redis.call('ZRANGEBYSCORE', s, '-inf', now, 'LIMIT', 0, PRUNE)
+--]
+--[bug linegrowth
+  local gone = redis.call('ZRANGEBYSCORE', s, '-inf', now)
+--]
+  if #gone > 0 then
+    redis.call('ZREM', s, unpack(gone))
+    if t then
+      redis.call('ZREM', t, unpack(gone))
     end
-    redis.call('ZADD', q, order, w)
-    live(q, ttl)
   end
-  redis.call('ZADD', x, now_ms() + tonumber(ttl), w)
+end
+
+-- lapsed reports whether member m of sorted set s is absent or lapsed.
+local function lapsed(s, m, now)
+  return tonumber(redis.call('ZSCORE', s, m) or '0') <= now
+end
+
+-- join puts waiter w in the line of k, ranked order unless it is in the
+-- line already, and makes its entry, and the line, live ttl ms more. A
+-- waiter that left for good (leave with a ttl) stays out: this is an
+-- attempt of it that landed late. A full line takes no newcomer.
+local function join(k, w, order, ttl)
+  local q, x, g = k .. '\31q', k .. '\31x', k .. '\31g'
+  local now = now_ms()
+  if not lapsed(g, w, now) then
+    return
+  end
+  local new = not redis.call('ZSCORE', q, w)
+--[fix linegrowth
+  prune(g, now)
+  prune(x, now, q)
+  if new and redis.call('ZCARD', q) >= LINE_MAX then
+    return
+  end
+--]
+  if new then
+    redis.call('ZADD', q, order, w)
+  end
+  redis.call('ZADD', x, now + tonumber(ttl), w)
+--[fix linelapse
+  live(q, ttl)
   live(x, ttl)
+--]
+--[bug linelapse
+  if new then
+    live(q, ttl)
+    live(x, ttl)
+  end
+--]
 end
 
 -- leave takes waiter w out of the line of k; for good when ttl is given
--- (its Lock call has ended): for ttl ms, until its entry lapses, its
--- attempts that land late do not put it back.
+-- (its Lock call has ended): for ttl ms its attempts that land late do not
+-- put it back (unless g is full: they then lapse by themselves).
 local function leave(k, w, ttl)
-  local q, x = k .. '\31q', k .. '\31x'
+  local q, x, g = k .. '\31q', k .. '\31x', k .. '\31g'
   redis.call('ZREM', q, w)
-  if ttl then
-    redis.call('ZADD', x, now_ms() + tonumber(ttl), w)
-    live(x, ttl)
-  else
-    redis.call('ZREM', x, w)
+  redis.call('ZREM', x, w)
+  if not ttl then
+    return
   end
+  local now = now_ms()
+--[fix linegrowth
+  prune(g, now)
+  if redis.call('ZCARD', g) >= LINE_MAX then
+    return
+  end
+--]
+  redis.call('ZADD', g, now + tonumber(ttl), w)
+  live(g, ttl)
 end
 
--- waiting reports whether a waiter of Lock waits in the line of k, and
--- drops the lapsed ones. A key nobody waits for costs one read.
+-- waiting reports whether a live waiter of Lock is in the line of k, and
+-- drops at most PRUNE lapsed entries. A key nobody waits for costs one
+-- read.
 local function waiting(k)
-  local q, x = k .. '\31q', k .. '\31x'
-  if redis.call('EXISTS', q) == 0 then
+  local x = k .. '\31x'
+  if redis.call('EXISTS', x) == 0 then
     return false
   end
-  local gone = redis.call('ZRANGEBYSCORE', x, '-inf', now_ms())
-  if #gone > 0 then
-    redis.call('ZREM', q, unpack(gone))
-    redis.call('ZREM', x, unpack(gone))
-  end
-  return redis.call('ZCARD', q) > 0
+  local now = now_ms()
+  prune(x, now, k .. '\31q')
+  return redis.call('ZCOUNT', x, '(' .. now, '+inf') > 0
 end
 
 -- hand_off reserves k, just freed, for the first live waiter of its line
--- for grace ms, drops the lapsed ones, and returns the waiter ('' when
--- the line is empty: k stays free). A key nobody waits for costs one read.
+-- for grace ms, drops the lapsed ones it reads at the line's head, and
+-- returns the waiter ('' when no live waiter is among the first PRUNE: k
+-- stays free, and the waiters' polls take it). A key nobody waits for
+-- costs one read.
 local function hand_off(k, grace)
-  local q = k .. '\31q'
   if not waiting(k) then
     return ''
   end
-  local w = redis.call('ZRANGE', q, 0, 0)[1]
-  if not w then
-    return ''
+  local q, x = k .. '\31q', k .. '\31x'
+  local now = now_ms()
+  for _, w in ipairs(redis.call('ZRANGE', q, 0, PRUNE - 1)) do
+    if not lapsed(x, w, now) then
+      redis.call('SET', k, '\30' .. w, 'PX', grace)
+      return w
+    end
+    redis.call('ZREM', q, w)
+    redis.call('ZREM', x, w)
   end
-  redis.call('SET', k, '\30' .. w, 'PX', grace)
-  return w
+  return ''
 end
 
 -- tell publishes msg, a release's message about k: on the channel of the

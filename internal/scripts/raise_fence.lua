@@ -4,6 +4,9 @@
 -- its other keys; ARGV[1] token; ARGV[2] maximum.
 -- Returns 1 when every lock key holds our token (the counter is now >=
 -- ARGV[2]), 0 otherwise (nothing changed).
+if mark(ARGV[1]) then
+  return 0 -- a mark is nobody's token (lib.lua)
+end
 for i, k in ipairs(KEYS) do
   if i ~= 2 then
     local v = redis.call('GET', k)

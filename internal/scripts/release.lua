@@ -19,6 +19,9 @@
 -- our token in a session that has ended: deleted). When it handed the key
 -- to a waiter, it returns that as a string, followed by \31 and the
 -- waiter.
+if mark(ARGV[1]) then
+  return 0 -- a mark is nobody's token (lib.lua)
+end
 if ARGV[3] then
   leave(KEYS[1], ARGV[3], ARGV[4])
 end

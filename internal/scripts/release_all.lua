@@ -8,6 +8,9 @@
 -- handed to gets (absent or 0: no hand-off).
 -- Returns 1 when every key held our token (all are deleted now), else 0
 -- (the keys that held it are deleted all the same).
+if mark(ARGV[1]) then
+  return 0 -- a mark is nobody's token (lib.lua)
+end
 local all = 1
 for _, k in ipairs(KEYS) do
   if redis.call('GET', k) == ARGV[1] then

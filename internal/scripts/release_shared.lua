@@ -15,11 +15,10 @@ if not s then
   return 0
 end
 redis.call('ZREM', r, ARGV[1])
-local last = 0
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', r, now + 1, '+inf')) do
-  last = math.max(last, tonumber(redis.call('ZSCORE', r, m)))
-end
-if last > 0 then
+prune(r, now)
+local top = redis.call('ZRANGE', r, -1, -1)[1]
+local last = tonumber(top and redis.call('ZSCORE', r, top) or '0')
+if last > now then
   redis.call('PEXPIRE', k, last - now)
   redis.call('PEXPIRE', r, last - now)
 else

@@ -9,6 +9,9 @@
 -- Returns 1 when the key holds our token (its TTL is now >= ARGV[2] ms), -1
 -- when it holds a session lock of our token, 0 otherwise (absent, expired,
 -- handed to a waiter, or held by another token).
+if mark(ARGV[1]) then
+  return 0 -- a mark is nobody's token (lib.lua)
+end
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then

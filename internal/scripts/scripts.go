@@ -147,6 +147,18 @@ var (
 	ExtendPermit = script(lib, extendPermitSrc)
 )
 
+// The bounds lib.lua keeps on the nodes, whatever a key's history
+// (docs/design.md, "Bounds"): a key's line of waiters, and the set of those
+// that left it for good, hold at most LineMax entries each; a key's shared
+// holders at most SharedMax; one script call drops at most Prune lapsed
+// entries of each set it touches. TestBoundsMatchLib checks that lib.lua
+// says the same.
+const (
+	LineMax   = 1000
+	SharedMax = 10000
+	Prune     = 8
+)
+
 // script joins parts into one script without its comment lines and blank
 // lines: the servers get (and, on EVAL, parse) a third of the text, and
 // servers that compile a script on every call, like the in-memory ones of
@@ -159,10 +171,11 @@ func script(parts ...string) *redis.Script {
 	return redis.NewScript(b.String())
 }
 
-// strip drops p's comment lines and blank lines.
+// strip drops p's comment lines and blank lines, and the code of the
+// defects the build does not restore (restore).
 func strip(p string) string {
 	var b strings.Builder
-	for line := range strings.Lines(p) {
+	for line := range strings.Lines(restore(p)) {
 		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "--") {
 			b.WriteString(line)
 		}

@@ -86,6 +86,7 @@ func init() {
 		"ZREM":          {2, (*store).zrem},
 		"ZRANGE":        {3, (*store).zrange},
 		"ZRANGEBYSCORE": {3, (*store).zrangebyscore},
+		"ZCOUNT":        {3, (*store).zcount},
 	}
 }
 
@@ -306,19 +307,26 @@ func sorted(v *value) []string {
 	return ms
 }
 
-// zrange is ZRANGE key start stop, with start and stop not negative.
+// zrange is ZRANGE key start stop; negative indexes count from the end.
 func (s *store) zrange(now int64, a []string) (any, error) {
 	start, err1 := strconv.Atoi(a[1])
 	stop, err2 := strconv.Atoi(a[2])
-	if err1 != nil || err2 != nil || start < 0 || stop < 0 || len(a) != 3 {
+	if err1 != nil || err2 != nil || len(a) != 3 {
 		return nil, fmt.Errorf("ERR sim: ZRANGE %q", a[1:])
 	}
 	v, err := s.zset(a[0], now)
 	if v == nil || err != nil {
 		return []any{}, err
 	}
+	ms := sorted(v)
+	if start < 0 {
+		start += len(ms)
+	}
+	if stop < 0 {
+		stop += len(ms)
+	}
 	out := []any{}
-	for i, m := range sorted(v) {
+	for i, m := range ms {
 		if i >= start && i <= stop {
 			out = append(out, m)
 		}
@@ -326,12 +334,24 @@ func (s *store) zrange(now int64, a []string) (any, error) {
 	return out, nil
 }
 
-// zrangebyscore is ZRANGEBYSCORE key min max, inclusive, with -inf/+inf.
+// zrangebyscore is ZRANGEBYSCORE key min max [LIMIT offset count], with
+// -inf/+inf and '(' for an exclusive bound.
 func (s *store) zrangebyscore(now int64, a []string) (any, error) {
-	lo, err1 := score(a[1])
-	hi, err2 := score(a[2])
-	if err1 != nil || err2 != nil || len(a) != 3 {
-		return nil, errors.New("ERR min or max is not a float")
+	in, err := scoreRange(a[1], a[2])
+	if err != nil {
+		return nil, err
+	}
+	off, count := 0, -1
+	switch {
+	case len(a) == 6 && strings.EqualFold(a[3], "LIMIT"):
+		o, err1 := strconv.Atoi(a[4])
+		c, err2 := strconv.Atoi(a[5])
+		if err1 != nil || err2 != nil || o < 0 {
+			return nil, fmt.Errorf("ERR sim: ZRANGEBYSCORE LIMIT %q", a[4:])
+		}
+		off, count = o, c
+	case len(a) != 3:
+		return nil, fmt.Errorf("ERR sim: ZRANGEBYSCORE %q", a[1:])
 	}
 	v, err := s.zset(a[0], now)
 	if v == nil || err != nil {
@@ -339,11 +359,53 @@ func (s *store) zrangebyscore(now int64, a []string) (any, error) {
 	}
 	out := []any{}
 	for _, m := range sorted(v) {
-		if sc := v.zset[m]; sc >= lo && sc <= hi {
-			out = append(out, m)
+		if in(v.zset[m]) {
+			if off > 0 {
+				off--
+			} else if count < 0 || len(out) < count {
+				out = append(out, m)
+			}
 		}
 	}
 	return out, nil
+}
+
+// zcount is ZCOUNT key min max.
+func (s *store) zcount(now int64, a []string) (any, error) {
+	in, err := scoreRange(a[1], a[2])
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.zset(a[0], now)
+	if v == nil || err != nil {
+		return int64(0), err
+	}
+	n := int64(0)
+	for _, sc := range v.zset {
+		if in(sc) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// scoreRange reads the bounds of a score range, each inclusive unless it
+// starts with '('.
+func scoreRange(min, max string) (func(float64) bool, error) {
+	lo, loOpen, err1 := bound(min)
+	hi, hiOpen, err2 := bound(max)
+	if err1 != nil || err2 != nil {
+		return nil, errors.New("ERR min or max is not a float")
+	}
+	return func(sc float64) bool {
+		return (sc > lo || !loOpen && sc == lo) && (sc < hi || !hiOpen && sc == hi)
+	}, nil
+}
+
+func bound(s string) (float64, bool, error) {
+	open := strings.HasPrefix(s, "(")
+	f, err := score(strings.TrimPrefix(s, "("))
+	return f, open, err
 }
 
 func score(s string) (float64, error) {

@@ -1,0 +1,5 @@
+//go:build quorumlock_bug_latedrop
+
+package bugs
+
+func init() { LateDrop = true }

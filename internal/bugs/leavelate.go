@@ -1,0 +1,5 @@
+//go:build quorumlock_bug_leavelate
+
+package bugs
+
+func init() { LeaveLate = true }

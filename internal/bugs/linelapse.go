@@ -1,0 +1,5 @@
+//go:build quorumlock_bug_linelapse
+
+package bugs
+
+func init() { LineLapse = true }

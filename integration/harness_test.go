@@ -111,7 +111,7 @@ func prefixed(t *testing.T, cl *redis.Client, lines bool) []string {
 	iter := cl.Scan(ctx, 0, redlock.DefaultKeyPrefix+"*", 1000).Iterator()
 	for iter.Next(ctx) {
 		k := iter.Val()
-		line := strings.HasSuffix(k, "\x1fq") || strings.HasSuffix(k, "\x1fx") || strings.HasSuffix(k, "\x1fr")
+		line := strings.HasSuffix(k, "\x1fq") || strings.HasSuffix(k, "\x1fx") || strings.HasSuffix(k, "\x1fg") || strings.HasSuffix(k, "\x1fr")
 		if line == lines {
 			keys = append(keys, k)
 		}

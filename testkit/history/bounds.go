@@ -43,6 +43,6 @@ func background(ttl, nodeTimeout time.Duration) time.Duration {
 // the prefix. The end-of-run scan reads only lock keys.
 func LockKey(prefix, k string) bool {
 	counter := strings.HasSuffix(k, ":fence") || k == prefix+"s:seq"
-	line := strings.HasSuffix(k, "\x1fq") || strings.HasSuffix(k, "\x1fx")
+	line := strings.HasSuffix(k, "\x1fq") || strings.HasSuffix(k, "\x1fx") || strings.HasSuffix(k, "\x1fg")
 	return strings.HasPrefix(k, prefix) && !counter && !line
 }

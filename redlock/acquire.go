@@ -329,14 +329,10 @@ func newToken(cfg *config, s *session) (string, error) {
 		return "", err
 	case token == "":
 		return "", errors.New("it returned an empty token")
-	case strings.IndexByte(token, node.Sep) >= 0:
-		return "", fmt.Errorf("it returned a token with the byte %q, which marks session locks", node.Sep)
 	case strings.IndexByte(token, node.Meta) >= 0:
 		return "", fmt.Errorf("it returned a token with the byte %q, which marks a lock's metadata", node.Meta)
-	case token[0] == node.Handed:
-		return "", fmt.Errorf("it returned a token that starts with the byte %q, which marks keys handed to waiters", node.Handed)
-	case token[0] == node.SharedMark:
-		return "", fmt.Errorf("it returned a token that starts with the byte %q, which marks keys with shared holders", node.SharedMark)
+	case node.MarkIn(token) >= 0:
+		return "", fmt.Errorf("it returned a token with the byte %q, which marks values the nodes keep (shared keys, keys handed to waiters, session locks)", token[node.MarkIn(token)])
 	}
 	return withMetadata(token, cfg), nil
 }

@@ -219,8 +219,8 @@ func WithMaxWait(d time.Duration) Option {
 // value stored under the lock key that proves ownership (default: 128
 // random bits from crypto/rand, as 22 URL-safe base64 characters). Tokens
 // must be unique across all clients and attempts, or one client could
-// release another's lock, must not contain the bytes 0x1d or 0x1f and must
-// not start with 0x1e (markers of values the nodes keep). The function must be safe
+// release another's lock, and must not contain the bytes 0x1c to 0x1f
+// (markers of values the nodes keep). The function must be safe
 // for concurrent use; an error from it, or a token that breaks these rules,
 // fails the attempt without any I/O. Locks with generated tokens are not
 // renewed through a renewal session (see WithAutoExtend).
@@ -238,7 +238,7 @@ func WithTokenGenerator(gen func() (string, error)) Option {
 const MaxMetadata = 256
 
 // WithMetadata attaches a short description of the holder (host, pid, job:
-// at most MaxMetadata bytes, without the bytes 0x1d to 0x1f) to the locks it
+// at most MaxMetadata bytes, without the bytes 0x1c to 0x1f) to the locks it
 // acquires, for people and tools that look at a lock: Client.Inspect and
 // "quorumlock status" show it. It travels in the lock's token, after the
 // byte 0x1d (Token returns both, and Resume takes both), so it costs
@@ -249,8 +249,8 @@ func WithMetadata(desc string) Option {
 		if len(desc) > MaxMetadata {
 			return fmt.Errorf("redlock: WithMetadata: the description is %d bytes, more than MaxMetadata (%d): it is stored with the lock on every node", len(desc), MaxMetadata)
 		}
-		if i := strings.IndexFunc(desc, func(r rune) bool { return r >= 0x1d && r <= 0x1f }); i >= 0 {
-			return fmt.Errorf("redlock: WithMetadata(%q): byte %d is %q, one of 0x1d-0x1f, which mark the parts of values the nodes keep", desc, i, desc[i])
+		if i := strings.IndexFunc(desc, func(r rune) bool { return r >= 0x1c && r <= 0x1f }); i >= 0 {
+			return fmt.Errorf("redlock: WithMetadata(%q): byte %d is %q, one of 0x1c-0x1f, which mark the parts of values the nodes keep", desc, i, desc[i])
 		}
 		c.metadata = desc
 		return nil

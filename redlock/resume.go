@@ -40,8 +40,9 @@ var opResume = &opSpec{name: "resume", kind: node.Resume, yes: intPositive, no: 
 // the token is a session lock's. A failed Resume leaves the TTL it set on
 // the nodes that confirmed: it must not release a lock it could not
 // confirm. It returns ErrClosed once Close has begun, and a plain error for
-// an empty key or token, a token quorumlock cannot have made (with the byte
-// 0x1f, or starting with 0x1e) or an invalid option, before any I/O, or
+// an empty key or token, a token quorumlock cannot have made (with one of
+// the bytes 0x1c, 0x1e, 0x1f that mark the values the nodes keep, as a
+// raw GET prints them) or an invalid option, before any I/O, or
 // for pools that reach the same server (see New). Resume is safe for
 // concurrent use.
 func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) (*Lock, error) {
@@ -82,15 +83,15 @@ func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) 
 	return nil, resumeError(ctx, a, key, session)
 }
 
-// resumable checks a token given to Resume.
+// resumable checks a token given to Resume: a value the nodes keep as a
+// mark (a shared key's, a handed key's, a session lock's, as GET prints
+// them) is nobody's token.
 func resumable(token string) error {
-	switch {
-	case token == "":
+	if token == "" {
 		return errors.New("the token is empty: pass the Token of the lock to resume")
-	case strings.IndexByte(token, node.Sep) >= 0:
-		return fmt.Errorf("the token has the byte %q, which no lock's token has (it separates a session lock's value on the nodes)", node.Sep)
-	case token[0] == node.Handed:
-		return fmt.Errorf("the token starts with the byte %q, which no lock's token does", node.Handed)
+	}
+	if i := markIn(token); i >= 0 {
+		return fmt.Errorf("the token has the byte %q at %d, which no lock's token has: it marks values the nodes keep (0x1c a key with shared holders, 0x1e a key handed to a waiter, 0x1f a session lock); pass Lock.Token, not the key's value", token[i], i)
 	}
 	return nil
 }

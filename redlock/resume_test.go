@@ -193,7 +193,7 @@ func TestResumeRejectsBadInput(t *testing.T) {
 	e := newEnv(t, 5)
 	c := e.client()
 	for _, tc := range []struct{ key, token string }{
-		{"", "t"}, {"k", ""}, {"k", "a\x1f1\x1f11"}, {"k", "\x1ewaiter"},
+		{"", "t"}, {"k", ""}, {"k", "a\x1f1\x1f11"}, {"k", "\x1ewaiter"}, {"k", "\x1creader"},
 	} {
 		_, err := c.Resume(context.Background(), tc.key, tc.token)
 		if err == nil || errors.Is(err, ErrNotHeld) {
@@ -207,6 +207,32 @@ func TestResumeRejectsBadInput(t *testing.T) {
 		if calls := n.fault.calls.Load(); calls != 0 {
 			t.Fatalf("node %d saw %d calls", i, calls)
 		}
+	}
+}
+
+// TestResumeRefusesASharedKeysValue: the value of a key held shared, as a
+// raw GET prints it (0x1c and the token of the holder that made it
+// shared), is no token: Resume refuses it before any I/O, the shared hold
+// stays, and a lock of the key alone is still refused. Before, Resume took
+// it for a plain lock's token and returned a lock held alone beside the
+// shared holder (issue 31, defect 1).
+func TestResumeRefusesASharedKeysValue(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.scriptClient(WithTTL(time.Minute))
+	ctx := context.Background()
+	r, err := c.TryLock(ctx, "doc", Shared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := e.nodes[0].m.Get(rkey("doc"))
+	if l, err := c.Resume(ctx, "doc", raw); err == nil || errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Resume with the shared key's value %q = %v, %v; want a plain error before any I/O", raw, l, err)
+	}
+	if _, err := c.TryLock(ctx, "doc"); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("TryLock of the key held shared = %v; want ErrNotAcquired", err)
+	}
+	if ok, err := r.Held(ctx); !ok || err != nil {
+		t.Fatalf("the shared holder's Held = %v, %v", ok, err)
 	}
 }
 

@@ -170,6 +170,14 @@ const Handed = '\x1e'
 // waiter: held by no lock.
 func HandedValue(v string) bool { return v != "" && v[0] == Handed }
 
+// Marks are the bytes that mark values the nodes keep (SharedMark, Handed,
+// Sep): no token contains one, and every script refuses a token that does
+// (internal/scripts/lib.lua, mark).
+const Marks = string(SharedMark) + string(Handed) + string(Sep)
+
+// MarkIn returns the index of the first mark byte (Marks) in s, or -1.
+func MarkIn(s string) int { return strings.IndexAny(s, Marks) }
+
 // Result is one node's answer to an Op.
 type Result struct {
 	Int int64  // Acquire..Release, AcquireSession, RenewSession, AcquirePermit (see Kind)

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -85,19 +86,20 @@ func (l *Lock) ref() ref {
 	return r
 }
 
-// releaseUnsure releases r on node i when it may hold it and no
-// caller is waiting: after a yes that arrived after its round was decided
-// (err nil), or a call that failed with err. It does not wait: the release
-// is queued on the node's Pool (or runs on a goroutine for Pools that do not
-// queue), bounded by cleanupTimeout, and counted in c.wg so that Close waits
-// for it; the caller must hold a count on c.wg. A call that failed without
-// a reply may still land (a
-// command held in a proxy, in a frozen server's socket): when the release
-// finds nothing of ours, or fails, it is sent again after recheckDelay,
-// doubling up to maxRecheck, and a last time at recheckHorizon from now.
+// releaseUnsure releases r on node i when it may hold it and no caller is
+// waiting: after a yes that arrived after its round was decided, or for a
+// lock that was lost (err nil), or after a call that failed with err. It
+// does not wait: the release is queued on the node's Pool (or runs on a
+// goroutine for Pools that do not queue), bounded by cleanupTimeout, and
+// counted in c.wg so that Close waits for it; the caller must hold a count
+// on c.wg. Until recheckHorizon from now, it is sent again after
+// recheckDelay, doubling up to maxRecheck, as long as it fails without the
+// node's refusal (it may never have been written) and, when err is not nil
+// (the command may still land: held in a proxy, in a frozen server's
+// socket), also while it finds nothing of ours.
 func (c *Client) releaseUnsure(cfg *config, i int, r ref, err error) {
-	bg := &background{c: c, cfg: cfg, ref: r}
-	if err != nil {
+	bg := &background{c: c, cfg: cfg, ref: r, unsure: err != nil}
+	if bg.unsure || resendOwed {
 		bg.recheck = recheckDelay(cfg)
 		bg.horizon = time.Now().Add(c.recheckHorizon(cfg))
 	}
@@ -157,15 +159,16 @@ type background struct {
 	c   *Client
 	cfg *config
 	ref
-	recheck time.Duration // > 0: if nothing was released, try again after it
+	recheck time.Duration // > 0: if the release failed, or found nothing while unsure, try again after it
 	horizon time.Time     // no re-send is scheduled after it
+	unsure  bool          // the node's fate is unknown: a release that finds nothing is sent again
 }
 
 func (b *background) Deliver(i int, r node.Result) {
 	defer b.c.wg.Done()
-	again := r.Err == nil && r.Int == 0 || r.Err != nil && !refused(r.Err)
+	again := b.unsure && r.Err == nil && r.Int == 0 || r.Err != nil && !refused(r.Err)
 	if wait := min(b.recheck, time.Until(b.horizon)); again && b.recheck > 0 && wait > 0 {
-		next := &background{c: b.c, cfg: b.cfg, ref: b.ref, recheck: min(2*b.recheck, maxRecheck), horizon: b.horizon}
+		next := &background{c: b.c, cfg: b.cfg, ref: b.ref, recheck: min(2*b.recheck, maxRecheck), horizon: b.horizon, unsure: b.unsure}
 		if !b.c.rechecks.after(&b.c.wg, wait, func() { b.c.sendRelease(next, i) }) {
 			next.recheck = 0 // Close has begun: once more, now, and no more
 			b.c.sendRelease(next, i)
@@ -239,14 +242,22 @@ func cleanupTimeout(cfg *config) time.Duration {
 // releaseLost deletes a lost session lock's key (token-checked) from every
 // node in the background: its session may still live on the nodes, which
 // would keep the key held for its whole garbage-collection TTL (10 × TTL)
-// rather than the TTL that frees the key of a lost plain lock. Nothing
+// rather than the TTL that frees the key of a lost plain lock. A node whose
+// acquire's fate is unknown is re-checked like a failed round's. Nothing
 // after Close, which has released what it tracks.
 func (c *Client) releaseLost(l *Lock) {
 	if l.sess == nil || c.enter() != nil {
 		return
 	}
 	defer c.wg.Done()
+	l.mu.Lock()
+	unsure := slices.Clone(l.unsure)
+	l.mu.Unlock()
 	for i := range c.pools {
-		c.releaseUnsure(l.cfg, i, l.ref(), nil)
+		var err error
+		if unsure != nil && unsure[i] {
+			err = errUnknownFate
+		}
+		c.releaseUnsure(l.cfg, i, l.ref(), err)
 	}
 }

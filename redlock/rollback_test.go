@@ -131,3 +131,47 @@ func failRoundWithYesFrom3And4(t *testing.T, e *env, c *Client, beforeDecided fu
 		t.Fatal("node 4 does not hold the failed round's token: the test needs it there")
 	}
 }
+
+// TestLateYesReleaseRetriedAfterNotSent: a yes that arrives after its round
+// failed is released on arrival; when that release is never written (no
+// connection, queued past its deadline), it is sent again in the
+// background until the node answers, as a roll-back is. Before, a release
+// owed for a yes that was seen was sent once, and the failed round's token
+// stayed on the node for its whole TTL (issue 31, defect 4).
+func TestLateYesReleaseRetriedAfterNotSent(t *testing.T) {
+	for _, never := range []error{
+		&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")},
+		fmt.Errorf("pool: %w", node.ErrNotSent),
+	} {
+		t.Run(never.Error(), func(t *testing.T) {
+			e := newEnv(t, 5)
+			c := e.client(WithNodeTimeout(100 * time.Millisecond))
+			verifyAll(t, c)
+			for i := range 3 { // another holder's copies: the round fails at once
+				if err := e.nodes[i].m.Set(rkey("ly"), "other"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.nodes[4].fault.hold(true, "acquire") // node 4 takes the key; its yes comes late
+			if _, err := c.TryLock(context.Background(), "ly"); !errors.Is(err, ErrNotAcquired) {
+				t.Fatalf("TryLock with the key taken on 3 nodes = %v, want ErrNotAcquired", err)
+			}
+			calls := e.nodes[4].fault.calls.Load()
+			e.nodes[4].fault.setErr(never) // the release of the late yes is never written
+			<-e.nodes[4].fault.open()
+			for deadline := time.Now().Add(5 * time.Second); e.nodes[4].fault.calls.Load() == calls && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			if e.value(4, rkey("ly")) == "" {
+				t.Fatal("node 4 does not hold the failed round's token: the test needs it there")
+			}
+			e.nodes[4].fault.setErr(nil) // the node is reachable again
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if v := e.value(4, rkey("ly")); v != "" {
+				t.Fatalf("after Close, node 4 still holds the failed round's token %q: the release of its late yes, never written, was not sent again", v)
+			}
+		})
+	}
+}

@@ -216,7 +216,7 @@ func (s *sleeper) stop() {
 		s.t.each(func(rkey string) { s.c.notes.remove(rkey, s.w) })
 	}
 	if ln := s.ln; ln != nil && ln.joined && !s.won {
-		s.c.leaveLine(s.cfg, s.t.rkey, ln.id, true, nil)
+		s.c.leaveLine(s.cfg, s.t.rkey, ln.id, true, nil, true)
 	}
 	if s.timer != nil {
 		s.timer.Stop()

@@ -87,29 +87,65 @@ func (c *Client) grace(cfg *config) time.Duration {
 
 // leaveLine takes waiter, whose Lock call ended, out of the key's line for
 // good (its attempts that land late do not put it back) on the nodes where
-// ask(i) (every node when ask is nil), in the background, and hands the
-// key on where it had been handed to it, telling the next waiter if tell
-// (a waiter that took the lock does not: its release will). It does not
-// wait; Close waits for it. An entry it misses lapses by itself (lineTTL).
-func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func(int) bool) {
+// ask(i) (every node when ask is nil), and hands the key on where it had
+// been handed to it, telling the next waiter if tell (a waiter that took
+// the lock does not: its release will). A waiter that ended without the
+// lock (wait) leaves in order with the Client's later commands and waits
+// for the nodes' answers up to the node timeout, so that a shared holder
+// that asks next, from any Client, no longer finds it in the line; a
+// waiter that took the lock leaves in the background. Close waits for the
+// leaves. An entry it misses lapses by itself (lineTTL).
+func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func(int) bool, wait bool) {
 	if c.enter() != nil {
 		return
 	}
 	defer c.wg.Done()
-	op := node.New(node.Op{Kind: node.Leave, Key: rkey, Waiter: waiter, Grace: handGrace(cfg), LineTTL: lineTTL(cfg), Tell: tell, Background: true, Values: ownWork})
+	wait = wait && leaveInOrder
+	op := node.New(node.Op{Kind: node.Leave, Key: rkey, Waiter: waiter, Grace: handGrace(cfg), LineTTL: lineTTL(cfg), Tell: tell, Background: !wait, Values: ownWork})
 	deadline := time.Now().Add(cleanupTimeout(cfg))
+	lv := leaving{c: c}
+	if wait {
+		lv.done = make(chan struct{}, len(c.senders))
+	}
+	sent := 0
 	for i, s := range c.senders {
 		if ask == nil || ask(i) {
 			c.wg.Add(1)
-			s.Send(op, deadline, leaving{c}, i)
+			sent++
+			s.Send(op, deadline, lv, i)
 		}
+	}
+	if wait {
+		lv.await(sent, cfg.nodeTimeout)
 	}
 }
 
-// leaving receives the result of a Leave nobody waits for.
-type leaving struct{ c *Client }
+// leaving receives the results of a Leave; done, when not nil, hears of
+// each.
+type leaving struct {
+	c    *Client
+	done chan struct{}
+}
 
-func (l leaving) Deliver(int, node.Result) { l.c.wg.Done() }
+func (l leaving) Deliver(int, node.Result) {
+	l.c.wg.Done()
+	if l.done != nil {
+		l.done <- struct{}{} // buffered for every node
+	}
+}
+
+// await waits for n results, at most d.
+func (l leaving) await(n int, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for range n {
+		select {
+		case <-l.done:
+		case <-t.C:
+			return
+		}
+	}
+}
 
 // handTally counts, over a release round's yes replies, the waiters the
 // nodes handed the key to. It allocates nothing for the usual few names.

@@ -554,7 +554,7 @@ func (l *Lock) late(rep quorum.Reply) {
 		}
 	}
 	if waited {
-		l.c.leaveLine(l.cfg, l.rkey, l.waiter, false, func(i int) bool { return i == rep.Node })
+		l.c.leaveLine(l.cfg, l.rkey, l.waiter, false, func(i int) bool { return i == rep.Node }, false)
 	}
 	// A definite yes is covered by a chained release sent now; an unknown
 	// fate needs the release that re-checks.
@@ -640,7 +640,7 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 		l.unsure = slices.Clone(a.unsure)
 	}
 	if l.inLine { // it holds the key; it must not be handed it where it waits
-		c.leaveLine(cfg, l.rkey, l.waiter, false, func(i int) bool { return !a.said[i] && !l.landing[i] })
+		c.leaveLine(cfg, l.rkey, l.waiter, false, func(i int) bool { return !a.said[i] && !l.landing[i] }, false)
 	}
 	a.rd.finish(l.late)
 	if cfg.autoExtend {

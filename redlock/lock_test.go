@@ -367,6 +367,7 @@ func TestBadInput(t *testing.T) {
 		{"empty key Locked", errOf2(c.Locked(ctx, "")), "key is empty"},
 		{"TTL below allowance+timeout", errOf(c.TryLock(ctx, "k", WithTTL(50*time.Millisecond))), "leaves no validity"},
 		{"TTL zero", errOf(c.TryLock(ctx, "k", WithTTL(0))), "at least 1ms"},
+		{"TTL over MaxTTL", errOf(c.TryLock(ctx, "k", WithTTL(MaxTTL+time.Millisecond))), "at most MaxTTL"},
 		{"drift factor", errOf(c.TryLock(ctx, "k", WithDriftFactor(0.7))), "WithDriftFactor(0.7)"},
 		{"node timeout", errOf(c.TryLock(ctx, "k", WithNodeTimeout(0))), "must be positive"},
 		{"backoff", errOf(c.Lock(ctx, "k", WithRetryBackoff(time.Second, time.Millisecond))), "max at least base"},

@@ -139,15 +139,24 @@ func (c *config) retryDelay(attempt int) time.Duration {
 	return c.jitter(d)
 }
 
+// MaxTTL is the longest TTL WithTTL takes: a lock's keys on the nodes live
+// at most ten times it (a renewal session's lock key), well within what
+// Redis' millisecond expiry can hold.
+const MaxTTL = 7 * 24 * time.Hour
+
 // WithTTL sets how long the lock lives on each Redis node (default 10 s),
 // rounded down to whole milliseconds because Redis counts milliseconds. The
 // lock's validity is the TTL less the time the acquisition took and the drift
 // allowance (TTL × drift factor + 2 ms); the TTL must exceed that allowance
-// plus the per-node timeout, or every acquisition would fail.
+// plus the per-node timeout, or every acquisition would fail, and be at most
+// MaxTTL.
 func WithTTL(ttl time.Duration) Option {
 	return func(c *config) error {
 		if ttl < time.Millisecond {
 			return fmt.Errorf("redlock: WithTTL(%v): the TTL must be at least 1ms (the default is %v)", ttl, DefaultTTL)
+		}
+		if ttl > MaxTTL {
+			return fmt.Errorf("redlock: WithTTL(%v): the TTL must be at most MaxTTL (%v); hold a lock longer by renewing it (WithAutoExtend, Do)", ttl, MaxTTL)
 		}
 		c.ttl = ttl.Truncate(time.Millisecond)
 		return nil

@@ -61,11 +61,18 @@ type sessionNode struct {
 	busy int       // renewals in flight
 }
 
+// maxSessions bounds a Client's renewal sessions, whatever the TTLs its
+// calls ask for: one session per distinct (prefix, TTL, renewal interval,
+// node timeout, drift) is made on first use and kept until Close; past
+// maxSessions of them, locks of a new kind are renewed key by key.
+const maxSessions = 16
+
 // sessionFor returns the session the auto-extended locks of cfg hang on, or
 // nil when locks of cfg are renewed key by key: without auto-extension, with
-// WithMaxHold, WithFencing or WithTokenGenerator, or over Pools that do not
+// WithMaxHold, WithFencing or WithTokenGenerator, over Pools that do not
 // queue commands or are Redis Clusters (a script there may only touch the
-// keys of one hash slot).
+// keys of one hash slot), or when the Client has maxSessions sessions of
+// other kinds.
 func (c *Client) sessionFor(cfg *config) *session {
 	if !c.sessionLocks(cfg) {
 		return nil
@@ -75,6 +82,9 @@ func (c *Client) sessionFor(cfg *config) *session {
 	defer c.sessMu.Unlock()
 	if s := c.sessions[k]; s != nil {
 		return s
+	}
+	if len(c.sessions) >= maxSessions {
+		return nil
 	}
 	var b [12]byte
 	cfg.rnd.read(b[:])

@@ -1,7 +1,9 @@
 package redlock
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -421,4 +423,35 @@ func TestLockedSessionValueThroughWrappedPools(t *testing.T) {
 	if locked || !errors.As(err, &qe) || !strings.Contains(err.Error(), "session lock's value") {
 		t.Fatalf("Locked = %v, %v; want a *QuorumError saying it cannot tell", locked, err)
 	}
+}
+
+// TestSessionsBounded: a Client asked for auto-extended locks of ever new
+// TTLs keeps at most maxSessions renewal sessions; the locks of the kinds
+// beyond them are renewed key by key and held all the same. Before, every
+// distinct TTL made a session kept until Close (issue 31).
+func TestSessionsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, c, _ := sessionEnv(t)
+		ctx := context.Background()
+		var ls []*Lock
+		for i := range 2 * maxSessions {
+			l, err := c.TryLock(ctx, fmt.Sprint("k", i), WithAutoExtend(true), WithTTL(time.Second+time.Duration(i)*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls = append(ls, l)
+		}
+		c.sessMu.Lock()
+		n := len(c.sessions)
+		c.sessMu.Unlock()
+		if n != maxSessions {
+			t.Fatalf("%d sessions after %d TTLs; want %d", n, 2*maxSessions, maxSessions)
+		}
+		time.Sleep(3 * time.Second)
+		for _, l := range ls {
+			if err := l.Err(); err != nil {
+				t.Fatalf("%s with TTL %v: %v", l.key, l.cfg.ttl, err)
+			}
+		}
+	})
 }

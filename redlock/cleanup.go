@@ -141,7 +141,7 @@ type ownWorkKey struct{}
 func (c *Client) sendRelease(bg *background, i int) {
 	cfg := bg.cfg
 	op := node.New(node.Op{Kind: bg.spec.kind, Key: bg.rkey, Keys: bg.keys, Token: bg.token, Grace: c.grace(cfg), Background: true, Values: ownWork})
-	deadline := time.Now().Add(cleanupTimeout(cfg))
+	deadline := c.bgDeadline(cfg)
 	c.wg.Add(1)
 	if s := c.senders[i]; s != nil {
 		s.Send(op, deadline, bg, i)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
@@ -34,6 +35,7 @@ type Client struct {
 	sweepAt int                              // sweep expired locks out of held at this size...
 	sweptAt time.Time                        // ...or a second after the last sweep
 	wg      sync.WaitGroup                   // every goroutine the Client started
+	closeBy atomic.Int64                     // once Close began: when its bound ends (Unix ns); no background command outlives it
 
 	ids      identities
 	gates    gates    // one acquisition round per key at a time
@@ -198,14 +200,15 @@ func (c *Client) begin(ctx context.Context, cfg *config) error {
 }
 
 // Close releases every lock of this Client that is still held, waits for the
-// Client's background work to end (each piece bounded by
-// min(TTL, max(10 × node timeout, 2 s)) when a node is slow), and makes every
-// later operation return ErrClosed. It does not close the pools. It returns
-// the errors of the releases that nodes failed to confirm (not those of locks
-// that had expired), or ErrClosed when called again. Close is safe to call
-// concurrently with other methods: those that have not started their I/O
-// return ErrClosed, and an acquisition that wins its round meanwhile is
-// rolled back and returns ErrClosed.
+// Client's background work to end, and makes every later operation return
+// ErrClosed. It returns within closeBound after it begins, whatever the
+// nodes do (2.05 s with the defaults; a call under way with a longer node
+// timeout or TTL of its own may hold it up to its own bound). It does not
+// close the pools. It returns the errors of the releases that nodes failed
+// to confirm (not those of locks that had expired), or ErrClosed when called
+// again. Close is safe to call concurrently with other methods: those that
+// have not started their I/O return ErrClosed, and an acquisition that wins
+// its round meanwhile is rolled back and returns ErrClosed.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -213,6 +216,7 @@ func (c *Client) Close() error {
 		return ErrClosed
 	}
 	c.closed = true
+	c.closeBy.Store(time.Now().Add(closeBound(c.cfg)).UnixNano())
 	locks := make([]*Lock, 0, len(c.held))
 	for l := range c.held {
 		locks = append(locks, l)
@@ -224,8 +228,27 @@ func (c *Client) Close() error {
 	c.watches = nil
 	c.wg.Add(1) // Close's own share: the releases below add to wg
 	c.mu.Unlock()
-	c.renew.close() // renewals under way end before their locks are released
+	var notes sync.WaitGroup
+	notes.Go(c.notes.close) // beside the releases: a subscription's set-up may take a budget
+	c.renew.close()         // renewals under way end before their locks are released
+	errs := c.releaseAll(locks)
+	c.rechecks.stop(&c.wg) // pending rechecks go now, once
+	c.wg.Done()
+	c.wg.Wait()
+	notes.Wait()
+	return errors.Join(errs...)
+}
 
+// closeBound is how long Close takes at most: the releases it sends are
+// followed for a cleanup budget after their node timeout, and every
+// background command sent after Close began ends with them (bgDeadline).
+func closeBound(cfg *config) time.Duration {
+	return cfg.nodeTimeout + cleanupTimeout(cfg)
+}
+
+// releaseAll releases locks for Close, in parallel, and returns the errors
+// worth reporting.
+func (c *Client) releaseAll(locks []*Lock) []error {
 	errs := make([]error, len(locks))
 	var g sync.WaitGroup
 	for i, l := range locks {
@@ -241,11 +264,18 @@ func (c *Client) Close() error {
 		})
 	}
 	g.Wait()
-	c.rechecks.stop(&c.wg) // pending rechecks go now, once
-	c.wg.Done()
-	c.wg.Wait()
-	c.notes.close()
-	return errors.Join(errs...)
+	return errs
+}
+
+// bgDeadline is the deadline of a command nobody waits for, sent now for a
+// call of cfg: a cleanup budget from now, and never past Close's bound
+// once Close has begun.
+func (c *Client) bgDeadline(cfg *config) time.Time {
+	d := time.Now().Add(cleanupTimeout(cfg))
+	if by := c.closeBy.Load(); by != 0 && d.UnixNano() > by {
+		d = time.Unix(0, by)
+	}
+	return d
 }
 
 // callConfig applies per-call options and checks the key.

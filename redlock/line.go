@@ -102,7 +102,7 @@ func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func
 	defer c.wg.Done()
 	wait = wait && leaveInOrder
 	op := node.New(node.Op{Kind: node.Leave, Key: rkey, Waiter: waiter, Grace: handGrace(cfg), LineTTL: lineTTL(cfg), Tell: tell, Background: !wait, Values: ownWork})
-	deadline := time.Now().Add(cleanupTimeout(cfg))
+	deadline := c.bgDeadline(cfg)
 	lv := leaving{c: c}
 	if wait {
 		lv.done = make(chan struct{}, len(c.senders))

@@ -282,3 +282,25 @@ func TestCloseCutsRenewalWait(t *testing.T) {
 		}
 	})
 }
+
+// TestCloseWithinOneBound: Close returns within one cleanup budget plus the
+// node timeout after it begins, whatever the nodes do: here two of five
+// never answer a release, so Close's releases, the re-sends of the deletes
+// that got no reply, and their last sends all meet silent nodes. Before,
+// each of those steps could take a whole budget after the one before (6 s
+// with the defaults, in virtual time).
+func TestCloseWithinOneBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps, c, _ := sendEnv(t, WithTTL(30*time.Second), WithAutoExtend(false))
+		lockMany(t, c, 10)
+		for _, p := range ps[3:] {
+			p.set(node.Release, time.Hour, 0, nil)
+		}
+		start := time.Now()
+		_ = c.Close()
+		bound := cleanupTimeout(c.cfg) + c.cfg.nodeTimeout
+		if took := time.Since(start); took > bound {
+			t.Fatalf("Close took %v with 2 of 5 nodes silent; the bound is %v", took, bound)
+		}
+	})
+}

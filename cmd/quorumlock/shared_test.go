@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -9,7 +10,7 @@ import (
 )
 
 // TestExecShared: two exec --shared commands hold one key at once, status
-// shows both, a holder of the key alone waits for them, and --shared with
+// shows both, release refuses the key's raw value as a token, a holder of the key alone waits for them, and --shared with
 // --fencing is a usage error.
 func TestExecShared(t *testing.T) {
 	c := redisproc.Start(t, 3)
@@ -39,6 +40,16 @@ func TestExecShared(t *testing.T) {
 	text := startCLI(t, env, "status", nodeTimeout, key)
 	if code := text.wait(t); code != 0 || !strings.Contains(text.stdout.String(), "held shared: 2 holders") || !strings.Contains(text.stdout.String(), `"reader-1"`) {
 		t.Fatalf("status of a shared key: exit %d\n%s", code, text.stdout.String())
+	}
+	// The key's value as redis-cli prints it is no token: release refuses
+	// it, and the key stays shared (issue 31, defect 1).
+	raw, err := c.Clients(t)[0].Get(t.Context(), "quorumlock:{"+key+"}").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := startCLI(t, env, "release", nodeTimeout, freshServers, key, strconv.Quote(raw))
+	if code := rel.wait(t); code == 0 || !strings.Contains(rel.stderr.String(), "no lock's token has") {
+		t.Fatalf("release with the shared key's value %q: exit %d, want a refusal of the token\n%s%s", raw, code, rel.stdout.String(), rel.stderr.String())
 	}
 	alone := startCLI(t, env, "exec", nodeTimeout, freshServers, key, "--", "echo", "alone")
 	if code := alone.wait(t); code != exitNotAcquired || strings.Contains(alone.stdout.String(), "alone") {

@@ -2,6 +2,6 @@
 
 package redlock
 
-// leaveInOrder: a Lock call that ends without the lock leaves its line in
-// order with the Client's later commands, and waits for it (leaveLine).
+// leaveInOrder: a Lock call that ends without the lock leaves its line
+// before it returns: it waits for the nodes' answers (leaveLine).
 const leaveInOrder = true

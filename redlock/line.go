@@ -90,10 +90,10 @@ func (c *Client) grace(cfg *config) time.Duration {
 // ask(i) (every node when ask is nil), and hands the key on where it had
 // been handed to it, telling the next waiter if tell (a waiter that took
 // the lock does not: its release will). A waiter that ended without the
-// lock (wait) leaves in order with the Client's later commands and waits
-// for the nodes' answers up to the node timeout, so that a shared holder
-// that asks next, from any Client, no longer finds it in the line; a
-// waiter that took the lock leaves in the background. Close waits for the
+// lock (wait) leaves like a round's command and waits for the nodes'
+// answers up to the node timeout, so that a shared holder that asks next,
+// from any Client, no longer finds it in the line; a waiter that took the
+// lock leaves in the background. Close waits for the
 // leaves. An entry it misses lapses by itself (lineTTL).
 func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func(int) bool, wait bool) {
 	if c.enter() != nil {
@@ -101,12 +101,17 @@ func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func
 	}
 	defer c.wg.Done()
 	wait = wait && leaveInOrder
-	op := node.New(node.Op{Kind: node.Leave, Key: rkey, Waiter: waiter, Grace: handGrace(cfg), LineTTL: lineTTL(cfg), Tell: tell, Background: !wait, Values: ownWork})
+	o := node.Op{Kind: node.Leave, Key: rkey, Waiter: waiter, Grace: handGrace(cfg), LineTTL: lineTTL(cfg), Tell: tell, Background: true, Values: ownWork}
 	deadline := c.bgDeadline(cfg)
 	lv := leaving{c: c}
-	if wait {
+	if wait { // with the rounds' commands, bounded like one of them
+		o.Background, o.Follow = false, follow(cfg)
+		if d := time.Now().Add(cfg.nodeTimeout); d.Before(deadline) {
+			deadline = d
+		}
 		lv.done = make(chan struct{}, len(c.senders))
 	}
+	op := node.New(o)
 	sent := 0
 	for i, s := range c.senders {
 		if ask == nil || ask(i) {

@@ -44,23 +44,14 @@ func TestRollbackRetriedAfterTimeout(t *testing.T) {
 // its session lives, kept out every other client for that long (found by
 // the simulator, docs/chaos.md).
 func TestRollbackRetriedAfterNotSent(t *testing.T) {
-	for _, never := range []error{
-		&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")},
-		fmt.Errorf("pool: %w", node.ErrNotSent),
-	} {
+	for _, never := range neverWritten() {
 		t.Run(never.Error(), func(t *testing.T) {
 			e := newEnv(t, 5)
 			c := e.client(WithNodeTimeout(100 * time.Millisecond))
 			failRoundWithYesFrom3And4(t, e, c, func() {
 				e.nodes[4].fault.setErr(never) // the roll-back to node 4 is never written
 			})
-			e.nodes[4].fault.setErr(nil) // the node is reachable again
-			if err := c.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if v := e.value(4, rkey("rb")); v != "" {
-				t.Fatalf("after Close, node 4 still holds the failed round's token %q: the roll-back that was never written was not sent again", v)
-			}
+			closeLeavesNothing(t, e, c, 4, "rb", "the roll-back that was never written was not sent again")
 		})
 	}
 }
@@ -71,10 +62,7 @@ func TestRollbackRetriedAfterNotSent(t *testing.T) {
 // was left to its TTL (for a session lock's key, held while its session
 // lives, ten lock TTLs; found by the simulator).
 func TestReleaseRetriedAfterNotSent(t *testing.T) {
-	for _, never := range []error{
-		&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")},
-		fmt.Errorf("pool: %w", node.ErrNotSent),
-	} {
+	for _, never := range neverWritten() {
 		t.Run(never.Error(), func(t *testing.T) {
 			e := newEnv(t, 5)
 			c := e.client(WithNodeTimeout(100 * time.Millisecond))
@@ -92,13 +80,7 @@ func TestReleaseRetriedAfterNotSent(t *testing.T) {
 			if e.value(4, rkey("rl")) == "" {
 				t.Fatal("node 4 does not hold the lock's token: the test needs it there")
 			}
-			e.nodes[4].fault.setErr(nil) // the node is reachable again
-			if err := c.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if v := e.value(4, rkey("rl")); v != "" {
-				t.Fatalf("after Close, node 4 still holds the released lock's token %q: the delete that was never written was not sent again", v)
-			}
+			closeLeavesNothing(t, e, c, 4, "rl", "the delete that was never written was not sent again")
 		})
 	}
 }
@@ -139,10 +121,7 @@ func failRoundWithYesFrom3And4(t *testing.T, e *env, c *Client, beforeDecided fu
 // owed for a yes that was seen was sent once, and the failed round's token
 // stayed on the node for its whole TTL (issue 31, defect 4).
 func TestLateYesReleaseRetriedAfterNotSent(t *testing.T) {
-	for _, never := range []error{
-		&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")},
-		fmt.Errorf("pool: %w", node.ErrNotSent),
-	} {
+	for _, never := range neverWritten() {
 		t.Run(never.Error(), func(t *testing.T) {
 			e := newEnv(t, 5)
 			c := e.client(WithNodeTimeout(100 * time.Millisecond))
@@ -165,13 +144,30 @@ func TestLateYesReleaseRetriedAfterNotSent(t *testing.T) {
 			if e.value(4, rkey("ly")) == "" {
 				t.Fatal("node 4 does not hold the failed round's token: the test needs it there")
 			}
-			e.nodes[4].fault.setErr(nil) // the node is reachable again
-			if err := c.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if v := e.value(4, rkey("ly")); v != "" {
-				t.Fatalf("after Close, node 4 still holds the failed round's token %q: the release of its late yes, never written, was not sent again", v)
-			}
+			closeLeavesNothing(t, e, c, 4, "ly", "the release of its late yes, never written, was not sent again")
 		})
+	}
+}
+
+// neverWritten are the errors of a command that was never written: no
+// connection, and queued past its deadline.
+func neverWritten() []error {
+	return []error{
+		&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")},
+		fmt.Errorf("pool: %w", node.ErrNotSent),
+	}
+}
+
+// closeLeavesNothing makes node i reachable again, closes c and fails the
+// test if node i still holds key: what, the release that should have taken
+// it, was not sent again.
+func closeLeavesNothing(t *testing.T, e *env, c *Client, i int, key, what string) {
+	t.Helper()
+	e.nodes[i].fault.setErr(nil)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := e.value(i, rkey(key)); v != "" {
+		t.Fatalf("after Close, node %d still holds %q: %s", i, v, what)
 	}
 }

@@ -45,6 +45,12 @@ type chaosClient struct {
 // tokens, no fencing. It returns an error rather than failing the test, so
 // that a worker goroutine may call it.
 func makeChaosClient(t *testing.T, c *cluster, h *hist.History, name string, ttl time.Duration, session bool, poolOpts []pool.Option, lockOpts ...redlock.Option) (*chaosClient, error) {
+	return makeWrappedChaosClient(t, c, h, name, ttl, session, nil, poolOpts, lockOpts...)
+}
+
+// makeWrappedChaosClient is makeChaosClient with wrap, if not nil, around
+// each node's recording Pool (the Client gets what wrap returns).
+func makeWrappedChaosClient(t *testing.T, c *cluster, h *hist.History, name string, ttl time.Duration, session bool, wrap func(i int, p pool.Pool) (pool.Pool, error), poolOpts []pool.Option, lockOpts ...redlock.Option) (*chaosClient, error) {
 	cc := &chaosClient{h: h, session: session}
 	proxies, viaProxy := c.proxyEach(t)
 	cc.proxies = proxies
@@ -59,7 +65,13 @@ func makeChaosClient(t *testing.T, c *cluster, h *hist.History, name string, ttl
 		o.lock = append(o.lock, redlock.WithFencing(true))
 	}
 	o.lock = append(o.lock, lockOpts...)
-	o.wrap = func(i int, p pool.Pool) (pool.Pool, error) { return h.RecordReplies(name, i, p, cc.sent) }
+	o.wrap = func(i int, p pool.Pool) (pool.Pool, error) {
+		rp, err := h.RecordReplies(name, i, p, cc.sent)
+		if err != nil || wrap == nil {
+			return rp, err
+		}
+		return wrap(i, rp)
+	}
 	// Small buffers: the lock scripts' replies are tiny, and with go-redis'
 	// 32 KiB defaults the connections that every timed-out call replaces
 	// dominate the test's allocations (and, on a loaded machine, its
@@ -82,6 +94,21 @@ func makeChaosClient(t *testing.T, c *cluster, h *hist.History, name string, ttl
 		return nil, err
 	}
 	return cc, nil
+}
+
+// shareRecorder gives cc a Recorder that many goroutines may share: one
+// that does not read the Client's tokens. A Recorder given them
+// (hist.WithTokens) takes every token made during an acquire call for one
+// of its failed rounds (Op.Tried, judged by L2), which holds only while one
+// goroutine at a time acquires: with several, a token another goroutine's
+// call won would be judged a leftover. So the failed rounds of such a
+// client are not judged by L2 (its released locks still are).
+func (cc *chaosClient) shareRecorder(ttl time.Duration) {
+	opts := []hist.RecorderOption{hist.WithTTL(ttl)}
+	if cc.session {
+		opts = append(opts, hist.WithSessionKey(cc.sent.SessionKey))
+	}
+	cc.rec = cc.h.Recorder(cc.name, cc.Client, opts...)
 }
 
 // close closes the Client (releasing what it still holds and joining its

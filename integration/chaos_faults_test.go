@@ -43,6 +43,7 @@ type faulter struct {
 	sweepFor time.Duration
 
 	mu        sync.Mutex
+	spans     []*faultSpan // every fault, on h's clock (faultSpans)
 	nodeBusy  map[int]bool
 	linkBusy  map[[2]int]bool // (client, node) with a blackhole, latency or late delivery
 	held      map[[2]int]bool // (client, node) with late delivery: resets spare them
@@ -117,7 +118,9 @@ func (f *faulter) ms(lo, hi int) time.Duration {
 // kill kills a node and restarts it with its data after more than the TTL.
 func (f *faulter) kill() {
 	f.nodeDown("kill", (*testkit.Node).Kill, func(i int) {
+		span := f.open("kill", "", []int{i})
 		f.holdFor(fmt.Sprintf("node%d killed, then guarded", i), f.ttl+f.ms(500, 1500), true, func() {
+			defer f.close(span)
 			if err := f.c.Node(i).Restart(false); err != nil {
 				f.t.Errorf("chaos: restart node%d: %v", i, err)
 			}
@@ -135,7 +138,9 @@ func (f *faulter) kill() {
 // pause pauses a node for 200–900 ms.
 func (f *faulter) pause() {
 	f.nodeDown("pause", (*testkit.Node).Pause, func(i int) {
+		span := f.open("pause", "", []int{i})
 		f.hold(fmt.Sprintf("node%d paused", i), f.ms(200, 900), func() {
+			defer f.close(span)
 			if err := f.c.Node(i).Resume(); err != nil {
 				f.t.Errorf("chaos: resume node%d: %v", i, err)
 			}
@@ -169,9 +174,11 @@ func (f *faulter) partition(k int) {
 		return
 	}
 	cc := f.client(k)
+	span := f.open("partition", cc.name, nodes)
 	cc.partition(true, nodes...)
 	f.count("partition")
 	f.hold(fmt.Sprintf("%s cut from nodes %v", cc.name, nodes), f.ms(500, 2500), func() {
+		defer f.close(span)
 		cc.partition(false, nodes...)
 		f.linksDone(k, nodes)
 	})
@@ -180,11 +187,14 @@ func (f *faulter) partition(k int) {
 // reset resets client k's connections to 1–5 nodes.
 func (f *faulter) reset(k int) {
 	cc := f.client(k)
+	var reset []int
 	for _, i := range f.rng.Perm(f.c.Len())[:1+f.rng.IntN(f.c.Len())] {
 		if !f.isHeld(k, i) { // a reset would lose the held bytes: they must land
 			cc.proxies[i].Reset()
+			reset = append(reset, i)
 		}
 	}
+	f.close(f.open("reset", cc.name, reset))
 	f.count("reset")
 }
 
@@ -196,11 +206,13 @@ func (f *faulter) latency(k int) {
 	}
 	cc := f.client(k)
 	d := f.ms(5, 40)
+	span := f.open("latency", cc.name, nodes)
 	for _, i := range nodes {
 		cc.proxies[i].SetLatency(d)
 	}
 	f.count("latency")
 	f.hold(fmt.Sprintf("%s +%v to nodes %v", cc.name, d, nodes), f.ms(1000, 3000), func() {
+		defer f.close(span)
 		for _, i := range nodes {
 			cc.proxies[i].SetLatency(0)
 		}
@@ -225,6 +237,7 @@ func (f *faulter) late(k int) {
 		scope = testkit.HoldAll
 	}
 	f.setHeld(k, nodes, true)
+	span := f.open("late", cc.name, nodes)
 	for _, i := range nodes {
 		cc.proxies[i].Hold(scope)
 	}
@@ -242,6 +255,7 @@ func (f *faulter) late(k int) {
 			f.counts["late landed"]++
 		}
 		f.mu.Unlock()
+		f.close(span)
 		f.t.Logf("chaos: %s late (%s) to nodes %v: %d bytes held for up to %v landed", cc.name, scope, nodes, n, d)
 		f.setHeld(k, nodes, false)
 		f.linksDone(k, nodes)
@@ -382,6 +396,60 @@ func (f *faulter) isHeld(k, i int) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.held[[2]int{k, i}]
+}
+
+// faultSpan is one fault as the properties judged beside the checker's
+// see it (WF: a judgement is skipped where a fault touched a node or a
+// link it rests on): a node fault (kill, pause) of nodes, or a fault of
+// client's links to nodes (partition, reset, latency, late delivery),
+// from start to end on the History's clock. A kill lasts until the
+// restart guard lets the node in again; a late delivery until what was
+// held landed; a reset is an instant. end is 0 while the fault lasts.
+type faultSpan struct {
+	kind       string
+	client     string // "" for a node fault
+	nodes      []int
+	start, end time.Duration
+}
+
+// now reads the clock the spans are on: the History's, when the run gave
+// the faulter one.
+func (f *faulter) now() time.Duration {
+	if f.h == nil {
+		return 0
+	}
+	return f.h.Now()
+}
+
+// open records the start of a fault of kind on nodes (of client's links,
+// or client "" for the nodes themselves); close records its end.
+func (f *faulter) open(kind, client string, nodes []int) *faultSpan {
+	s := &faultSpan{kind: kind, client: client, nodes: slices.Clone(nodes), start: f.now()}
+	f.mu.Lock()
+	f.spans = append(f.spans, s)
+	f.mu.Unlock()
+	return s
+}
+
+func (f *faulter) close(s *faultSpan) {
+	f.mu.Lock()
+	s.end = f.now()
+	f.mu.Unlock()
+}
+
+// faultSpans returns a copy of every fault injected so far; one still
+// active ends at until.
+func (f *faulter) faultSpans(until time.Duration) []faultSpan {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]faultSpan, len(f.spans))
+	for i, s := range f.spans {
+		out[i] = *s
+		if out[i].end == 0 {
+			out[i].end = until
+		}
+	}
+	return out
 }
 
 // status describes the faults now active and the counts so far.

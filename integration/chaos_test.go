@@ -48,6 +48,8 @@ const (
 	chaosNodeTimeout = 200 * time.Millisecond
 	chaosClients     = 16
 	chaosGuard       = 3 * time.Second // restart guard: above TTL + allowance
+	chaosRetryBase   = 5 * time.Millisecond
+	chaosRetryMax    = 100 * time.Millisecond // a waiter's entry in a line lives 2 × (this + the node timeout): chaosLineTTL
 )
 
 // chaosKeys are the keys the clients lock one at a time; chaosSetKeys are
@@ -61,8 +63,9 @@ var (
 	allChaosKeys = slices.Concat(chaosKeys, chaosSetKeys)
 	// guardedKeys are the keys whose counters the sections guard, and the
 	// sweeps read: the locks', the election's and each permit's
-	// (PermitKey).
-	guardedKeys = slices.Concat(allChaosKeys, []string{chaosElection}, permitKeys())
+	// (PermitKey), and those of the workloads of lines and shared holders
+	// (chaos_lines_test.go).
+	guardedKeys = slices.Concat(allChaosKeys, []string{chaosElection}, permitKeys(), chaosLineGuardedKeys())
 )
 
 // TestChaosMixed runs 16 independent clients, each behind its own proxies,
@@ -77,7 +80,10 @@ var (
 // Holders extend, release, and sometimes die. Every operation is recorded,
 // every node's MONITOR stream is audited, and at the end the history is
 // checked for S1–S5, L1, L2, linearizability and SEC, a lock of several
-// keys against every other lock of each of its keys. QUORUMLOCK_CHAOS_DURATION
+// keys against every other lock of each of its keys. Beside the workers,
+// crowds of short waiters, a flood of shared holders with waiting writers
+// and resumes of raw node values (chaos_lines_test.go) are judged for WF,
+// LB, ERR and RES (chaos_props_test.go). QUORUMLOCK_CHAOS_DURATION
 // sets how long it runs (default 15 s; `make chaos` runs 10 minutes).
 func TestChaosMixed(t *testing.T) { runChaos(t, false) }
 
@@ -126,13 +132,15 @@ type chaosRun struct {
 	logs                  *logCount // what the Clients log (redlock.WithLogger)
 	prims                 primitives
 	metrics               *chaosMetrics // every client's Observer; logged at the end
+	errs                  *scriptErrors // every client's Pools' hook (ERR)
+	lines                 *chaosLines   // the workloads of lines and shared holders
 }
 
 // runChaos runs the chaos scenario for chaosDuration and checks its
 // history.
 func runChaos(t *testing.T, sessions bool) {
 	dur := chaosDuration(t)
-	r := &chaosRun{t: t, sessions: sessions, h: hist.New(), why: newTally(), quiet: &countingLogger{}, logs: &logCount{}, metrics: newChaosMetrics(t)}
+	r := &chaosRun{t: t, sessions: sessions, h: hist.New(), why: newTally(), quiet: &countingLogger{}, logs: &logCount{}, metrics: newChaosMetrics(t), errs: newScriptErrors()}
 	r.c = startCluster(t, chaosTTL, "")
 	dropFenceCounters(t, r.c)
 	r.res = &resource{cl: testkit.Start(t, 1).Clients(t)[0], h: r.h}
@@ -149,7 +157,7 @@ func runChaos(t *testing.T, sessions bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	clients := r.startClients(ctx)
-	r.f = r.newFaulter(clients)
+	r.f = r.newFaulter(slices.Concat(clients, r.lines.clients()))
 	var wg sync.WaitGroup
 	for k, cc := range clients[:chaosClients] {
 		wg.Go(func() { r.work(ctx, k, cc) })
@@ -157,6 +165,7 @@ func runChaos(t *testing.T, sessions bool) {
 	for k, cc := range clients[chaosClients:] {
 		wg.Go(func() { r.observe(ctx, cc, k) })
 	}
+	r.lines.start(ctx, &wg)
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); r.f.run() }()
 	r.progress(dur)
@@ -165,19 +174,21 @@ func runChaos(t *testing.T, sessions bool) {
 	close(r.f.stop)
 	<-faultsDone
 	r.closeClients()
+	props := r.lines.judge()
 	scanLeftovers(t, r.admins, r.h)
 	r.res.readCounters(t, guardedKeys)
 	stopAudit()
 	r.metrics.log(t)
-	r.report(dur, r.check())
+	r.report(dur, r.check(), props)
 }
 
-// newClient makes a client of the run (a fenced or a session one) and
-// keeps it in the list of every client made.
-func (r *chaosRun) newClient(name string) (*chaosClient, error) {
-	poolOpts := []pool.Option{pool.WithRestartGuard(chaosGuard), pool.WithLogger(slog.New(slog.DiscardHandler))}
-	lockOpts := []redlock.Option{redlock.WithNodeTimeout(chaosNodeTimeout), redlock.WithRetryBackoff(5*time.Millisecond, 100*time.Millisecond), r.metrics.option(), redlock.WithLogger(slog.New(r.logs))}
-	cc, err := makeChaosClient(r.t, r.c, r.h, name, chaosTTL, r.sessions, poolOpts, lockOpts...)
+// newClient makes a client of the run (a fenced or a session one), its
+// Pools wrapped by wrap if not nil, and keeps it in the list of every
+// client made. Its Pools' hook judges the scripts' replies (ERR).
+func (r *chaosRun) newClient(name string, wrap func(i int, p pool.Pool) (pool.Pool, error)) (*chaosClient, error) {
+	poolOpts := []pool.Option{pool.WithRestartGuard(chaosGuard), pool.WithLogger(slog.New(slog.DiscardHandler)), pool.WithHooks(r.errs.hook(name))}
+	lockOpts := []redlock.Option{redlock.WithNodeTimeout(chaosNodeTimeout), redlock.WithRetryBackoff(chaosRetryBase, chaosRetryMax), r.metrics.option(), redlock.WithLogger(slog.New(r.logs))}
+	cc, err := makeWrappedChaosClient(r.t, r.c, r.h, name, chaosTTL, r.sessions, wrap, poolOpts, lockOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -188,9 +199,10 @@ func (r *chaosRun) newClient(name string) (*chaosClient, error) {
 }
 
 // startClients makes the run's clients (the workers', then the election's
-// observers') and warms them up: every Client verifies the nodes'
-// identities and opens its connections before faults, with time to spare
-// (not recorded).
+// observers', returned, and the workloads' of lines and shared holders,
+// r.lines) and warms them up: every Client verifies the nodes' identities
+// and opens its connections before faults, with time to spare (not
+// recorded).
 func (r *chaosRun) startClients(ctx context.Context) []*chaosClient {
 	clients := make([]*chaosClient, chaosClients+chaosObservers)
 	for k := range clients {
@@ -198,14 +210,19 @@ func (r *chaosRun) startClients(ctx context.Context) []*chaosClient {
 		if k >= chaosClients {
 			name = fmt.Sprintf("obs%d", k-chaosClients)
 		}
-		cc, err := r.newClient(name)
+		cc, err := r.newClient(name, nil)
 		if err != nil {
 			r.t.Fatal(err)
 		}
 		clients[k] = cc
 	}
+	lines, err := r.newChaosLines()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.lines = lines
 	var wg sync.WaitGroup
-	for _, cc := range clients {
+	for _, cc := range slices.Concat(clients, lines.clients()) {
 		wg.Go(func() {
 			if err := cc.warm(ctx); err != nil {
 				r.t.Error(err)
@@ -405,7 +422,7 @@ func (r *chaosRun) die(ctx context.Context, k int, cc *chaosClient, l *redlock.L
 	r.h.Add(hist.Op{Client: cc.name, Kind: hist.Crash, Start: died, End: died})
 	r.probe(ctx, l, died, died)
 	n := r.deaths.Add(1)
-	next, err := r.newClient(fmt.Sprintf("c%02d-%d", k, n))
+	next, err := r.newClient(fmt.Sprintf("c%02d-%d", k, n), nil)
 	if err != nil {
 		return nil, fmt.Errorf("replacing dead client %s: %w", cc.name, err)
 	}
@@ -439,8 +456,8 @@ func (r *chaosRun) progress(dur time.Duration) {
 		<-tick.C
 		st := r.h.Stats()
 		active, counts := r.f.status()
-		r.t.Logf("chaos %4.0fs: %d ops, %d acquisitions, %d sections, %d audited changes, %d deadlines read; %s; active: %s; node answers in failed attempts: %s",
-			time.Since(begin).Seconds(), st.Ops, st.Acquired, st.Sections, r.audit.Stats().Checked, st.Leases, faultSummary(counts), strings.Join(active, "; "), r.why.take())
+		r.t.Logf("chaos %4.0fs: %d ops, %d acquisitions, %d sections, %d audited changes, %d deadlines read; %s; active: %s; node answers in failed attempts: %s; %s",
+			time.Since(begin).Seconds(), st.Ops, st.Acquired, st.Sections, r.audit.Stats().Checked, st.Leases, faultSummary(counts), strings.Join(active, "; "), r.why.take(), r.lines.brief())
 		if st.Acquired == last.Acquired && st.Ops > last.Ops {
 			r.t.Logf("chaos: no acquisition in the last %v; last failure: %s", every, r.why.lastErr())
 		}
@@ -475,7 +492,7 @@ func (r *chaosRun) check() *hist.Report {
 
 // report logs the run's summary and its row of the results table, and
 // fails the test if the run checked too little to prove anything.
-func (r *chaosRun) report(dur time.Duration, rep *hist.Report) {
+func (r *chaosRun) report(dur time.Duration, rep *hist.Report, props *chaosLineProps) {
 	t := r.t
 	_, counts := r.f.status()
 	t.Logf("chaos summary (max %d faults at once; %d bytes delivered late; go-redis logged %d failed dials; %d clients died; %d locks resumed by token, %d resumes failed; %d locks of several keys held of %d acquire calls; %d shared holders held of %d acquire calls)",
@@ -488,9 +505,18 @@ func (r *chaosRun) report(dur time.Duration, rep *hist.Report) {
 		kind = "sessions"
 	}
 	t.Logf("| scenario | faults | properties checked | operations | violations |")
-	t.Logf("| %s: %d clients, %d keys (+%d in sets), %v | %s | %s | %s | %s |", kind, chaosClients, len(chaosKeys), len(chaosSetKeys), dur, faultSummary(counts),
-		checkedList(rep), fmt.Sprintf("%d (%d acquisitions, %d failed attempts, %d extends, %d releases, %d deaths, %d sections)", rep.Ops, rep.Acquired, rep.FailedAcquires, rep.Extends, rep.Releases, rep.Abandoned, rep.Sections),
-		violationList(rep))
+	violations := violationList(rep)
+	if v := props.violated(); v != "" {
+		if violations == "0" {
+			violations = v
+		} else {
+			violations += ", " + v
+		}
+	}
+	t.Logf("| %s: %d clients, %d keys (+%d in sets), %v; lines and shared holders: %d clients (%d waiters, %d readers, %d writers), keys %s, %s | %s | %s | %s | %s |", kind, chaosClients, len(chaosKeys), len(chaosSetKeys), dur,
+		chaosLineClients+chaosFloodClients, chaosLineClients*chaosLineWaiters, chaosFloodClients*chaosFloodReaders, chaosFloodClients, chaosLineKey, chaosFloodKey, faultSummary(counts),
+		checkedList(rep)+", "+props.checked(), fmt.Sprintf("%d (%d acquisitions, %d failed attempts, %d extends, %d releases, %d deaths, %d sections)", rep.Ops, rep.Acquired, rep.FailedAcquires, rep.Extends, rep.Releases, rep.Abandoned, rep.Sections),
+		violations)
 	if rep.Checked[hist.S3] == 0 {
 		t.Errorf("the MONITOR audit checked no change: S3 was not verified")
 	}

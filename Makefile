@@ -9,7 +9,7 @@ ALL := GOWORK=$(CURDIR)/modules.work
 PKGS := ./... ./testkit/... ./integration/... ./otel/...
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test test-valkey test-go1.25 lint fuzz demo bench bench-go chaos simulate
+.PHONY: test test-valkey test-go1.25 lint fuzz demo bench bench-go chaos simulate findbugs
 
 # demo runs 5 embedded Redis servers in one process, contending workers, and
 # kills and revives nodes; it needs nothing but Go.
@@ -17,8 +17,10 @@ demo:
 	$(GO) run ./cmd/quorumlock demo
 
 # test also runs the deterministic simulator without the race detector (a
-# fixed budget of 3,000 schedules; under -race it plays 300), and against
-# the extend script from before the late-landings fix, which it must catch.
+# fixed budget of 3,000 schedules; under -race it plays 300), against the
+# extend script from before the late-landings fix, which it must catch, and
+# against each defect of issue 31 put back by its build tag (BUGS, package
+# internal/bugs), each of which it must find from seed 1 unaided.
 # Those two run beside the race run, whose longest package (the integration
 # suite) mostly waits on servers and timers; their output follows it.
 # The test kit runs its servers as redis-server processes here (TEST_BACKEND;
@@ -27,12 +29,14 @@ demo:
 # 515 s. make test-valkey runs the suite in containers where Docker answers,
 # so both backends run in CI.
 SIM := ./testkit/internal/sim
+BUGS := resumemark:ResumeMark linegrowth:LineGrowth linelapse:LineLapse latedrop:LateDrop leavelate:LeaveLate
 SIMLOG := .make-test-sim.log
 TEST_BACKEND ?= process
 test:
 	@echo "QUORUMLOCK_REDIS_BACKEND=$(TEST_BACKEND) $(GO) test -race -count=1 -timeout 9m $(PKGS)   # beside it: the simulator without -race, then against the old extend script"
 	@( $(ALL) $(GO) test -count=1 -run '^TestSimulate$$' $(SIM) && \
-	  $(ALL) $(GO) test -count=1 -tags quorumlock_oldextend -run '^TestFindsTheOldExtendBug$$' -v $(SIM) ) >$(SIMLOG) 2>&1 & sim=$$!; \
+	  $(ALL) $(GO) test -count=1 -tags quorumlock_oldextend -run '^TestFindsTheOldExtendBug$$' -v $(SIM) && \
+	  for b in $(BUGS); do tag=$${b%%:*}; $(ALL) $(GO) test -count=1 -tags quorumlock_bug_$$tag -run "^TestFindsBug$${b##*:}$$" -v $(SIM) || exit 1; done ) >$(SIMLOG) 2>&1 & sim=$$!; \
 	$(ALL) QUORUMLOCK_REDIS_BACKEND=$(TEST_BACKEND) $(GO) test -race -count=1 -timeout 9m $(PKGS); race=$$?; \
 	wait $$sim; simrc=$$?; cat $(SIMLOG); rm -f $(SIMLOG); \
 	test $$race -eq 0 -a $$simrc -eq 0
@@ -57,6 +61,13 @@ test-valkey:
 GO125 ?= go1.25.14
 test-go1.25:
 	GOTOOLCHAIN=$(GO125) GOWORK=off $(GO) test -count=1 ./...
+
+# findbugs runs the simulator's searches for the defects that build tags put
+# back (BUGS, package internal/bugs) and for the old extend script, each
+# from seed 1, and prints after how many schedules each was found.
+findbugs:
+	$(ALL) $(GO) test -count=1 -tags quorumlock_oldextend -run '^TestFindsTheOldExtendBug$$' -v $(SIM)
+	@for b in $(BUGS); do tag=$${b%%:*}; $(ALL) $(GO) test -count=1 -tags quorumlock_bug_$$tag -run "^TestFindsBug$${b##*:}$$" -v $(SIM) || exit 1; done
 
 # simulate plays SEEDS schedules (default 100,000) from seed FIRST (default 1)
 # in the deterministic simulator and prints schedules per second; a failing

@@ -27,10 +27,14 @@ const (
 	SEC Property = "SEC"
 	SEM Property = "SEM"
 	ELE Property = "ELE"
+	WF  Property = "WF"
+	LB  Property = "LB"
+	ERR Property = "ERR"
+	LV  Property = "LV"
 )
 
 // Properties lists every property in report order.
-var Properties = []Property{S1, S2, S3, S4, S5, L1, L2, LIN, SEC, SEM, ELE}
+var Properties = []Property{S1, S2, S3, S4, S5, L1, L2, LIN, SEC, SEM, ELE, WF, LB, ERR, LV}
 
 // Violation is one breach of a property.
 type Violation struct {
@@ -100,6 +104,27 @@ type Config struct {
 	// chaos suite sets it). Leave it false to hear about code that acts
 	// under a lock it may no longer hold.
 	TolerateOverruns bool
+	// WritersFirst asks for WF, judged on the commands of waiters of Lock
+	// that RecordReplies records: set it for runs in which no node loses
+	// its data (no restart without it, no flush), which WF's rule assumes.
+	WritersFirst bool
+	// LineMax and SharedMax are the bounds the nodes keep on the sets
+	// beside a lock key (internal/scripts' LineMax and SharedMax, or the
+	// lower ones a test runs): LB judges the sizes AddSetSizes recorded
+	// against them; WF and LV do not judge a key whose line may have been
+	// full (LineMax or more Lock calls of it in the run, as Op.Wait tells
+	// them), nor LV a key with SharedMax or more shared acquire calls. 0:
+	// no bound (LB not checked).
+	LineMax, SharedMax int
+	// ErrorReplies says the run injects no error reply (no READONLY,
+	// NOPERM, OOM, LOADING...): every error reply RecordReplies saw is then
+	// an ERR violation.
+	ErrorReplies bool
+	// Calm says the run had no fault at all: no node fault, no partition,
+	// and every command landed within CalmLatency of being sent and was
+	// answered. LV is judged in calm runs only.
+	Calm        bool
+	CalmLatency time.Duration
 }
 
 // Report is the outcome of Check. It is built by one Check call and only
@@ -200,6 +225,7 @@ type holding struct {
 	end                time.Duration // end of its window
 	released           bool
 	session            string // a session lock's session key, else ""
+	resumed            bool   // a handle of its own from Client.Resume (no fence)
 }
 
 func (x *holding) String() string {
@@ -227,6 +253,11 @@ func us(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
 // key; a lock held alone may overlap no other lock of any of its keys,
 // shared or not (S1, SEC), and LIN models each key as a read/write lock.
 // Shared holders have no fence (S4 leaves them out).
+//
+// A handle made by Client.Resume (an Extend with Op.Resumed) is the lock
+// whose token it names; when no acquisition won that token (a value read
+// from a node, not a lock's token), a successful one is a lock held alone
+// of its own, from its return.
 //
 // A lock of several keys (Op.Keys) is judged as a holder of each of them:
 // its window must overlap no other lock's window on any of its keys (S1),
@@ -288,6 +319,10 @@ func Check(h *History, cfg Config) *Report {
 	checkSections(s.sections, holds, cfg, r)
 	checkSemaphores(s, holds, cfg, r)
 	checkElections(s, byKey, r)
+	checkWF(s, byKey, cfg, r)
+	checkLB(s, cfg, r)
+	checkERR(s, cfg, r)
+	checkLV(s, byKey, cfg, r)
 	return r
 }
 
@@ -332,6 +367,7 @@ func holdings(ops []Op, leases []Lease, cfg Config, r *Report) (map[string]*hold
 			r.Crashed++
 		}
 	}
+	resumedHoldings(ops, holds, cfg)
 	relStart := map[string]time.Duration{}
 	for _, op := range ops {
 		x := holds[op.Token]
@@ -649,7 +685,7 @@ func checkS4(byKey map[string][]*holding, sections []Section, holds map[string]*
 		return
 	}
 	for key, all := range byKey {
-		xs := slices.DeleteFunc(slices.Clone(all), func(x *holding) bool { return x.shared || x.permits > 0 || !cfg.Fencing && !x.election })
+		xs := slices.DeleteFunc(slices.Clone(all), func(x *holding) bool { return x.shared || x.permits > 0 || x.resumed || !cfg.Fencing && !x.election })
 		for i, x := range xs {
 			if x.fence == 0 {
 				r.add(S4, key, "%s got fencing token 0", x)
@@ -864,7 +900,7 @@ func newL2Judge(s snapshot, cfg Config, r *Report) *l2Judge {
 // goneTokens are the tokens of the rounds that did not win and of the
 // locks that were released, with the call that should have removed each.
 func goneTokens(s snapshot) map[string]gone {
-	won := map[string]bool{}
+	won := resumedTokens(s.ops) // a resumed handle holds its token
 	for _, op := range s.ops {
 		if op.Kind == Acquire && op.Outcome == OK {
 			won[op.Token] = true

@@ -119,10 +119,11 @@ func TestCleanHistory(t *testing.T) {
 	b := clean()
 	semaphores(b)
 	election(b)
+	lines(b)
 	a := NewAudit(AuditConfig{Prefix: "quorumlock:"})
 	feed(a, 0, acquireLines("quorumlock:{k}", "ta")...)
 	feed(a, 0, releaseLines("quorumlock:{k}", "ta", true)...)
-	c := cfg
+	c := lineCfg()
 	c.Audit = a
 	r := check(t, b, c)
 	want(t, r, nil)
@@ -131,7 +132,7 @@ func TestCleanHistory(t *testing.T) {
 			t.Errorf("%s: checked %d cases, skipped %q: the clean history should exercise every property", p, r.Checked[p], r.Skipped[p])
 		}
 	}
-	if r.Acquired != 5+5+2 || r.FailedAcquires != 1 || r.Abandoned != 1 || r.Sections != 4+3 || r.Permits != 5 || r.Leaders != 2 || r.Observed != 3 {
+	if r.Acquired != 5+5+2+5 || r.FailedAcquires != 1+1 || r.Abandoned != 1 || r.Sections != 4+3 || r.Permits != 5 || r.Leaders != 2 || r.Observed != 3 {
 		t.Errorf("counts: %+v", r)
 	}
 }

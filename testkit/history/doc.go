@@ -25,7 +25,18 @@
 //     (github.com/anishathalye/porcupine);
 //   - SEC: no two critical sections of one key, under different locks,
 //     overlap in time (see Config.TolerateOverruns for a section that ran
-//     past its own lock's validity).
+//     past its own lock's validity);
+//   - WF: writers first: no node admits a shared holder of a key while a
+//     waiter of Lock for it alone is certainly in its line there (see
+//     checkWF for the rule; Config.WritersFirst);
+//   - LB: the sets the nodes keep beside a lock key (its line of waiters,
+//     its shared holders) never exceed their bounds (Config.LineMax,
+//     Config.SharedMax), as reads of the nodes found them (AddSetSizes);
+//   - ERR: no node answers a command with an error reply, in a run that
+//     injects none (Config.ErrorReplies);
+//   - LV: a Lock call that ended holds no reader back: in a calm run, a
+//     shared TryLock is not refused while only shared holders hold the key
+//     and no waiter of Lock for it is left (Config.Calm).
 //
 // A lock of several keys (Client.TryLockAll, LockAll, DoAll; recorded by
 // Recorder.AcquireAll and DoAll, with Op.Keys) is judged as a holder of

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -78,7 +79,9 @@ type Op struct {
 	Keys []string
 	// Shared says the lock is one of its key's shared holders
 	// (redlock.Shared, Lock.Shared): Check lets shared holders of a key
-	// overlap each other, and no lock held alone overlap any of them.
+	// overlap each other, and no lock held alone overlap any of them. A
+	// failed acquire recorded by Recorder.AcquireShared has it too (LV
+	// judges the refusals of shared holders).
 	Shared bool
 	// Semaphore and Permits mark a permit of a counting semaphore
 	// (Client.Semaphore; Lock.Permit): Semaphore is its name, Permits its
@@ -122,6 +125,17 @@ type Op struct {
 	// renewals, which the History learns from Leases and ReplyRenew
 	// replies. Empty for every other lock.
 	Session string
+	// Wait is an acquire call's wait: 0 for one round (TryLock,
+	// TryLockAll, TryAcquire), < 0 for a call that waits without a budget
+	// of its own (Lock, Do, Acquire), else its WithMaxWait budget. The
+	// Recorder sets it; LV tells by it the Lock calls that wait in a key's
+	// line from the calls that never do.
+	Wait time.Duration
+	// Resumed marks an Extend that Recorder.Resume recorded: a handle made
+	// from a token (Client.Resume). A successful one whose token no
+	// acquisition won is judged as a lock held alone of its own, from its
+	// return (see Check).
+	Resumed bool
 }
 
 // keys returns every key of the lock the section ran under.
@@ -326,6 +340,13 @@ type History struct {
 	scanned   bool
 	acquired  int
 	observed  []Observation
+	raw       []answer     // answers to classify (answered)
+	lines     []LineCmd    // the commands of waiters of Lock (WF)
+	refusals  []Refusal    // the nodes' refusals of shared acquires (LV)
+	nodeErrs  []NodeError  // the error replies nodes gave (ERR)
+	answers   atomic.Int64 // every answer RecordReplies delivered (ERR's cases)
+	sizes     []SetSize    // the sizes of the nodes' sets, as sampled (LB)
+	samples   int          // the calls of AddSetSizes
 }
 
 // New returns an empty History whose clock starts now.
@@ -457,6 +478,12 @@ type snapshot struct {
 	sweeps    int
 	counters  map[string]int64
 	observed  []Observation
+	lines     []LineCmd
+	refusals  []Refusal
+	nodeErrs  []NodeError
+	answers   int
+	sizes     []SetSize
+	samples   int
 }
 
 func (h *History) snapshot() snapshot {
@@ -474,10 +501,19 @@ func (h *History) snapshot() snapshot {
 		sweeps:    h.sweeps,
 		counters:  make(map[string]int64, len(h.counters)),
 		observed:  append([]Observation(nil), h.observed...),
+		// Appended to only: a slice capped at its length shares what
+		// it holds with the History without copying it.
+		answers: int(h.answers.Load()),
+		sizes:   slices.Clip(h.sizes),
+		samples: h.samples,
 	}
 	for k, v := range h.replies {
 		s.replies[k] = append([]Reply(nil), v...)
 	}
+	lines, refusals, errs := classify(h.raw)
+	s.lines = append(lines, h.lines...)
+	s.refusals = append(refusals, h.refusals...)
+	s.nodeErrs = append(errs, h.nodeErrs...)
 	for k, v := range h.counters {
 		s.counters[k] = v
 	}

@@ -103,6 +103,13 @@ func (r *Recorder) Acquire(ctx context.Context, key string, wait time.Duration, 
 	return r.acquire(ctx, []string{key}, false, wait, opts)
 }
 
+// AcquireShared is Acquire with redlock.Shared: it takes key as one of
+// its shared holders, and records the call as shared (Op.Shared) whatever
+// its outcome, so that a refusal is known to be a shared holder's (LV).
+func (r *Recorder) AcquireShared(ctx context.Context, key string, wait time.Duration, opts ...redlock.Option) (*redlock.Lock, Op, error) {
+	return r.acquireAs(ctx, []string{key}, false, true, wait, append(slices.Clip(opts), redlock.Shared()))
+}
+
 // TryLockAll calls Client.TryLockAll, records the call (an Acquire Op with
 // Keys) and returns what TryLockAll returned.
 func (r *Recorder) TryLockAll(ctx context.Context, keys []string, opts ...redlock.Option) (*redlock.Lock, error) {
@@ -127,8 +134,14 @@ func (r *Recorder) AcquireAll(ctx context.Context, keys []string, wait time.Dura
 
 // acquire is Acquire (keys: the one key) and, with all, AcquireAll.
 func (r *Recorder) acquire(ctx context.Context, keys []string, all bool, wait time.Duration, opts []redlock.Option) (*redlock.Lock, Op, error) {
+	return r.acquireAs(ctx, keys, all, false, wait, opts)
+}
+
+// acquireAs is acquire, recording the call as a shared holder's when
+// shared (opts then hold redlock.Shared).
+func (r *Recorder) acquireAs(ctx context.Context, keys []string, all, shared bool, wait time.Duration, opts []redlock.Option) (*redlock.Lock, Op, error) {
 	n0 := r.tokenCount()
-	op := Op{Client: r.name, Kind: Acquire, TTL: r.ttl, Start: r.h.Now()}
+	op := Op{Client: r.name, Kind: Acquire, TTL: r.ttl, Wait: max(wait, -1), Shared: shared, Start: r.h.Now()}
 	if len(keys) > 0 {
 		op.Key = keys[0]
 	}
@@ -178,7 +191,7 @@ func (r *Recorder) Resume(ctx context.Context, key, token string, ttl time.Durat
 	if ttl != 0 {
 		opts = append(opts, redlock.WithTTL(ttl))
 	}
-	op := Op{Client: r.name, Key: key, Kind: Extend, TTL: cmp.Or(ttl, r.ttl), Token: token, Start: r.h.Now()}
+	op := Op{Client: r.name, Key: key, Kind: Extend, TTL: cmp.Or(ttl, r.ttl), Token: token, Resumed: true, Start: r.h.Now()}
 	l, err := r.c.Resume(ctx, key, token, opts...)
 	var deadline time.Time
 	if err == nil {
@@ -379,6 +392,9 @@ func (g *TokenLog) Since(n int) []string {
 func (r *Recorder) Permit(ctx context.Context, s *redlock.Semaphore, wait bool) (*redlock.Lock, Op, error) {
 	n0 := r.tokenCount()
 	op := Op{Client: r.name, Kind: Acquire, TTL: r.ttl, Key: s.Name(), Semaphore: s.Name(), Permits: s.Permits(), Start: r.h.Now()}
+	if wait {
+		op.Wait = -1
+	}
 	var l *redlock.Lock
 	var err error
 	if wait {
@@ -396,7 +412,7 @@ func (r *Recorder) Permit(ctx context.Context, s *redlock.Semaphore, wait bool) 
 // deadline.
 func (r *Recorder) Campaign(ctx context.Context, name, value string, opts ...redlock.Option) (*redlock.Lock, Op, error) {
 	n0 := r.tokenCount()
-	op := Op{Client: r.name, Kind: Acquire, TTL: r.ttl, Key: name, Election: true, Start: r.h.Now()}
+	op := Op{Client: r.name, Kind: Acquire, TTL: r.ttl, Key: name, Election: true, Wait: -1, Start: r.h.Now()}
 	l, err := r.c.Campaign(ctx, name, value, opts...)
 	return l, r.finishAcquire(op, n0, ctx, l, err), err
 }

@@ -18,7 +18,9 @@ import (
 // extend, and a semaphore permit's, count as its acquire and extend; a lock of several keys is
 // recorded under its first key, and its extend counts as a yes only where
 // every one of its keys held its token): with Config.Replies set, S2
-// then requires a quorum of them before each success returned. With sent
+// then requires a quorum of them before each success returned. It also
+// records every command of a waiter of Lock (AddLineCmd: WF) and every
+// error reply (AddNodeError: ERR), and counts the answers. With sent
 // not nil, the token of every acquire command the client sends is noted
 // there too. Give the wrapped Pools to redlock.New. p must be a Pool of
 // package pool (one that queues commands, the path the library takes for
@@ -105,7 +107,8 @@ func (p *replyPool) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag
 	p.Pool.(node.Sender).Send(op, deadline, &replyReceiver{p: p, op: op, start: p.h.Now(), rcv: rcv}, tag)
 }
 
-// replyReceiver records a yes to one Send, then delivers the result.
+// replyReceiver records a yes to one Send, a waiter's command (WF) and an
+// error reply (ERR), then delivers the result.
 type replyReceiver struct {
 	p     *replyPool
 	op    *node.Op
@@ -114,6 +117,7 @@ type replyReceiver struct {
 }
 
 func (r *replyReceiver) Deliver(tag int, res node.Result) {
+	r.p.h.answered(r.p.client, r.p.node, r.op, r.start, res)
 	if res.Err == nil {
 		switch k := r.op.Kind; {
 		case k == node.AcquireFenced && res.Int > 0, k == node.Acquire && res.Int == 1, k == node.AcquireAll && res.Int > 0,

@@ -24,8 +24,19 @@
 // the goroutines that sent them. docs/chaos.md, "Deterministic simulation",
 // describes the fault model, the workloads and the figures.
 //
+// Most seeds play the mixed workload (workload.go); a minority play one
+// aimed at what it reaches rarely (kinds.go): dozens of short waiters and
+// shared holders on one key beside waiters of several keys and of a
+// semaphore (crowd), readers following each other while a writer waits
+// (readers), Resume of the values read raw from the nodes (raw-resume), a
+// writer that gives up and asks for the key shared (gave-up, calm), and
+// releases owed for late yes whose sends fail unwritten (late-drop). The
+// nodes keep lower bounds on the sets beside a key than the library's
+// (bounds.go), which the crowd reaches. Each defect a build tag restores
+// (internal/bugs) has a search that must find it (bug_*_test.go).
+//
 // Run it with make test (a fixed budget of seeds), make simulate SEEDS=N,
-// and replay a seed with its trace:
+// one workload with -sim.work NAME, and replay a seed with its trace:
 //
 //	cd testkit && go test ./internal/sim -run 'TestReplay$' -v -sim.seed N
 package sim

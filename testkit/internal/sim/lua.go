@@ -38,6 +38,7 @@ var engines sync.Pool
 func newEngine(st *store) *engine {
 	if e, ok := engines.Get().(*engine); ok {
 		e.st = st
+		e.bound(libLineMax, libSharedMax)
 		return e
 	}
 	L := lua.NewState(lua.Options{SkipOpenLibs: true, CallStackSize: 64, RegistrySize: 1024})
@@ -61,18 +62,30 @@ func newEngine(st *store) *engine {
 	if err := L.DoString(libGlobals); err != nil {
 		panic(fmt.Sprintf("sim: lib.lua: %v", err))
 	}
+	e.bound(libLineMax, libSharedMax)
 	return e
 }
 
 // lib is the text of lib.lua's functions that most scripts begin with, and
-// libGlobals the same functions made global: each engine defines them once,
+// libGlobals the same text with its top-level locals (functions and
+// constants such as LINE_MAX) made global: each engine defines them once,
 // and runs only the rest of such a script on each call (thirteen closures
 // fewer per command; a script cannot tell the difference, as none defines a
 // global of its own).
 var (
 	lib        = scripts.Lib()
-	libGlobals = strings.ReplaceAll(lib, "local function ", "function ")
+	libGlobals = globalize(lib)
 )
+
+// globalize drops "local " from the lines of src that start with it (its
+// top-level locals; a local inside a function is indented).
+func globalize(src string) string {
+	var b strings.Builder
+	for line := range strings.Lines(src) {
+		b.WriteString(strings.TrimPrefix(line, "local "))
+	}
+	return b.String()
+}
 
 func init() {
 	// A vararg function (every chunk is one) otherwise builds Lua 5.0's

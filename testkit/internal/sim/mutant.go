@@ -28,7 +28,7 @@ var mutants = map[control]func(src string) string{
 	joinHeld: mutant(node.AcquireShared, "if v and not shared and owner(k, v) or waiting(k) then", "if waiting(k) then"),
 	// release_shared.lua that deletes the key (and the holders' set) at
 	// every release, whoever remains.
-	dropShared: mutant(node.ReleaseShared, "if last > 0 then", "if false then"),
+	dropShared: mutant(node.ReleaseShared, "if last > now then", "if false then"),
 	// acquire_permit.lua without its refusal of a permit held by another
 	// token: it sets the permit's key over its holder.
 	takePermit: mutant(node.AcquirePermit, "if v and v ~= ARGV[1] then\n  return '0' .. table.concat(free)\nend\nif not v then", "if v ~= ARGV[1] then"),

@@ -56,6 +56,10 @@ func (p *simPool) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag i
 // start draws c's fate and sets it going.
 func (p *simPool) start(c *call) {
 	c.seq, c.fate = p.net.draw(p.client, p.n.id)
+	if p.net.bgFailed(p.client, p.n.id, c.op) {
+		p.unwritten(c)
+		return
+	}
 	wait := time.Until(c.deadline)
 	if c.fate.queue >= wait {
 		p.tr.add("%s: not sent (queued past its deadline)", c)
@@ -191,6 +195,9 @@ type network struct {
 	d    *dispatcher
 	t0   time.Time
 	cuts map[link][]span // partitions of single links, from the schedule
+	// bgCuts are the stretches in which a link's background releases
+	// fail unwritten, from the schedule (bgFailed).
+	bgCuts map[link][]span
 
 	mu    sync.Mutex
 	links map[link]*linkState
@@ -213,8 +220,13 @@ type span struct{ from, to time.Duration }
 // cut reports whether the link from client to node is partitioned now:
 // what travels on it, either way, is lost.
 func (nw *network) cut(client string, nodeID int) bool {
+	return nw.within(nw.cuts[link{client, nodeID}])
+}
+
+// within reports whether now falls in one of spans.
+func (nw *network) within(spans []span) bool {
 	at := time.Since(nw.t0)
-	for _, s := range nw.cuts[link{client, nodeID}] {
+	for _, s := range spans {
 		if at >= s.from && at < s.to {
 			return true
 		}

@@ -56,3 +56,18 @@ func at(ls []string, i int) string {
 	}
 	return "(end)"
 }
+
+// TestAimedReplayIsDeterministic is TestReplayIsDeterministic for the
+// aimed workloads (kinds.go): a few seeds of each, played twice.
+func TestAimedReplayIsDeterministic(t *testing.T) {
+	for _, k := range workloads {
+		c := workControl(k.w)
+		for seed := uint64(1); seed <= 3; seed++ {
+			a := ranLines(play(t, seed, c, true).trace)
+			b := ranLines(play(t, seed, c, true).trace)
+			if i := firstDiff(a, b); i >= 0 {
+				t.Errorf("%s seed %d replayed differently from line %d of %d:\n%s\n%s", k.w, seed, i, len(a), at(a, i), at(b, i))
+			}
+		}
+	}
+}

@@ -21,6 +21,7 @@ type outcome struct {
 	report   *history.Report
 	trace    *tracer
 	failures []string // the simulator's own failures (a script error...)
+	work     workload // what the clients played
 	commands int      // commands the nodes ran
 	// resumed and resumeFailed count the Resume calls of abandoned locks
 	// that returned a lock and that failed.
@@ -52,6 +53,7 @@ func (s schedule) run(trace bool) outcome {
 	for i := range nodes {
 		nodes[i] = newNode(i, s.rates[i], t0, tr)
 		nodes[i].mutate = mutants[s.control]
+		nodes[i].eng.bound(simLineMax, simSharedMax)
 		go nodes[i].serve()
 	}
 	defer func() {
@@ -60,11 +62,8 @@ func (s schedule) run(trace bool) outcome {
 			n.eng.release()
 		}
 	}()
-	nw := &network{cfg: s.net, seed: s.seed, links: map[link]*linkState{}, d: newDispatcher(), t0: t0, cuts: map[link][]span{}}
-	for _, c := range s.cuts {
-		l := link{fmt.Sprintf("c%d", c.client), c.node}
-		nw.cuts[l] = append(nw.cuts[l], span{c.at, c.at + c.dur})
-	}
+	nw := &network{cfg: s.net, seed: s.seed, links: map[link]*linkState{}, d: newDispatcher(), t0: t0,
+		cuts: spansOf(s.cuts), bgCuts: spansOf(s.bgCuts)}
 	go nw.d.run()
 	defer nw.d.stop()
 	h := history.New()
@@ -100,9 +99,10 @@ func (s schedule) run(trace bool) outcome {
 	time.Sleep(s.net.maxLate + s.ttl) // what Close sent lands
 	for _, n := range nodes {
 		h.AddLeftovers(n.leftovers(redlock.DefaultKeyPrefix, h.Now())...)
+		h.AddSetSizes(n.setSizes(redlock.DefaultKeyPrefix, h.Now())...)
 	}
 	rep := history.Check(h, s.checkConfig())
-	o := outcome{report: rep, trace: tr, failures: tr.failures()}
+	o := outcome{report: rep, trace: tr, failures: tr.failures(), work: s.work}
 	o.count(nodes, ws)
 	return o
 }
@@ -132,11 +132,31 @@ func (o *outcome) count(nodes []*simNode, ws []*worker) {
 	}
 }
 
+// checkConfig is the checker's configuration for s: the library's bounds
+// for s's TTL and node timeout; WF (but under the amnesia control, which
+// breaks its premise that the nodes keep their data); ERR (the fault model
+// injects no error reply); LV in calm schedules; LB against the bounds the
+// schedules' nodes keep (simLineMax, simSharedMax).
 func (s schedule) checkConfig() history.Config {
 	horizon, recheck := history.RecheckBounds(s.ttl, s.nodeTimeout, s.sessions)
-	return history.Config{Nodes: s.nodes, NodeTimeout: s.nodeTimeout, Cleanup: history.CleanupBound(s.ttl, s.nodeTimeout),
+	c := history.Config{Nodes: s.nodes, NodeTimeout: s.nodeTimeout, Cleanup: history.CleanupBound(s.ttl, s.nodeTimeout),
 		Horizon: horizon, Recheck: recheck, Fencing: s.fencing && !s.sessions, Replies: true,
-		SessionKeyTTL: 10 * s.ttl} // redlock's; the default (10 × the longest TTL asked) counts the extends'
+		SessionKeyTTL: 10 * s.ttl, // redlock's; the default (10 × the longest TTL asked) counts the extends'
+		WritersFirst:  s.control != amnesia, ErrorReplies: true, Calm: s.isCalm(), CalmLatency: s.calmLatency()}
+	if bounded() {
+		c.LineMax, c.SharedMax = simLineMax, simSharedMax
+	}
+	return c
+}
+
+// spansOf are the stretches of cuts by link.
+func spansOf(cuts []linkCut) map[link][]span {
+	m := map[link][]span{}
+	for _, c := range cuts {
+		l := link{fmt.Sprintf("c%d", c.client), c.node}
+		m[l] = append(m[l], span{c.at, c.at + c.dur})
+	}
+	return m
 }
 
 // startEvents schedules the node faults and returns when the last ends.
@@ -166,7 +186,8 @@ func later(a, b time.Time) time.Time {
 // sweepEvery reads every node's lock keys every ttl until stopped and records
 // what it found (history.AddSweep): L2 judges, during the run, the keys of
 // failed rounds and released locks still there once the clean-up bound has
-// passed.
+// passed. It records the sizes of the sets beside the lock keys too
+// (history.AddSetSizes), which LB judges against their bounds.
 func sweepEvery(nodes []*simNode, h *history.History, every time.Duration) (stop func()) {
 	t := time.NewTicker(every)
 	done := make(chan struct{})
@@ -180,6 +201,7 @@ func sweepEvery(nodes []*simNode, h *history.History, every time.Duration) (stop
 			}
 			for _, n := range nodes {
 				h.AddSweep(n.leftovers(redlock.DefaultKeyPrefix, h.Now())...)
+				h.AddSetSizes(n.setSizes(redlock.DefaultKeyPrefix, h.Now())...)
 			}
 		}
 	})
@@ -262,6 +284,6 @@ func (s schedule) newWorker(i int, nodes []*simNode, nw *network, h *history.His
 	if err != nil {
 		panic(fmt.Sprintf("sim: a schedule's client options are invalid: %v (%s)", err, s))
 	}
-	return &worker{name: name, s: s, c: c, h: h, rec: h.Recorder(name, c, recOpts...), tr: tr,
+	return &worker{name: name, id: i, nodes: nodes, s: s, c: c, h: h, rec: h.Recorder(name, c, recOpts...), tr: tr,
 		r: rand.New(rand.NewPCG(s.seed, uint64(i)+1000)), ctx: context.Background()}
 }

@@ -62,6 +62,11 @@ type schedule struct {
 	rates   []float64
 	events  []nodeEvent
 	cuts    []linkCut
+	// work is the workload the clients play (kinds.go); bgCuts are the
+	// stretches in which one client's background releases to one node
+	// fail unwritten (the late-drop workload's).
+	work   workload
+	bgCuts []linkCut
 }
 
 // linkCut partitions one client from one node for a while.
@@ -135,6 +140,8 @@ func newSchedule(seed uint64, c control) schedule {
 	// Drawn last, so that the draws above are those of the schedules
 	// before semaphores and elections were played.
 	s.prims = r.IntN(2) == 0 && c != locksOnly || c == takePermit || c == sameTerm
+	s.work = workOf(seed, c)
+	s.shape()
 	return s
 }
 
@@ -160,6 +167,10 @@ func drawEvents(r *rand.Rand, s schedule, amnesia bool) []nodeEvent {
 }
 
 func (s schedule) String() string {
-	return fmt.Sprintf("seed %d: %d nodes, %d clients × %d ops on %d keys, ttl %v, node timeout %v, fencing %v, sessions %v, semaphores and election %v; net %+v; clock rates %.4f; node faults %v; partitions %v",
-		s.seed, s.nodes, s.clients, s.ops, s.keys, s.ttl, s.nodeTimeout, s.fencing && !s.sessions, s.sessions, s.prims, s.net, s.rates, s.events, s.cuts)
+	work := "mixed"
+	if s.work != mixed {
+		work = string(s.work)
+	}
+	return fmt.Sprintf("seed %d: workload %s, %d nodes, %d clients × %d ops on %d keys, ttl %v, node timeout %v, fencing %v, sessions %v, semaphores and election %v; net %+v; clock rates %.4f; node faults %v; partitions %v; background releases failing %v",
+		s.seed, work, s.nodes, s.clients, s.ops, s.keys, s.ttl, s.nodeTimeout, s.fencing && !s.sessions, s.sessions, s.prims, s.net, s.rates, s.events, s.cuts, s.bgCuts)
 }

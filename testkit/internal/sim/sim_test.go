@@ -19,7 +19,8 @@ var (
 	seeds   = flag.Int("sim.seeds", defaultSeeds, "how many schedules TestSimulate runs")
 	first   = flag.Uint64("sim.first", 1, "the first seed TestSimulate runs")
 	replay  = flag.Uint64("sim.seed", 0, "replay this one seed with its trace (TestReplay)")
-	ctlFlag = flag.String("sim.control", "", "TestReplay: the control the seed ran under (drift, amnesia)")
+	ctlFlag = flag.String("sim.control", "", "TestReplay: the control the seed ran under (drift, amnesia, work:NAME)")
+	work    = flag.String("sim.work", "", "TestSimulate: play only this workload on every seed (mixed, crowd, readers, raw-resume, gave-up, late-drop; kinds.go)")
 )
 
 // play runs seed's schedule in a synctest bubble of its own.
@@ -85,17 +86,25 @@ func sweepAll(t *testing.T, from uint64, n int, c control, bad func(seed uint64,
 func TestSimulate(t *testing.T) {
 	start := time.Now()
 	var sum totals
-	found, played := sweepAll(t, *first, *seeds, none, func(seed uint64, o outcome) bool {
-		t.Errorf("seed %d: %d violations, simulator failures %q:\n%s\nreplay: %s", seed, o.report.Total(), o.failures, o.report, replayLine(seed, none))
+	c := none
+	switch *work {
+	case "":
+	case "mixed":
+		c = workControl(mixed)
+	default:
+		c = workControl(workload(*work))
+	}
+	found, played := sweepAll(t, *first, *seeds, c, func(seed uint64, o outcome) bool {
+		t.Errorf("seed %d: %d violations, simulator failures %q:\n%s\nreplay: %s", seed, o.report.Total(), o.failures, o.report, replayLine(seed, c))
 		return false
 	}, sum.add)
 	d := time.Since(start)
 	t.Logf("%d schedules in %v: %.0f schedules/s (%.0f per hour), %d violated", played, d.Round(time.Millisecond), float64(played)/d.Seconds(), float64(played)/d.Hours(), found)
 	t.Logf("%s", sum.String())
-	if played > 0 && sum.sharedHeld == 0 {
+	if played > 0 && c == none && sum.sharedHeld == 0 {
 		t.Errorf("no shared holder was held in %d schedules (%d acquire calls)", played, sum.shared)
 	}
-	if played > 0 && (sum.permitsHeld == 0 || sum.leaders == 0 || sum.reads == 0) {
+	if played > 0 && c == none && (sum.permitsHeld == 0 || sum.leaders == 0 || sum.reads == 0) {
 		t.Errorf("in %d schedules: %d permits held (of %d acquire calls), %d leaders (of %d campaigns), %d leaders read: the semaphores and the election were not played",
 			played, sum.permitsHeld, sum.permits, sum.leaders, sum.campaigns, sum.reads)
 	}
@@ -107,11 +116,16 @@ type totals struct {
 	resumed, resumeFailed, several, severalHeld, shared, sharedHeld         int
 	permits, permitsHeld, campaigns, leaders, reads, full                   int
 	checked                                                                 map[history.Property]int
+	works                                                                   map[workload]int // schedules per workload
 }
 
 func (s *totals) add(o outcome) {
 	r := o.report
 	s.schedules++
+	if s.works == nil {
+		s.works = map[workload]int{}
+	}
+	s.works[o.work]++
 	s.ops += r.Ops
 	s.acquired += r.Acquired
 	s.failed += r.FailedAcquires
@@ -153,6 +167,10 @@ func (s *totals) String() string {
 		if n, ok := s.checked[p]; ok {
 			fmt.Fprintf(&b, " %s %d", p, n)
 		}
+	}
+	fmt.Fprintf(&b, "; schedules per workload: mixed %d", s.works[mixed])
+	for _, k := range workloads {
+		fmt.Fprintf(&b, ", %s %d", k.w, s.works[k.w])
 	}
 	return b.String()
 }

@@ -23,14 +23,16 @@ import (
 // instead a permit of a semaphore, a campaign or a read of the leader
 // (primitives.go).
 type worker struct {
-	name string
-	s    schedule
-	c    *redlock.Client
-	h    *history.History
-	rec  *history.Recorder
-	tr   *tracer
-	r    *rand.Rand
-	ctx  context.Context
+	name  string
+	id    int        // the client's index in the schedule
+	nodes []*simNode // read raw by the raw-resume workload
+	s     schedule
+	c     *redlock.Client
+	h     *history.History
+	rec   *history.Recorder
+	tr    *tracer
+	r     *rand.Rand
+	ctx   context.Context
 
 	resumed, resumeFailed int // Resume calls that returned a lock, and failed
 	// tried and held count the acquire calls of locks of several keys and
@@ -49,9 +51,25 @@ type worker struct {
 	// their holders record what they read (history.Lease), as session
 	// locks' do.
 	auto map[*redlock.Lock]bool
+	// abandoned holds the tokens of the locks it abandoned (never
+	// released): the only tokens of its own it may take back by Resume
+	// (resumeRaw).
+	abandoned map[string]bool
+}
+
+// abandon notes that the lock of token was abandoned to its TTL.
+func (w *worker) abandon(token string) {
+	if w.abandoned == nil {
+		w.abandoned = map[string]bool{}
+	}
+	w.abandoned[token] = true
 }
 
 func (w *worker) run() {
+	if w.s.work != mixed {
+		w.play()
+		return
+	}
 	time.Sleep(w.upTo(w.s.ttl / 4)) // the clients start apart
 	for range w.s.ops {
 		if w.s.prims && w.r.IntN(3) == 0 {
@@ -136,6 +154,7 @@ func (w *worker) keep(l *redlock.Lock, auto bool, what string) {
 	w.use(l)
 	if !auto && w.r.IntN(8) == 0 {
 		w.trace("%s abandons %s token %s", w.name, what, short(l.Token()))
+		w.abandon(l.Token())
 		return
 	}
 	w.release(l)
@@ -207,6 +226,7 @@ func (w *worker) hold(key string) {
 	w.use(l)
 	if !w.s.sessions && w.r.IntN(8) == 0 { // a session lock would be renewed on
 		w.trace("%s abandons %q token %s", w.name, key, short(l.Token()))
+		w.abandon(l.Token())
 		if w.r.IntN(2) == 0 {
 			w.resume(key, l.Token())
 		}
@@ -260,6 +280,7 @@ func (w *worker) resume(key, token string) {
 // release releases l; a session lock's Done (an auto-extended one's) must
 // then close.
 func (w *worker) release(l *redlock.Lock) {
+	delete(w.abandoned, l.Token()) // released: no longer its to take back
 	key := l.Keys()
 	_, err := w.rec.Release(w.ctx, l)
 	w.trace("%s release %q token %s: %v", w.name, key, short(l.Token()), errOf(err))

@@ -19,7 +19,10 @@ import (
 //     read began (a read can catch a round of that Campaign that failed
 //     before another leader's, docs/safety.md E4), T is no more
 //     than its own fence (Leader reads the term from the nodes that hold its
-//     token while its fence write-back may still be landing), T equals its
+//     token while its fence write-back may still be landing) unless the
+//     read began after the leader's window ended (a round of its Campaign
+//     that failed, with the same value, may have landed late and taken a
+//     later counter: counted with the values no leader had), T equals its
 //     fence when the read began after its Campaign returned, and the read
 //     ended after its Campaign began.
 //
@@ -107,6 +110,8 @@ func judgeObservation(o Observation, leaders []*holding, r *Report) int {
 	switch {
 	case before != nil && o.Term <= before.fence:
 		r.add(ELE, o.Election, "%s read %q with term %d in [%v, %v], not above the term %d of a leader whose Campaign had returned, %s", o.Client, o.Value, o.Term, us(o.Start), us(o.End), before.fence, before)
+	case o.Term > x.fence && o.Start > x.end:
+		return 0 // a round of its Campaign that failed, landed late after its window: a value no leader had
 	case o.Term > x.fence:
 		r.add(ELE, o.Election, "%s read %q with term %d at %v, above the leader's own term (its fence) %d: %s", o.Client, o.Value, o.Term, us(o.End), x.fence, x)
 	case o.Start >= x.ret && o.Term != x.fence:

@@ -61,6 +61,24 @@ func TestElectionEarlyRoundRead(t *testing.T) {
 	want(t, r, nil)
 }
 
+// TestElectionLateFailedRoundRead: a round of a Campaign that failed can
+// land late, after the Campaign won with a later round and resigned, take
+// a later counter and be read with the same value: a read that began after
+// the leader's window ended is counted as a value no leader had, not
+// judged against the leader's own term (simulator seeds 26055 and 28971).
+// Read while the leader holds, the same term is a violation
+// (TestElectionBroken).
+func TestElectionLateFailedRoundRead(t *testing.T) {
+	b := newBuilder()
+	election(b)
+	b.observe("o", "", "el", "v2", 12, 3032, 3033) // v2 resigned at 3030
+	r := check(t, b, cfg)
+	want(t, r, nil)
+	if !strings.Contains(strings.Join(r.Notes, "\n"), "1 leaders read had a value no leader") {
+		t.Errorf("the late round's read is not counted in a note: %q", r.Notes)
+	}
+}
+
 // TestElectionBroken: controls: each broken history is reported.
 func TestElectionBroken(t *testing.T) {
 	for _, tc := range []struct {

@@ -179,7 +179,7 @@ local function waiting(k)
   end
   local now = now_ms()
   prune(x, now, k .. '\31q')
-  return redis.call('ZCOUNT', x, '(' .. now, '+inf') > 0
+  return #redis.call('ZRANGEBYSCORE', x, '(' .. now, '+inf', 'LIMIT', 0, 1) > 0
 end
 
 -- hand_off reserves k, just freed, for the first live waiter of its line

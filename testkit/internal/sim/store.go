@@ -86,7 +86,6 @@ func init() {
 		"ZREM":          {2, (*store).zrem},
 		"ZRANGE":        {3, (*store).zrange},
 		"ZRANGEBYSCORE": {3, (*store).zrangebyscore},
-		"ZCOUNT":        {3, (*store).zcount},
 	}
 }
 
@@ -368,25 +367,6 @@ func (s *store) zrangebyscore(now int64, a []string) (any, error) {
 		}
 	}
 	return out, nil
-}
-
-// zcount is ZCOUNT key min max.
-func (s *store) zcount(now int64, a []string) (any, error) {
-	in, err := scoreRange(a[1], a[2])
-	if err != nil {
-		return nil, err
-	}
-	v, err := s.zset(a[0], now)
-	if v == nil || err != nil {
-		return int64(0), err
-	}
-	n := int64(0)
-	for _, sc := range v.zset {
-		if in(sc) {
-			n++
-		}
-	}
-	return n, nil
 }
 
 // scoreRange reads the bounds of a score range, each inclusive unless it

@@ -91,11 +91,6 @@ func (c *wfCmd) taken() bool {
 	return c.delivered && c.res.Err == nil && c.res.Int <= 0 && isExclusiveAcquire(c.kind)
 }
 
-// admitted reports whether c is a shared acquire the node said yes to.
-func (c *wfCmd) admitted() bool {
-	return c.kind == node.AcquireShared && c.delivered && c.res.Err == nil && c.res.Int > 0
-}
-
 func (c *wfCmd) refused() bool {
 	return c.kind == node.AcquireShared && c.delivered && c.res.Err == nil && c.res.Int <= 0
 }

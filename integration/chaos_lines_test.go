@@ -232,17 +232,23 @@ func (lr *chaosLines) waiter(ctx context.Context, cc *chaosClient, rng *rand.Ran
 			l, _, err = cc.acquire(wctx, key, -1)
 			cancel()
 		}
-		lr.waits.Add(1)
-		if err != nil {
-			continue
-		}
-		lr.waitsWon.Add(1)
-		lr.r.res.section(ctx, cc, l, rng)
-		_, _ = cc.rec.Release(ctx, l)
+		lr.use(ctx, cc, rng, l, err, &lr.waits, &lr.waitsWon)
 	}
 }
 
-// holder keeps chaosLineKey held for 40–80 s at a time.
+// use counts an acquire call in tried and, when it won (err nil), in won,
+// runs a critical section under l and releases it.
+func (lr *chaosLines) use(ctx context.Context, cc *chaosClient, rng *rand.Rand, l *redlock.Lock, err error, tried, won *atomic.Int64) {
+	tried.Add(1)
+	if err != nil {
+		return
+	}
+	won.Add(1)
+	lr.r.res.section(ctx, cc, l, rng)
+	_, _ = cc.rec.Release(ctx, l)
+}
+
+// holder keeps chaosLineKey held for 60–100 s at a time.
 func (lr *chaosLines) holder(ctx context.Context, cc *chaosClient, rng *rand.Rand) {
 	for ctx.Err() == nil {
 		l, _, err := cc.acquire(ctx, chaosLineKey, 20*time.Second)
@@ -302,13 +308,7 @@ func (lr *chaosLines) lockAll(ctx context.Context, cc *chaosClient, rng *rand.Ra
 		}
 		rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
 		l, _, err := cc.acquireAll(ctx, keys, chaosMs(rng, 200, 1000))
-		lr.several.Add(1)
-		if err != nil {
-			continue
-		}
-		lr.severalWon.Add(1)
-		lr.r.res.section(ctx, cc, l, rng)
-		_, _ = cc.rec.Release(ctx, l)
+		lr.use(ctx, cc, rng, l, err, &lr.several, &lr.severalWon)
 	}
 }
 

@@ -201,7 +201,8 @@ func (c *Client) begin(ctx context.Context, cfg *config) error {
 
 // Close releases every lock of this Client that is still held, waits for the
 // Client's background work to end, and makes every later operation return
-// ErrClosed. It returns within closeBound after it begins, whatever the
+// ErrClosed. It returns within the node timeout plus the cleanup budget,
+// min(TTL, max(10 × node timeout, 2 s)), after it begins, whatever the
 // nodes do (2.05 s with the defaults; a call under way with a longer node
 // timeout or TTL of its own may hold it up to its own bound). It does not
 // close the pools. It returns the errors of the releases that nodes failed

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/stall"
 )
 
 // idleExit is how long a Pool's writer goroutine waits for work before it
@@ -222,7 +223,7 @@ func (b *batcher) executor(p *redisPool) *executor {
 		if b.execs < maxExecutors {
 			b.execs++
 			b.mu.Unlock()
-			ex := &executor{in: make(chan []request, 1), done: make(chan uint64, 1), w: writer{p: p, pipe: p.c.Pipeline()}}
+			ex := &executor{in: make(chan []request, 1), done: make(chan uint64, 1), w: writer{p: p, pipe: p.c.Pipeline(), ctx: deadlineCtx{cs: p.cs}}}
 			b.wg.Go(func() { b.execute(ex) })
 			return ex
 		}
@@ -322,6 +323,8 @@ func (w *writer) run(batch []request) {
 	if len(w.reqs) == 0 {
 		return
 	}
+	stall.Hold() // the batch's deadline does not count a stand-still
+	defer stall.Done()
 	// go-redis bounds the I/O by this deadline (ContextTimeoutEnabled), and
 	// its waits for a connection, dials included, by Done: the rounds'
 	// deadlines plus the time their commands are followed, so that a reply
@@ -366,12 +369,17 @@ func later(a, b time.Time) time.Time {
 // context (node.Op.Values; the batch's first command's). go-redis turns the
 // deadline into the connection's I/O deadline, waits for a connection (a
 // dial's included: go-redis dials without the caller's context) until Done,
-// and its hooks read the values. It is never cancelled: Done is closed, by
-// one reusable timer, once the deadline passed during a batch. A writer
+// and its hooks read the values. The deadline does not count the time the
+// process stood still since it was armed (internal/stall): a batch written
+// late because the process could not run still gets its wait for the
+// replies, on its connection. It is never cancelled: Done is closed, by one
+// reusable timer, once that deadline passed during a batch. A writer
 // reuses its one deadlineCtx from batch to batch, so a hook may use it only
 // until it returns (WithHooks).
 type deadlineCtx struct {
+	cs       *conns          // the Pool's connections (nil: New's), for the set-up budget
 	deadline time.Time       // written by arm only, under mu
+	mark     time.Duration   // stall.Now() when armed; written by arm only, under mu
 	values   context.Context // nil: none
 
 	mu      sync.Mutex
@@ -387,31 +395,50 @@ func (c *deadlineCtx) arm(deadline time.Time) {
 	if c.done == nil || c.expired {
 		c.done, c.expired = make(chan struct{}), false
 	}
-	c.deadline = deadline
-	c.mu.Unlock()
-	if c.timer == nil {
+	c.deadline, c.mark = deadline, stall.Now()
+	if c.timer == nil { // under mu: expire, which reads it, waits for it
 		c.timer = time.AfterFunc(time.Until(deadline), c.expire)
-		return
+	} else {
+		c.timer.Reset(time.Until(deadline))
 	}
-	c.timer.Reset(time.Until(deadline))
+	c.mu.Unlock()
 }
 
 // disarm stops the timer once the batch is over.
-func (c *deadlineCtx) disarm() { c.timer.Stop() }
-
-// expire closes Done if the deadline armed last has passed: a timer that
-// fires late, for a batch already over, finds a later deadline and leaves
-// the next batch's Done open.
-func (c *deadlineCtx) expire() {
+func (c *deadlineCtx) disarm() {
 	c.mu.Lock()
-	if !c.expired && !time.Now().Before(c.deadline) {
-		c.expired = true
-		close(c.done)
-	}
+	c.timer.Stop()
 	c.mu.Unlock()
 }
 
-func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+// expire closes Done if the deadline armed last has passed, once moved
+// later by what the process stood still since; else it sets the timer
+// again for the rest. A timer that fires late, for a batch already over,
+// finds a later deadline and leaves the next batch's Done open.
+func (c *deadlineCtx) expire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.expired {
+		return
+	}
+	if rest := time.Until(c.until()); rest > 0 {
+		c.timer.Reset(rest)
+		return
+	}
+	c.expired = true
+	close(c.done)
+}
+
+// Deadline is until's.
+func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.until(), true }
+
+// until is the armed deadline moved later by what the process stood still
+// since it was armed, or, if later, the end of the set-up budget of the
+// Pool's newest connection (which go-redis sets up under this context when
+// a batch needs it).
+func (c *deadlineCtx) until() time.Time {
+	return stall.Extend(later(c.deadline, c.cs.setupEnd()), c.mark)
+}
 
 func (c *deadlineCtx) Done() <-chan struct{} {
 	c.mu.Lock()

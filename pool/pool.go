@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/stall"
 )
 
 // Pool is one independent Redis master as the lock coordinator sees it.
@@ -149,6 +150,7 @@ type redisPool struct {
 	owned bool
 	b     batcher // commands sent by a redlock.Client's rounds
 	bg    batcher // background commands (node.Op.Background)
+	cs    *conns  // Dial's and DialFailover's connections; nil for New's
 }
 
 var _ Pool = (*redisPool)(nil)
@@ -218,18 +220,24 @@ func Dial(opt *redis.Options, opts ...Option) (Pool, error) {
 	o.ContextTimeoutEnabled = true
 	o.MaxRetries = -1
 	o.DialerRetries = 1
+	pin(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout)
 	cfg := defaults()
 	cfg.name = o.Addr
 	if err := apply(&cfg, opts); err != nil {
 		return nil, err
 	}
+	cs := cfg.conns(o.DialTimeout)
+	if o.Dialer == nil {
+		o.Dialer = redis.NewDialer(&o)
+	}
+	o.Dialer = cs.dialer(o.Dialer)
 	newGuard(&cfg).install(&o)
 	c := redis.NewClient(&o)
 	c.AddHook(dialHook{}) // lets Close of a subscription end its connection setup
 	for _, h := range cfg.hooks {
 		c.AddHook(h)
 	}
-	return &redisPool{name: cfg.name, c: c, owned: true}, nil
+	return &redisPool{name: cfg.name, c: c, owned: true, cs: cs}, nil
 }
 
 // DialFailover returns a Pool with a client of its own for the master that
@@ -261,18 +269,24 @@ func DialFailover(opt *redis.FailoverOptions, opts ...Option) (Pool, error) {
 	o.ContextTimeoutEnabled = true
 	o.MaxRetries = -1
 	o.DialerRetries = 1
+	pin(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout)
 	cfg := defaults()
 	cfg.name = "sentinel:" + o.MasterName
 	if err := apply(&cfg, opts); err != nil {
 		return nil, err
 	}
+	cs := cfg.conns(o.DialTimeout)
+	if o.Dialer == nil { // go-redis' own for the master, for the Sentinels too
+		o.Dialer = redis.NewDialer(&redis.Options{DialTimeout: o.DialTimeout, TLSConfig: o.TLSConfig})
+	}
+	o.Dialer = cs.dialer(o.Dialer)
 	o.OnConnect = masterGuard(&cfg, o.OnConnect)
 	c := redis.NewFailoverClient(&o)
 	c.AddHook(dialHook{})
 	for _, h := range cfg.hooks {
 		c.AddHook(h)
 	}
-	return &redisPool{name: cfg.name, c: c, owned: true}, nil
+	return &redisPool{name: cfg.name, c: c, owned: true, cs: cs}, nil
 }
 
 // masterGuard is the OnConnect of DialFailover's client: user's hook (if
@@ -370,6 +384,9 @@ func (p *redisPool) Name() string { return p.name }
 // run runs op on the node synchronously: the path of callers that do not
 // queue (the Pool methods below), with the same wire format as the queue.
 func (p *redisPool) run(ctx context.Context, o node.Op) node.Result {
+	stall.Hold()
+	defer stall.Done()
+	ctx = patientCtx{ctx, stall.Now()}
 	op := node.New(o)
 	cmd := p.cmd(ctx, op)
 	_ = p.c.Process(ctx, cmd)
@@ -444,6 +461,9 @@ func transient(err error) bool {
 func (p *redisPool) Close() error {
 	var err error
 	if p.owned {
+		if p.cs != nil {
+			p.cs.closing.Store(true) // its closes are no news
+		}
 		err = p.c.Close()
 	}
 	p.b.stop() // after the client: a batch in flight then fails at once

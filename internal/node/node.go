@@ -203,6 +203,9 @@ type Sender interface {
 	// was written. A command that was written is followed on its own
 	// connection until deadline + op.Follow: its reply is delivered even
 	// after deadline, and the commands queued behind it are not held up.
+	// That bound does not count the time the process stood still
+	// (internal/stall), and a command that waits for its connection's
+	// set-up waits until the Pool's set-up budget ends if that is later.
 	Send(op *Op, deadline time.Time, rcv Receiver, tag int)
 }
 

@@ -1,0 +1,209 @@
+package pool
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/stall"
+)
+
+// starver makes the connections of a Pool whose reads or writes can be held
+// off the CPU: the next read (or write) of any of its connections sleeps
+// for the time set, as the goroutine doing it would if the process were
+// starved, and the stall clock stands still as long (stall.Freeze), as it
+// would too. It counts the connections closed, by whoever closes them.
+type starver struct {
+	read, write atomic.Int64 // ns: hold the next read (write) this long
+	dials       atomic.Int32
+	closed      atomic.Int32
+}
+
+func (s *starver) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	cn, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	s.dials.Add(1)
+	return &heldConn{Conn: cn, s: s}, nil
+}
+
+type heldConn struct {
+	net.Conn
+	s      *starver
+	closed atomic.Bool
+}
+
+func hold(ns *atomic.Int64) {
+	if d := time.Duration(ns.Swap(0)); d > 0 {
+		stall.Freeze(d)
+		time.Sleep(d)
+	}
+}
+
+func (c *heldConn) Read(b []byte) (int, error) {
+	hold(&c.s.read)
+	return c.Conn.Read(b)
+}
+
+func (c *heldConn) Write(b []byte) (int, error) {
+	hold(&c.s.write)
+	return c.Conn.Write(b)
+}
+
+func (c *heldConn) Close() error {
+	if c.closed.CompareAndSwap(false, true) {
+		c.s.closed.Add(1)
+	}
+	return c.Conn.Close()
+}
+
+// starvedPool is a Pool from Dial on a miniredis whose connections s makes;
+// its set-up budget (DialTimeout) is short, so that only the stand-still
+// rule can keep a connection through a long hold.
+func starvedPool(t *testing.T, s *starver, opts ...Option) (*miniredis.Miniredis, Pool) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	p, err := Dial(&redis.Options{Addr: m.Addr(), Dialer: s.dial, DialTimeout: 100 * time.Millisecond}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return m, p
+}
+
+// send sends a GET of k with a 50 ms deadline, followed 100 ms after it,
+// and returns its result.
+func send(t *testing.T, p Pool, k string) node.Result {
+	t.Helper()
+	box := newInbox(1)
+	p.(node.Sender).Send(node.New(node.Op{Kind: node.Get, Key: k, Follow: 100 * time.Millisecond}), time.Now().Add(50*time.Millisecond), box, 0)
+	return box.wait(t)[0]
+}
+
+// warm sets up p's first connection (dial, HELLO, the guard's INFO), and
+// waits out its set-up budget.
+func warm(t *testing.T, p Pool) {
+	t.Helper()
+	if r := send(t, p, "warm"); r.Err != nil && r.Err != redis.Nil {
+		t.Fatalf("first command: %+v", r)
+	}
+	time.Sleep(150 * time.Millisecond)
+}
+
+// TestStarvedReaderKeepsConnection: the process stands still for 500 ms
+// while a batch's reply is on its way, well past the batch's deadline and
+// Follow (150 ms). The reply was there all along: it is read, on the
+// connection it was sent on, and no connection is closed. go-redis closed
+// the connection on the read's timeout, and the command's fate was lost
+// (issue 32: a starved client closed 19-49 connections a minute).
+func TestStarvedReaderKeepsConnection(t *testing.T) {
+	var s starver
+	m, p := starvedPool(t, &s)
+	m.Set("k", "v")
+	warm(t, p)
+	s.read.Store(int64(500 * time.Millisecond))
+	if r := send(t, p, "k"); r.Err != nil || r.Str != "v" {
+		t.Fatalf("GET whose reader stood still 500 ms: %+v, want \"v\"", r)
+	}
+	if n := s.closed.Load(); n != 0 {
+		t.Fatalf("%d connections closed; want 0", n)
+	}
+	if r := send(t, p, "k"); r.Err != nil || r.Str != "v" || s.dials.Load() != 1 {
+		t.Fatalf("next GET: %+v after %d dials; want \"v\" on the first connection", r, s.dials.Load())
+	}
+}
+
+// TestStarvedWriterKeepsConnection: the process stands still for 500 ms
+// just before a batch is written, past its deadline and Follow. The batch
+// is written when the process runs again, and its reply is waited for as
+// long as it would have been had it been written on time: read, and no
+// connection closed (go-redis' write failed on the deadline, and it closed
+// the connection).
+func TestStarvedWriterKeepsConnection(t *testing.T) {
+	var s starver
+	m, p := starvedPool(t, &s)
+	m.Set("k", "v")
+	warm(t, p)
+	s.write.Store(int64(500 * time.Millisecond))
+	if r := send(t, p, "k"); r.Err != nil || r.Str != "v" {
+		t.Fatalf("GET written after a 500 ms stand-still: %+v, want \"v\"", r)
+	}
+	if n := s.closed.Load(); n != 0 {
+		t.Fatalf("%d connections closed; want 0", n)
+	}
+}
+
+// TestSetupHasItsOwnBudget: a new connection's set-up (HELLO, the guard's
+// INFO) runs under the deadline of the command that needed it, here 50 ms
+// plus 100 ms of Follow; its first reply takes 500 ms. The set-up has the
+// dial timeout's budget (DefaultDialTimeout), not the command's: the
+// connection is kept and serves the command. It was closed when the
+// command's deadline passed, and the next command dialled again.
+func TestSetupHasItsOwnBudget(t *testing.T) {
+	var s starver
+	m := miniredis.RunT(t)
+	m.Set("k", "v")
+	p, err := Dial(&redis.Options{Addr: m.Addr(), Dialer: s.dial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	s.read.Store(int64(500 * time.Millisecond)) // HELLO's reply
+	if r := send(t, p, "k"); r.Err != nil || r.Str != "v" {
+		t.Fatalf("GET on a connection whose set-up took 500 ms: %+v, want \"v\"", r)
+	}
+	if n := s.closed.Load(); n != 0 {
+		t.Fatalf("%d connections closed; want 0", n)
+	}
+}
+
+// TestSilentServerStillTimesOut: a server that accepts and never answers
+// still ends a batch at its deadline plus Follow when the process runs
+// all along, and its connection is closed, counted (Stats) and logged.
+func TestSilentServerStillTimesOut(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // read nothing, answer nothing
+		}
+	}()
+	var log bytes.Buffer
+	p, err := Dial(&redis.Options{Addr: l.Addr().String(), DialTimeout: 100 * time.Millisecond},
+		WithLogger(slog.New(slog.NewTextHandler(&log, nil))), WithRestartGuard(0), WithEvictionCheck(EvictionIgnore))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	start := time.Now()
+	r := send(t, p, "k")
+	if took := time.Since(start); r.Err == nil || took > 5*time.Second {
+		t.Fatalf("GET on a silent server: %+v after %v; want an error at about 150 ms", r, took)
+	}
+	t.Logf("result %+v", r)
+	st, ok := Stats(p)
+	if !ok || st.Dials != 1 || st.Closed != 1 {
+		t.Fatalf("Stats: %+v, %v; want 1 dial, 1 closed", st, ok)
+	}
+	if !strings.Contains(log.String(), "closed a connection") || !strings.Contains(log.String(), "timeout") {
+		t.Fatalf("log: %q; want the close, with its read's timeout", log.String())
+	}
+}

@@ -69,8 +69,8 @@ const lookFor = time.Millisecond
 // conns counts and logs what the connections of one Pool do. Safe for
 // concurrent use.
 type conns struct {
-	name    string
-	log     *slog.Logger
+	name     string
+	log      *slog.Logger
 	setup    time.Duration // the set-up budget (DialTimeout)
 	lastDial atomic.Int64  // UnixNano of the last command connection dialled
 	closing  atomic.Bool   // Close has begun: closes are no longer news

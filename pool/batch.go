@@ -52,6 +52,7 @@ type batcher struct {
 type request struct {
 	op       *node.Op
 	deadline time.Time
+	mark     time.Duration // stall.Now() at Send
 	rcv      node.Receiver
 	tag      int
 }
@@ -81,7 +82,7 @@ func (p *redisPool) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag
 		rcv.Deliver(tag, node.Result{Err: redis.ErrClosed})
 		return
 	}
-	b.queue = append(b.queue, request{op: op, deadline: deadline, rcv: rcv, tag: tag})
+	b.queue = append(b.queue, request{op: op, deadline: deadline, mark: stall.Now(), rcv: rcv, tag: tag})
 	if b.wake == nil {
 		b.wake, b.freed = make(chan struct{}, 1), make(chan struct{}, 1)
 	}
@@ -313,7 +314,7 @@ func (w *writer) run(batch []request) {
 	w.reqs, w.cmds = w.reqs[:0], w.cmds[:0]
 	var deadline time.Time
 	for _, r := range batch {
-		if !now.Before(r.deadline) {
+		if !now.Before(stall.Extend(r.deadline, r.mark)) { // its round waits as long
 			r.rcv.Deliver(r.tag, node.Result{Err: node.ErrNotSent})
 			continue
 		}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/stall"
 )
 
 // Reply is one node's answer.
@@ -41,7 +42,8 @@ type Round struct {
 	timeout  time.Duration
 	replies  chan Reply
 	timer    *time.Timer
-	fireAt   time.Time // when timer is due (owner only)
+	mark     time.Duration // stall.Now() at the start
+	fireAt   time.Time     // when timer is due (owner only)
 	expired  bool      // timer has fired since it was last set (owner only)
 	pending  int       // replies not yet taken by Next (owner only)
 	err      error     // why Next stopped early (owner only)
@@ -81,7 +83,7 @@ func StartHeld(parent context.Context, wg *sync.WaitGroup, timeout time.Duration
 	if d, ok := parent.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	r := &Round{parent: parent, start: start, deadline: deadline, timeout: timeout, replies: make(chan Reply, n), wg: wg, senders: senders, op: op, call: call}
+	r := &Round{parent: parent, start: start, mark: stall.Now(), deadline: deadline, timeout: timeout, replies: make(chan Reply, n), wg: wg, senders: senders, op: op, call: call}
 	for i := range n {
 		if ask != nil && !ask(i) {
 			continue
@@ -106,7 +108,7 @@ func (r *Round) Send(i int) bool {
 	r.mu.Lock()
 	finished := r.finished
 	r.mu.Unlock()
-	if finished || !time.Now().Before(r.deadline) {
+	if finished || !time.Now().Before(stall.Extend(r.deadline, r.mark)) {
 		r.Deliver(i, node.Result{Err: node.ErrNotSent})
 		return false
 	}
@@ -180,12 +182,14 @@ func (r *Round) Pending() int { return r.pending }
 // Next returns the next reply to arrive. It returns false when no reply is
 // pending or the round has ended first (its deadline passed or the parent
 // was cancelled); Err then tells which. A reply delivered by the time the
-// owner sees the deadline pass is still returned; and when the owner sees
-// it late by a quarter timeout or more (its process was not running: the
-// scheduler starved it, or the runtime stopped it), the round waits one
-// more timeout for replies that may have been read but not yet handed over,
-// as long as that does not go past the parent's deadline or op.Follow after
-// the round's.
+// owner sees the deadline pass is still returned. A round whose process
+// stood still meanwhile (the scheduler starved it, the runtime stopped it)
+// waits longer for replies that may have arrived but not been read or
+// handed over: until its deadline moved later by what the process stood
+// still since the round began (internal/stall), or, where no stall clock
+// runs, one more timeout when the owner saw the deadline pass late by a
+// quarter timeout or more; never past op.Follow after the round's
+// deadline or past the parent's.
 func (r *Round) Next() (Reply, bool) {
 	for r.pending > 0 && r.err == nil {
 		if !r.expired {
@@ -213,20 +217,33 @@ func (r *Round) Next() (Reply, bool) {
 	return Reply{}, false
 }
 
-// grace re-arms the timer for one more timeout when the owner saw it fire
-// late (see Next) and reports whether it did.
+// grace re-arms the timer when the round's process stood still (see Next)
+// and reports whether it did.
 func (r *Round) grace() bool {
 	now := time.Now()
-	end := now.Add(r.timeout)
-	if now.Sub(r.fireAt) < r.timeout/4 || end.After(r.deadline.Add(r.op.Follow)) || r.parent.Err() != nil {
-		return false
+	end := stall.Extend(r.deadline, r.mark)
+	if now.Sub(r.fireAt) >= r.timeout/4 {
+		end = later(end, now.Add(r.timeout))
+	}
+	if limit := r.deadline.Add(r.op.Follow); end.After(limit) {
+		end = limit
 	}
 	if d, ok := r.parent.Deadline(); ok && end.After(d) {
+		end = d
+	}
+	if !now.Before(end) || r.parent.Err() != nil {
 		return false
 	}
-	r.timer.Reset(r.timeout)
+	r.timer.Reset(end.Sub(now))
 	r.fireAt, r.expired = end, false
 	return true
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // Err is nil while the round is open, context.DeadlineExceeded once the

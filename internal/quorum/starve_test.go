@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/stall"
 )
 
 // afterSender answers every Send after its delay; when that is negative,
@@ -84,4 +85,29 @@ func TestGraceEndsAtTimeout(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestStalledRoundStillSends: a command held back by StartHeld (a lock's
+// command waiting for its acquire's reply) is still sent after the round's
+// deadline passed while the process stood still: the round waits that
+// much longer (internal/stall), so the command is not given up unsent.
+// Real time: the stall clock measures real stand-stills.
+func TestStalledRoundStillSends(t *testing.T) {
+	stall.Hold()
+	defer stall.Done()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	defer wg.Wait()
+	defer wg.Done()
+	op := &node.Op{Follow: 5 * time.Second}
+	r := StartHeld(context.Background(), &wg, 200*time.Millisecond, 1, nil, []bool{true}, []node.Sender{afterSender{0}}, op, nil)
+	defer r.Finish(nil)
+	stall.Freeze(1200 * time.Millisecond)
+	time.Sleep(time.Second) // the process stands still past the deadline
+	if !r.Send(0) {
+		t.Fatal("a held command was given up unsent after the process stood still past the round's deadline")
+	}
+	if rep, ok := r.Next(); !ok || rep.Err != nil {
+		t.Fatalf("Next: %+v, %v; want the node's reply", rep, ok)
+	}
 }

@@ -44,9 +44,9 @@ type Round struct {
 	timer    *time.Timer
 	mark     time.Duration // stall.Now() at the start
 	fireAt   time.Time     // when timer is due (owner only)
-	expired  bool      // timer has fired since it was last set (owner only)
-	pending  int       // replies not yet taken by Next (owner only)
-	err      error     // why Next stopped early (owner only)
+	expired  bool          // timer has fired since it was last set (owner only)
+	pending  int           // replies not yet taken by Next (owner only)
+	err      error         // why Next stopped early (owner only)
 	wg       *sync.WaitGroup
 	senders  []node.Sender
 	op       *node.Op

@@ -199,10 +199,14 @@ func New(c redis.UniversalClient, opts ...Option) (Pool, error) {
 
 // Dial returns a Pool with a client of its own for the server that opt
 // describes (copied; opt is not modified). The copy has ContextTimeoutEnabled
-// set, MaxRetries −1 and DialerRetries 1 whatever opt says; every other
-// field, such as Password, TLSConfig or the pool sizes, is kept. Dial does
-// not connect: a server that is down shows up as a failed vote on first
-// use. Close the Pool to close its client.
+// set, MaxRetries −1 and DialerRetries 1 whatever opt says; DialTimeout,
+// ReadTimeout, WriteTimeout and PoolTimeout left 0 become
+// DefaultDialTimeout, DefaultIOTimeout (both) and the read timeout plus a
+// second, not go-redis' defaults; every other field, such as Password,
+// TLSConfig, Dialer or the pool sizes, is kept. Its connections outlive a
+// process that was starved of CPU, and those it closes are counted (Stats).
+// Dial does not connect: a server that is down shows up as a failed vote on
+// first use. Close the Pool to close its client.
 //
 // Every new connection is checked before use by the restart guard
 // (WithRestartGuard, default DefaultRestartGuard) and the eviction check
@@ -246,9 +250,9 @@ func Dial(opt *redis.Options, opts ...Option) (Pool, error) {
 // use one master name (Sentinel's example configuration calls it
 // "mymaster") need WithName, or redlock.New refuses them as one node. The
 // client is set up as Dial's (ContextTimeoutEnabled, MaxRetries −1,
-// DialerRetries 1, WithHooks, and the restart guard and eviction check on
-// the master's connections, not the Sentinels') and sends every command to
-// the master.
+// DialerRetries 1, the timeouts, Stats, WithHooks, and the restart guard and
+// eviction check on the master's connections, not the Sentinels') and sends
+// every command to the master.
 // A failover to a replica can lose locks on this node: docs/safety.md,
 // "Replica failover", says when that is safe. Like Dial it does not
 // connect; close the Pool to close its client.

@@ -59,7 +59,9 @@ type ours struct {
 }
 
 func newOurs(addrs []string) (impl, error) {
-	o, err := oursOf(len(addrs), func(i int) (pool.Pool, error) { return pool.Dial(&redis.Options{Addr: addrs[i]}) })
+	o, err := oursOf(len(addrs), func(i int) (pool.Pool, error) {
+		return pool.Dial(&redis.Options{Addr: addrs[i], Dialer: connDialer})
+	})
 	if err != nil {
 		return nil, err // not a typed nil impl
 	}
@@ -148,7 +150,7 @@ func newRedsync(addrs []string) (impl, error) {
 	r := &rs{}
 	var pools []rsredis.Pool
 	for _, a := range addrs {
-		c := redis.NewClient(&redis.Options{Addr: a})
+		c := redis.NewClient(&redis.Options{Addr: a, Dialer: connDialer})
 		r.clients = append(r.clients, c)
 		pools = append(pools, rsgoredis.NewPool(c))
 	}

@@ -12,12 +12,12 @@ package main
 //	warm-up │ baseline (no burners) │ starvation (N burners spin) │ recovery (burners killed)
 //	        t0                      burn start                    burn stop                  end
 //
-// The child counts completed cycles per 100 ms bucket from t0 and hands the
-// buckets back on stdout when told to stop; the parent times the phases and
+// The child counts completed cycles per 10 ms bucket from t0, and its
+// connections' dials and closes (starvedconns.go), and hands the buckets
+// back on stdout when told to stop; the parent times the phases and also
 // counts new server connections (INFO stats total_connections_received on
-// every server, less the parent's own) and open ones (connected_clients): a
-// re-dial is a new connection that replaces a closed one, so the re-dials of
-// a phase are its new connections less the growth of the open ones.
+// every server, less the parent's own). Each worker locks a key of its own,
+// as the overload harness of issue 32 does (../shared/bench-overload).
 
 import (
 	"bufio"
@@ -44,10 +44,10 @@ import (
 const (
 	starvedID      = "starved"
 	starvedWorkers = 16
-	bucket         = 100 * time.Millisecond
-	recoverWindow  = 5   // buckets (500 ms) whose mean must be back to recoverShare of the baseline
-	recoverShare   = 0.8 // of the baseline rate
-	targetZero     = time.Second
+	bucket         = 10 * time.Millisecond // the overload harness's resolution
+	recoverWindow  = 50                    // buckets (500 ms) whose mean must be back to recoverShare of the baseline
+	recoverShare   = 0.8                   // of the baseline rate
+	targetZero     = 1500 * time.Millisecond
 	targetRecover  = 2 * time.Second
 )
 
@@ -64,6 +64,12 @@ type childOut struct {
 	Errs    []int64 `json:"errs"`    // TryLock calls that returned an error
 	RelErrs []int64 `json:"relErrs"` // Release calls that returned an error (the cycle still counts)
 	Nice    int     `json:"nice"`    // niceness of all the child's threads at start
+
+	// The client's connections, per bucket (starvedconns.go): dials,
+	// failed dials, closes, and closes before 1,000 bytes were read;
+	// and the dials and closes before t0.
+	Dials, DialErrs, Closed, ClosedEarly []int64
+	SetupDials, SetupClosed              int64
 }
 
 // starvedRun is one implementation's run and what it measured.
@@ -74,7 +80,9 @@ type starvedRun struct {
 	end                   time.Duration // since t0: the parent told the child to stop
 	connsSetup, connsBase int64         // new server connections: set-up + warm-up, baseline
 	connsStarve, connsRec int64         // during starvation, during recovery
-	closedStarve          int64         // connections closed during starvation and recovery
+	closedStarve          int64         // connections the client closed during starvation and recovery (client side)
+	closedEarly           int64         // … of which before 1,000 bytes were read (during set-up)
+	dialErrs              int64         // dials that failed during starvation and recovery
 	burnCPU               time.Duration // CPU the burners used (user + system)
 
 	baseRate, starveRate float64
@@ -84,9 +92,8 @@ type starvedRun struct {
 	fails, errs, relErrs int64         // under starvation
 }
 
-// redials counts the connections closed (and so dialled again) from the
-// start of starvation to the end of recovery; new connections that only grew
-// the pool are not re-dials.
+// redials counts the connections the client closed from the start of
+// starvation to the end of recovery, as counted on the client's side.
 func (r *starvedRun) redials() int64 { return r.closedStarve }
 
 // newConns counts every new server connection from the start of starvation
@@ -135,6 +142,7 @@ func (r *starvedRun) analyze() {
 		}
 	}
 	r.fails, r.errs, r.relErrs = sum(r.out.Fails, s0, s1), sum(r.out.Errs, s0, s1), sum(r.out.RelErrs, s0, s1)
+	r.closedStarve, r.closedEarly, r.dialErrs = sum(r.out.Closed, s0, r1), sum(r.out.ClosedEarly, s0, r1), sum(r.out.DialErrs, s0, r1)
 	want := recoverShare * r.baseRate * bucket.Seconds() * recoverWindow
 	r.recovery = -1
 	for i := r0; i+recoverWindow <= r1; i++ {
@@ -244,7 +252,7 @@ func runStarved(ctx context.Context, srvs []*server, names []string, cfg starved
 		if r.recovery >= 0 {
 			rec = r.recovery.String()
 		}
-		fmt.Fprintf(os.Stderr, "starved %-10s base %6.0f/s  starved %6.0f/s  longest zero %v  re-dials %d  recovery %s  burners used %.1f CPU-s\n  per second: %s\n",
+		fmt.Fprintf(os.Stderr, "starved %-10s base %6.0f/s  starved %6.1f/s  longest zero %v  closed conns %d  recovery %s  burners used %.1f CPU-s\n  per second: %s\n",
 			name, r.baseRate, r.starveRate, r.longestZero, r.redials(), rec, r.burnCPU.Seconds(), r.perSecond())
 	}
 	return starvedMarkdown(runs, cfg, want, myNice, len(addrs)), nil
@@ -358,7 +366,6 @@ func starvedOne(ctx context.Context, name string, addrs []string, cfg starvedCfg
 		return nil, err
 	}
 	r.connsRec = c3.received - c2.received
-	r.closedStarve = r.newConns() - (c3.open - c1.open)
 	r.end = since()
 	if _, err := io.WriteString(stdin, "stop\n"); err != nil {
 		return nil, err
@@ -492,10 +499,6 @@ func starvedChild(name, addrList string, warm, maxRun time.Duration, wantNice in
 	if mk == nil {
 		return fmt.Errorf("starved child: no implementation %q", name)
 	}
-	im, err := mk(strings.Split(addrList, ","))
-	if err != nil {
-		return err
-	}
 	nb := int(maxRun / bucket)
 	type counts struct{ cycles, fails, errs, relErrs []int64 }
 	ws := make([]*counts, starvedWorkers)
@@ -510,16 +513,21 @@ func starvedChild(name, addrList string, warm, maxRun time.Duration, wantNice in
 		}
 		return -1
 	}
+	events := newConnEvents(nb, at)
+	connDialer = events.dialer()
+	im, err := mk(strings.Split(addrList, ","))
+	if err != nil {
+		return err
+	}
 	var stop atomic.Bool
 	wctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for w := range starvedWorkers {
 		c := &counts{make([]int64, nb), make([]int64, nb), make([]int64, nb), make([]int64, nb)}
 		ws[w] = c
-		keys := make([]string, 64)
-		for k := range keys {
-			keys[k] = fmt.Sprintf("starved-%s-%d-w%d-k%d", name, os.Getpid(), w, k)
-		}
+		// One key per worker, as the overload harness: a key a failed
+		// release left behind holds its worker up until the key expires.
+		keys := []string{fmt.Sprintf("starved-%s-%d-w%d", name, os.Getpid(), w)}
 		s := im.session()
 		wg.Go(func() {
 			for k := 0; !stop.Load(); k++ {
@@ -578,6 +586,7 @@ func starvedChild(name, addrList string, warm, maxRun time.Duration, wantNice in
 	im.close()
 
 	out := childOut{Cycles: make([]int64, nb), Fails: make([]int64, nb), Errs: make([]int64, nb), RelErrs: make([]int64, nb), Nice: wantNice}
+	events.snapshot(&out)
 	for _, c := range ws {
 		for i := range nb {
 			out.Cycles[i] += c.cycles[i]
@@ -642,15 +651,15 @@ func starvedMarkdown(runs []*starvedRun, cfg starvedCfg, clientNice, serverNice,
 		}
 		return fmt.Sprintf("%s (redsync %s)", f(o), f(rs))
 	}
-	line(fmt.Sprintf("longest zero-throughput stretch ≤ %s", human(targetZero)), o != nil,
-		func() string { return vs(func(r *starvedRun) string { return secs(r.longestZero) + " s" }) },
-		func() bool { return o.longestZero <= targetZero })
-	line(fmt.Sprintf("re-dials ≤ nodes (%d)", nodes), o != nil,
+	line(fmt.Sprintf("longest zero-throughput stretch ≤ %s and ≤ redsync's", human(targetZero)), o != nil,
+		func() string { return vs(func(r *starvedRun) string { return fmt.Sprintf("%.2f s", r.longestZero.Seconds()) }) },
+		func() bool { return o.longestZero <= targetZero && (rs == nil || o.longestZero <= rs.longestZero) })
+	line("connections closed by the client, starvation + recovery = 0", o != nil,
 		func() string { return vs(func(r *starvedRun) string { return strconv.FormatInt(r.redials(), 10) }) },
-		func() bool { return o.redials() <= int64(nodes) })
+		func() bool { return o.redials() == 0 })
 	line("rate under starvation ≥ redsync's", o != nil && rs != nil,
 		func() string {
-			return fmt.Sprintf("%s (%.0f vs %.0f cycles/s)", ratio(o.starveRate, rs.starveRate), o.starveRate, rs.starveRate)
+			return fmt.Sprintf("%s (%.1f vs %.1f cycles/s)", ratio(o.starveRate, rs.starveRate), o.starveRate, rs.starveRate)
 		},
 		func() bool { return o.starveRate >= rs.starveRate })
 	line(fmt.Sprintf("back to ≥ %.0f %% of the unstarved rate within %s of the burners stopping", recoverShare*100, human(targetRecover)), o != nil,
@@ -696,11 +705,15 @@ func starvedMarkdown(runs []*starvedRun, cfg starvedCfg, clientNice, serverNice,
 	row("under starvation ÷ unstarved", func(r *starvedRun) float64 { return r.starveRate / r.baseRate },
 		func(r *starvedRun) string { return fmt.Sprintf("%.3f", r.starveRate/max(r.baseRate, 1e-9)) })
 	row("longest zero-throughput stretch (s)", func(r *starvedRun) float64 { return r.longestZero.Seconds() },
-		func(r *starvedRun) string { return secs(r.longestZero) })
+		func(r *starvedRun) string { return fmt.Sprintf("%.2f", r.longestZero.Seconds()) })
 	row("empty buckets under starvation", func(r *starvedRun) float64 { return float64(r.emptyStarve) },
 		func(r *starvedRun) string { return fmt.Sprintf("%d of %d", r.emptyStarve, r.nStarve) })
 	v, s = num(func(r *starvedRun) float64 { return float64(r.redials()) })
-	row("re-dials (connections closed, starvation + recovery)", v, s)
+	row("connections closed by the client, starvation + recovery", v, s)
+	v, s = num(func(r *starvedRun) float64 { return float64(r.closedEarly) })
+	row("… of which during their set-up (< 1,000 bytes read)", v, s)
+	v, s = num(func(r *starvedRun) float64 { return float64(r.dialErrs) })
+	row("failed dials, starvation + recovery", v, s)
 	v, s = num(func(r *starvedRun) float64 { return float64(r.newConns()) })
 	row("new server connections, starvation + recovery (re-dials and pool growth)", v, s)
 	v, s = num(func(r *starvedRun) float64 { return float64(r.connsStarve) })

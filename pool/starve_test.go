@@ -198,7 +198,6 @@ func TestSilentServerStillTimesOut(t *testing.T) {
 	if took := time.Since(start); r.Err == nil || took > 5*time.Second {
 		t.Fatalf("GET on a silent server: %+v after %v; want an error at about 150 ms", r, took)
 	}
-	t.Logf("result %+v", r)
 	st, ok := Stats(p)
 	if !ok || st.Dials != 1 || st.Closed != 1 {
 		t.Fatalf("Stats: %+v, %v; want 1 dial, 1 closed", st, ok)

@@ -652,7 +652,9 @@ func starvedMarkdown(runs []*starvedRun, cfg starvedCfg, clientNice, serverNice,
 		return fmt.Sprintf("%s (redsync %s)", f(o), f(rs))
 	}
 	line(fmt.Sprintf("longest zero-throughput stretch ≤ %s and ≤ redsync's", human(targetZero)), o != nil,
-		func() string { return vs(func(r *starvedRun) string { return fmt.Sprintf("%.2f s", r.longestZero.Seconds()) }) },
+		func() string {
+			return vs(func(r *starvedRun) string { return fmt.Sprintf("%.2f s", r.longestZero.Seconds()) })
+		},
 		func() bool { return o.longestZero <= targetZero && (rs == nil || o.longestZero <= rs.longestZero) })
 	line("connections closed by the client, starvation + recovery = 0", o != nil,
 		func() string { return vs(func(r *starvedRun) string { return strconv.FormatInt(r.redials(), 10) }) },

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -39,8 +40,9 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 			c.health.failed(rep.Node, c.pools[rep.Node].Name(), rep.Err)
 		default:
 			// Of unknown fate, or never written (no connection, queued
-			// past its deadline): the node said yes, so the key is there.
-			c.releaseUnsure(cfg, rep.Node, ref, rep.Err)
+			// past its deadline): the node said yes, so the key was there,
+			// and an answer that finds nothing means the first delete ran.
+			c.releaseUnsure(cfg, rep.Node, ref, errDeleteFailed)
 		}
 	}
 	for {
@@ -95,16 +97,24 @@ func (l *Lock) ref() ref {
 // on c.wg. Until recheckHorizon from now, it is sent again after
 // recheckDelay, doubling up to maxRecheck, as long as it fails without the
 // node's refusal (it may never have been written) and, when err is not nil
-// (the command may still land: held in a proxy, in a frozen server's
-// socket), also while it finds nothing of ours.
+// (the acquire whose fate err left unknown may still land: held in a
+// proxy, in a frozen server's socket), also while it finds nothing of
+// ours. A caller that saw the acquire's yes and sends a delete again
+// because an earlier one failed passes errDeleteFailed: it is sent again
+// until the node answers, and an answer that finds nothing ends it (the
+// earlier delete ran; a key once gone cannot come back).
 func (c *Client) releaseUnsure(cfg *config, i int, r ref, err error) {
-	bg := &background{c: c, cfg: cfg, ref: r, unsure: err != nil}
-	if bg.unsure || resendOwed {
+	bg := &background{c: c, cfg: cfg, ref: r, unsure: err != nil && err != errDeleteFailed}
+	if err != nil || resendOwed {
 		bg.recheck = recheckDelay(cfg)
 		bg.horizon = time.Now().Add(c.recheckHorizon(cfg))
 	}
 	c.sendRelease(bg, i)
 }
+
+// errDeleteFailed stands for a delete that failed (no reply, or never
+// written) on a node whose acquire's yes was seen (see releaseUnsure).
+var errDeleteFailed = errors.New("the delete failed on a node that said yes")
 
 // recheckDelay is the first wait before a release is sent again: a command
 // still in flight when its call failed arrives within one more one-way

@@ -68,3 +68,55 @@ func TestLostReplyThatLandsLateCountsForTheLock(t *testing.T) {
 	}
 	waitFor(t, "the release takes the key from every node", func() bool { return e.holders(k, "") == 3 })
 }
+
+// lostReleaseReply is a Pool of package pool whose releases all reach the
+// node, and the first one's reply is lost (the round sees an error): a
+// delete that ran while its client could not tell. It counts the releases.
+type lostReleaseReply struct {
+	pool.Pool
+	s        node.Sender
+	lost     atomic.Bool
+	releases atomic.Int32
+}
+
+func (p *lostReleaseReply) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag int) {
+	if op.Kind != node.Release {
+		p.s.Send(op, deadline, rcv, tag)
+		return
+	}
+	p.releases.Add(1)
+	if p.lost.Swap(true) {
+		p.s.Send(op, deadline, rcv, tag)
+		return
+	}
+	p.s.Send(op, deadline, discard{}, 0)
+	rcv.Deliver(tag, node.Result{Err: io.ErrUnexpectedEOF})
+}
+
+// TestReleaseOfKnownSetStopsWhenAnswered: a Release's delete whose reply was
+// lost (it ran) is sent again once; the node answers "not held" (the first
+// delete took the key), and since the lock's SET on that node was seen, that
+// answer ends it. It was re-sent while it found nothing, for the TTL and the
+// clean-up budget (14 sends in 12 s for a 10 s TTL), as if the SET's own
+// fate were unknown: under a starved process, a flood of background
+// commands for keys long gone.
+func TestReleaseOfKnownSetStopsWhenAnswered(t *testing.T) {
+	e := newEnv(t, 3)
+	ps := e.scriptPools()
+	lost := &lostReleaseReply{Pool: ps[0], s: ps[0].(node.Sender)}
+	ps[0] = lost
+	c := New2(t, ps, WithNodeTimeout(100*time.Millisecond), WithTTL(10*time.Second))
+	verifyAll(t, c)
+	l, err := c.TryLock(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "node 0 holds the lock", func() bool { return e.value(0, rkey("k")) == l.Token() })
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatalf("Release with 2 of 3 nodes confirming: %v", err)
+	}
+	time.Sleep(2 * time.Second) // re-sends after 100 ms, doubling: 4 more within 2 s
+	if n := lost.releases.Load(); n != 2 {
+		t.Fatalf("%d releases sent to node 0; want 2 (the one whose reply was lost, and one re-send that answers)", n)
+	}
+}

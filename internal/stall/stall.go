@@ -7,11 +7,13 @@
 // "Starved processes").
 //
 // The clock ticks only while it has users (Hold), and its goroutine exits
-// Linger after the last one leaves. Safe for concurrent use.
+// Linger after the last one leaves. Safe for concurrent use; Now takes no
+// lock.
 package stall
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,18 +31,29 @@ const (
 	MaxCredit = time.Minute
 )
 
-// clock is the process' one stall clock.
-type clock struct {
-	mu      sync.Mutex
-	users   int
+// reading is what the goroutine last saw, swapped whole so that Now reads
+// it without a lock.
+type reading struct {
 	running bool
 	last    time.Time     // the goroutine's last wake, or its start
 	stalled time.Duration // stood still so far, up to last
-	idle    time.Time     // when users last dropped to 0
-	frozen  time.Time     // Freeze: the goroutine does not run before this
 }
 
-var c clock
+// clock is the process' one stall clock.
+type clock struct {
+	now atomic.Pointer[reading]
+
+	mu     sync.Mutex // guards the rest, and the writes of now
+	users  int
+	idle   time.Time // when users last dropped to 0
+	frozen time.Time // Freeze: the goroutine does not run before this
+}
+
+var c = func() *clock {
+	c := &clock{}
+	c.now.Store(&reading{})
+	return c
+}()
 
 // Hold counts a user of the clock and starts its goroutine if it is not
 // running; each Hold must be followed by one Done.
@@ -48,10 +61,11 @@ func Hold() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.users++
-	if c.running {
+	r := c.now.Load()
+	if r.running {
 		return
 	}
-	c.running, c.last = true, time.Now()
+	c.now.Store(&reading{running: true, last: time.Now(), stalled: r.stalled})
 	go c.run()
 }
 
@@ -69,17 +83,14 @@ func Done() {
 // clock has run: a total that only grows. It counts a stand-still still
 // under way (the goroutine has not woken yet) up to now. Only differences
 // of Now taken within one Hold mean anything.
-func Now() time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.nowLocked(time.Now())
-}
+func Now() time.Duration { return c.now.Load().at(time.Now()) }
 
-func (c *clock) nowLocked(now time.Time) time.Duration {
-	if !c.running {
-		return c.stalled
+// at is how long the process had stood still by now.
+func (r *reading) at(now time.Time) time.Duration {
+	if !r.running {
+		return r.stalled
 	}
-	return c.stalled + late(now.Sub(c.last))
+	return r.stalled + late(now.Sub(r.last))
 }
 
 // late is how much of a gap between two wakes the process stood still.
@@ -106,14 +117,12 @@ func (c *clock) run() {
 			c.mu.Lock()
 			now = time.Now()
 		}
-		c.stalled = c.nowLocked(now)
-		c.last = now
-		if c.users == 0 && now.Sub(c.idle) >= Linger {
-			c.running = false
-			c.mu.Unlock()
+		stop := c.users == 0 && now.Sub(c.idle) >= Linger
+		c.now.Store(&reading{running: !stop, last: now, stalled: c.now.Load().at(now)})
+		c.mu.Unlock()
+		if stop {
 			return
 		}
-		c.mu.Unlock()
 	}
 }
 

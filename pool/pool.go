@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/stall"
@@ -151,6 +152,7 @@ type redisPool struct {
 	b     batcher // commands sent by a redlock.Client's rounds
 	bg    batcher // background commands (node.Op.Background)
 	cs    *conns  // Dial's and DialFailover's connections; nil for New's
+	w     warmer
 }
 
 var _ Pool = (*redisPool)(nil)
@@ -202,7 +204,8 @@ func New(c redis.UniversalClient, opts ...Option) (Pool, error) {
 // set, MaxRetries −1 and DialerRetries 1 whatever opt says; DialTimeout,
 // ReadTimeout, WriteTimeout and PoolTimeout left 0 become
 // DefaultDialTimeout, DefaultIOTimeout (both) and the read timeout plus a
-// second, not go-redis' defaults; every other field, such as Password,
+// second, not go-redis' defaults, and a nil MaintNotificationsConfig turns
+// them off; every other field, such as Password,
 // TLSConfig, Dialer or the pool sizes, is kept. Its connections outlive a
 // process that was starved of CPU, and those it closes are counted (Stats).
 // Dial does not connect: a server that is down shows up as a failed vote on
@@ -225,6 +228,9 @@ func Dial(opt *redis.Options, opts ...Option) (Pool, error) {
 	o.MaxRetries = -1
 	o.DialerRetries = 1
 	pin(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout)
+	if o.MaintNotificationsConfig == nil { // go-redis' "auto" costs each set-up a round trip
+		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	}
 	cfg := defaults()
 	cfg.name = o.Addr
 	if err := apply(&cfg, opts); err != nil {
@@ -468,6 +474,7 @@ func (p *redisPool) Close() error {
 		if p.cs != nil {
 			p.cs.closing.Store(true) // its closes are no news
 		}
+		p.w.stop()
 		err = p.c.Close()
 	}
 	p.b.stop() // after the client: a batch in flight then fails at once

@@ -82,6 +82,7 @@ type starvedRun struct {
 	connsStarve, connsRec int64         // during starvation, during recovery
 	closedStarve          int64         // connections the client closed during starvation and recovery (client side)
 	closedEarly           int64         // … of which before 1,000 bytes were read (during set-up)
+	keysLeft              int64         // the client's keys on the servers once it closed
 	dialErrs              int64         // dials that failed during starvation and recovery
 	burnCPU               time.Duration // CPU the burners used (user + system)
 
@@ -205,6 +206,21 @@ func (cc *connCounter) total(ctx context.Context) (connCount, error) {
 		n.open += o - 1 // the counter's own connection
 	}
 	n.received -= cc.own.Load()
+	return n, nil
+}
+
+// keys counts the keys matching pattern on every server.
+func (cc *connCounter) keys(ctx context.Context, pattern string) (int64, error) {
+	var n int64
+	for _, c := range cc.clients {
+		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for it.Next(ctx) {
+			n++
+		}
+		if err := it.Err(); err != nil {
+			return 0, fmt.Errorf("SCAN on %s: %w", c.Options().Addr, err)
+		}
+	}
 	return n, nil
 }
 
@@ -378,6 +394,9 @@ func starvedOne(ctx context.Context, name string, addrs []string, cfg starvedCfg
 	exited = true
 	if werr != nil {
 		return nil, fmt.Errorf("client child: %w", werr)
+	}
+	if r.keysLeft, err = cc.keys(ctx, fmt.Sprintf("*starved-%s-%d-*", name, cmd.Process.Pid)); err != nil {
+		return nil, err
 	}
 	if err := json.Unmarshal([]byte(res), &r.out); err != nil {
 		return nil, fmt.Errorf("the child's result: %w", err)
@@ -723,6 +742,8 @@ func starvedMarkdown(runs []*starvedRun, cfg starvedCfg, clientNice, serverNice,
 	v, s = num(func(r *starvedRun) float64 { return float64(r.connsSetup + r.connsBase) })
 	row("connections at set-up, warm-up and baseline", v, s)
 	row(fmt.Sprintf("recovery to ≥ %.0f %% of unstarved (s)", recoverShare*100), func(r *starvedRun) float64 { return max(r.recovery, 0).Seconds() }, recov)
+	v, s = num(func(r *starvedRun) float64 { return float64(r.keysLeft) })
+	row("keys of the client left on the servers once it closed", v, s)
 	v, s = num(func(r *starvedRun) float64 { return float64(r.fails) })
 	row("TryLock not acquired under starvation (no error)", v, s)
 	v, s = num(func(r *starvedRun) float64 { return float64(r.errs) })

@@ -1,8 +1,10 @@
 package redlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -197,7 +199,16 @@ func (b *background) Deliver(i int, r node.Result) {
 type rechecks struct {
 	mu     sync.Mutex
 	closed bool
-	timers map[*time.Timer]func()
+	timers map[*time.Timer]recheck
+	seq    uint64 // recheck.seq of the next one
+}
+
+// recheck is one pending re-send; seq orders them as they were scheduled,
+// so that Close sends them in that order (a map's order is random, and the
+// simulator replays a seed exactly).
+type recheck struct {
+	seq uint64
+	fn  func()
 }
 
 // after runs fn after d on a timer counted in wg, and reports whether it was
@@ -209,7 +220,7 @@ func (rc *rechecks) after(wg *sync.WaitGroup, d time.Duration, fn func()) bool {
 		return false
 	}
 	if rc.timers == nil {
-		rc.timers = map[*time.Timer]func(){}
+		rc.timers = map[*time.Timer]recheck{}
 	}
 	wg.Add(1)
 	var t *time.Timer
@@ -220,7 +231,8 @@ func (rc *rechecks) after(wg *sync.WaitGroup, d time.Duration, fn func()) bool {
 		rc.mu.Unlock()
 		fn()
 	})
-	rc.timers[t] = fn
+	rc.timers[t] = recheck{rc.seq, fn}
+	rc.seq++
 	return true
 }
 
@@ -231,9 +243,10 @@ func (rc *rechecks) stop(wg *sync.WaitGroup) {
 	timers := rc.timers
 	rc.timers = nil
 	rc.mu.Unlock()
-	for t, fn := range timers {
+	pending := slices.SortedFunc(maps.Keys(timers), func(a, b *time.Timer) int { return cmp.Compare(timers[a].seq, timers[b].seq) })
+	for _, t := range pending {
 		if t.Stop() {
-			fn()
+			timers[t].fn()
 			wg.Done()
 		}
 	}

@@ -397,17 +397,12 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	l.settleRelease(rd)
 	// A delete that failed without the node's refusal (it may not have
 	// reached the node, or was never written) is sent again in the
-	// background until the node answers; so is one that found nothing
-	// where our acquire's fate is unknown (its SET may still land), and
-	// only there is "nothing found" no answer.
+	// background; so is one that found nothing where our acquire's fate is
+	// unknown (its SET may still land).
 	retry := func(rep quorum.Reply) {
 		switch {
 		case rep.Err != nil && !refused(rep.Err):
-			why := errDeleteFailed
-			if unsure != nil && unsure[rep.Node] {
-				why = errUnknownFate
-			}
-			c.releaseUnsure(cfg, rep.Node, l.ref(), why)
+			c.releaseUnsure(cfg, rep.Node, l.ref(), rep.Err)
 		case rep.Err == nil && rep.Int == 0 && unsure != nil && unsure[rep.Node]:
 			c.releaseUnsure(cfg, rep.Node, l.ref(), errUnknownFate)
 		}

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"io"
 	"sync/atomic"
 	"testing"
@@ -70,8 +71,9 @@ func TestLostReplyThatLandsLateCountsForTheLock(t *testing.T) {
 }
 
 // lostReleaseReply is a Pool of package pool whose releases all reach the
-// node, and the first one's reply is lost (the round sees an error): a
-// delete that ran while its client could not tell. It counts the releases.
+// node, and the first one's reply is lost once it ran (the round sees an
+// error): a delete that ran while its client could not tell. It counts the
+// releases.
 type lostReleaseReply struct {
 	pool.Pool
 	s        node.Sender
@@ -89,34 +91,52 @@ func (p *lostReleaseReply) Send(op *node.Op, deadline time.Time, rcv node.Receiv
 		p.s.Send(op, deadline, rcv, tag)
 		return
 	}
-	p.s.Send(op, deadline, discard{}, 0)
-	rcv.Deliver(tag, node.Result{Err: io.ErrUnexpectedEOF})
+	p.s.Send(op, deadline, lostReply{rcv, tag}, 0)
 }
 
-// TestReleaseOfKnownSetStopsWhenAnswered: a Release's delete whose reply was
-// lost (it ran) is sent again once; the node answers "not held" (the first
-// delete took the key), and since the lock's SET on that node was seen, that
-// answer ends it. It was re-sent while it found nothing, for the TTL and the
-// clean-up budget (14 sends in 12 s for a 10 s TTL), as if the SET's own
-// fate were unknown: under a starved process, a flood of background
-// commands for keys long gone.
-func TestReleaseOfKnownSetStopsWhenAnswered(t *testing.T) {
-	e := newEnv(t, 3)
+// lostReply hands on, once the command ran, an error in place of its reply.
+type lostReply struct {
+	rcv node.Receiver
+	tag int
+}
+
+func (l lostReply) Deliver(int, node.Result) {
+	l.rcv.Deliver(l.tag, node.Result{Err: io.ErrUnexpectedEOF})
+}
+
+// TestRollbackOfKnownSetStopsWhenAnswered: a roll-back's delete whose reply
+// was lost (it ran) on a node that said yes is sent again once; the node
+// answers "not held" (the first delete took the key), and since that
+// node's SET was seen, the answer ends it. It was re-sent while it found
+// nothing, for the TTL and the clean-up budget (14 sends in 12 s for a 10 s
+// TTL), as if the SET's own fate were unknown: under a starved process, a
+// flood of background commands for keys long gone.
+func TestRollbackOfKnownSetStopsWhenAnswered(t *testing.T) {
+	e := newEnv(t, 5)
 	ps := e.scriptPools()
-	lost := &lostReleaseReply{Pool: ps[0], s: ps[0].(node.Sender)}
-	ps[0] = lost
+	lost := &lostReleaseReply{Pool: ps[4], s: ps[4].(node.Sender)}
+	ps[4] = lost
 	c := New2(t, ps, WithNodeTimeout(100*time.Millisecond), WithTTL(10*time.Second))
 	verifyAll(t, c)
-	l, err := c.TryLock(context.Background(), "k")
-	if err != nil {
-		t.Fatal(err)
+	for i := range 3 { // another holder's copies, answering late: the round fails after 3 and 4 said yes
+		if err := e.nodes[i].m.Set(rkey("rb"), "other"); err != nil {
+			t.Fatal(err)
+		}
+		e.nodes[i].fault.hold(true, "acquire")
 	}
-	waitFor(t, "node 0 holds the lock", func() bool { return e.value(0, rkey("k")) == l.Token() })
-	if err := l.Release(context.Background()); err != nil {
-		t.Fatalf("Release with 2 of 3 nodes confirming: %v", err)
+	time.AfterFunc(20*time.Millisecond, func() {
+		for i := range 3 {
+			e.nodes[i].fault.open()
+		}
+	})
+	if _, err := c.TryLock(context.Background(), "rb"); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("TryLock with the key taken on 3 nodes = %v, want ErrNotAcquired", err)
 	}
 	time.Sleep(2 * time.Second) // re-sends after 100 ms, doubling: 4 more within 2 s
+	if v := e.value(4, rkey("rb")); v != "" {
+		t.Fatalf("node 4 still holds %q after the roll-back", v)
+	}
 	if n := lost.releases.Load(); n != 2 {
-		t.Fatalf("%d releases sent to node 0; want 2 (the one whose reply was lost, and one re-send that answers)", n)
+		t.Fatalf("%d roll-back deletes sent to node 4; want 2 (the one whose reply was lost, and one re-send that answers)", n)
 	}
 }

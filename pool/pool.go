@@ -152,7 +152,6 @@ type redisPool struct {
 	b     batcher // commands sent by a redlock.Client's rounds
 	bg    batcher // background commands (node.Op.Background)
 	cs    *conns  // Dial's and DialFailover's connections; nil for New's
-	w     warmer
 }
 
 var _ Pool = (*redisPool)(nil)
@@ -474,7 +473,6 @@ func (p *redisPool) Close() error {
 		if p.cs != nil {
 			p.cs.closing.Store(true) // its closes are no news
 		}
-		p.w.stop()
 		err = p.c.Close()
 	}
 	p.b.stop() // after the client: a batch in flight then fails at once

@@ -41,7 +41,8 @@ type reading struct {
 
 // clock is the process' one stall clock.
 type clock struct {
-	now atomic.Pointer[reading]
+	now  atomic.Pointer[reading]
+	seen atomic.Int64 // the most Now has returned: it never returns less
 
 	mu     sync.Mutex // guards the rest, and the writes of now
 	users  int
@@ -83,7 +84,18 @@ func Done() {
 // clock has run: a total that only grows. It counts a stand-still still
 // under way (the goroutine has not woken yet) up to now. Only differences
 // of Now taken within one Hold mean anything.
-func Now() time.Duration { return c.now.Load().at(time.Now()) }
+func Now() time.Duration {
+	n := int64(c.now.Load().at(time.Now()))
+	for { // a reading swapped since it was loaded can count up to Slack less
+		seen := c.seen.Load()
+		if n <= seen {
+			return time.Duration(seen)
+		}
+		if c.seen.CompareAndSwap(seen, n) {
+			return time.Duration(n)
+		}
+	}
+}
 
 // at is how long the process had stood still by now.
 func (r *reading) at(now time.Time) time.Duration {
@@ -98,7 +110,7 @@ func late(gap time.Duration) time.Duration { return max(0, gap-Pulse-Slack) }
 
 // Since returns how long the process stood still since mark (a value of
 // Now), at most MaxCredit.
-func Since(mark time.Duration) time.Duration { return min(Now()-mark, MaxCredit) }
+func Since(mark time.Duration) time.Duration { return min(max(Now()-mark, 0), MaxCredit) }
 
 // Extend returns deadline moved later by what the process stood still
 // since mark: the deadline a wait that began at mark should keep.

@@ -81,7 +81,24 @@ func (c *call) after(d time.Duration, f func()) {
 }
 
 // finish gives the caller its answer, once; later answers are dropped.
+// While the caller's client stands still, the answer waits for the stall's
+// end (finish then reports false).
 func (c *call) finish(r node.Result) bool {
+	if c.p.gate.hold(func() { c.deliverLate(r) }) {
+		return false
+	}
+	return c.deliver(r)
+}
+
+// deliverLate is deliver at a stall's end.
+func (c *call) deliverLate(r node.Result) {
+	if c.deliver(r) && c.p.tr.on {
+		c.p.tr.add("%s: answered at the end of its client's stall: %s", c, resultString(r))
+	}
+}
+
+// deliver is finish, now.
+func (c *call) deliver(r node.Result) bool {
 	c.mu.Lock()
 	if c.done {
 		c.mu.Unlock()
@@ -109,6 +126,10 @@ func (c *call) ran(r node.Result) {
 	c.after(c.fate.down, func() {
 		if c.p.net.cut(c.p.client, c.p.n.id) {
 			c.p.tr.add("%s: reply lost in a partition", c)
+			return
+		}
+		if dropStalledReplies && c.p.gate.stalled() > 0 { // the defect of quorumlock_bug_stalldrop
+			c.p.tr.add("%s: reply dropped (its client stands still)", c)
 			return
 		}
 		if c.finish(r) {

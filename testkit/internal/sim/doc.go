@@ -15,7 +15,8 @@
 // network (latency, commands that land after their caller gave up, lost
 // replies, resets, commands queued past their deadline), the nodes (pauses,
 // kills and restarts with or without their data, clocks that run at their
-// own rate) and time.
+// own rate), a client's process standing still (stall.go: what it sends
+// and what reaches it wait for the stall's end) and time.
 //
 // A schedule replays from its seed: faults are drawn per link (client and
 // node) from generators seeded from it, the Clients' own random choices
@@ -29,11 +30,15 @@
 // shared holders on one key beside waiters of several keys and of a
 // semaphore (crowd), readers following each other while a writer waits
 // (readers), Resume of the values read raw from the nodes (raw-resume), a
-// writer that gives up and asks for the key shared (gave-up, calm), and
-// releases owed for late yes whose sends fail unwritten (late-drop). The
+// writer that gives up and asks for the key shared (gave-up, calm),
+// releases owed for late yes whose sends fail unwritten (late-drop), and
+// processes that stall with a key of their own in a drawn state and ask
+// for it when the stall ends, which ST judges (stall, stcheck.go). The
 // nodes keep lower bounds on the sets beside a key than the library's
 // (bounds.go), which the crowd reaches. Each defect a build tag restores
-// (internal/bugs) has a search that must find it (bug_*_test.go).
+// (internal/bugs; quorumlock_bug_stalldrop restores one of the stall's
+// model, stalldrop_bug.go) has a search that must find it
+// (bug_*_test.go).
 //
 // Run it with make test (a fixed budget of seeds), make simulate SEEDS=N,
 // one workload with -sim.work NAME, and replay a seed with its trace:

@@ -35,18 +35,25 @@ const (
 	// was decided, and background releases whose sends fail unwritten for
 	// a while (work_latedrop.go).
 	lateDrop workload = "late-drop"
+	// stallWork: calm, quick links; every client's process stands still
+	// once or twice (stall.go), each time with its own key in a drawn
+	// state, and asks for that key when the stall ends (ST,
+	// work_stall.go).
+	stallWork workload = "stall"
 )
 
 // workloads lists the aimed workloads with their shares of the seeds
-// played under no control, in thousandths (workOf): 5.6 % in all. They
+// played under no control, in thousandths (workOf): 7.1 % in all. They
 // cost more than a mixed schedule (in CPU, a crowd schedule about 8 times
-// as much, readers and late-drop about 1.7 times, gave-up 1.35, raw-resume
-// the same), so their shares keep the average cost of a schedule within
-// about 3 % of the mixed one's (TestSimulate's rate, docs/chaos.md).
+// as much, readers and late-drop about 1.7 times, gave-up 1.35, stall 1.1,
+// raw-resume the same), so their shares keep the average cost of a
+// schedule within about 3 % of the mixed one's (TestSimulate's rate,
+// docs/chaos.md). The stall workload took its seeds from the mixed ones
+// (the others kept theirs).
 var workloads = []struct {
 	w     workload
 	share int
-}{{crowd, 1}, {readers, 10}, {rawResume, 25}, {gaveUp, 10}, {lateDrop, 10}}
+}{{crowd, 1}, {readers, 10}, {rawResume, 25}, {gaveUp, 10}, {lateDrop, 10}, {stallWork, 15}}
 
 // workControl is the control that plays w on every seed.
 func workControl(w workload) control { return control("work:" + string(w)) }
@@ -109,20 +116,36 @@ func (s *schedule) shape() {
 		s.calm()
 		s.net.pSlow = 0.15 + 0.25*r.Float64()
 		s.bgCuts = drawBgCuts(r, *s)
+	case stallWork:
+		s.keys, s.clients, s.ops = 1+r.IntN(2), 2+r.IntN(3), 3+r.IntN(4)
+		s.sessions = r.IntN(2) == 0
+		// TTLs longer than the mixed schedules' (0.3 to 2 s): stalls of
+		// 0.2 to 3 s then end both before and after what a Client left
+		// on the nodes expired by itself.
+		s.ttl = time.Duration(300+r.IntN(1700)) * time.Millisecond
+		s.net.maxLate = 2 * s.ttl
+		// No fault but the stalls, and quick links (as gave-up's): a
+		// round that nothing holds up wins at once, so that ST's bound
+		// is the library's recovery, not the network's.
+		s.calm()
+		s.net.latency = 100 * time.Microsecond
+		s.nodeTimeout = max(s.nodeTimeout, 12*time.Millisecond)
+		s.net.nodeTimeout = s.nodeTimeout
+		s.stalls = drawWorkStalls(r, *s)
 	}
 }
 
 // calm takes every fault out of s: no node fault, no partition, no
 // command slow, late, lost, reset or queued (history.Config.Calm).
 func (s *schedule) calm() {
-	s.events, s.cuts, s.bgCuts = nil, nil, nil
+	s.events, s.cuts, s.bgCuts, s.stalls = nil, nil, nil, nil
 	s.net.pSlow, s.net.pLate, s.net.pDrop, s.net.pReset, s.net.pQueue = 0, 0, 0, 0, 0
 }
 
 // isCalm reports whether s has no fault at all.
 func (s schedule) isCalm() bool {
 	n := s.net
-	return len(s.events)+len(s.cuts)+len(s.bgCuts) == 0 && n.pSlow+n.pLate+n.pDrop+n.pReset+n.pQueue == 0
+	return len(s.events)+len(s.cuts)+len(s.bgCuts)+len(s.stalls) == 0 && n.pSlow+n.pLate+n.pDrop+n.pReset+n.pQueue == 0
 }
 
 // calmLatency bounds how long after it is sent a command lands in a calm

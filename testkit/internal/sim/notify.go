@@ -80,9 +80,11 @@ func (s *subscription) Add(_ context.Context, channels ...string) error {
 func (s *subscription) confirm(channels []string) {
 	for _, ch := range channels {
 		time.AfterFunc(s.p.net.confirmation(s.p.client, s.p.n.id, ch), func() {
-			if s.has(ch) {
-				s.h.Subscribed(ch)
-			}
+			s.p.handle(func() {
+				if s.has(ch) {
+					s.h.Subscribed(ch)
+				}
+			})
 		})
 	}
 }
@@ -121,6 +123,14 @@ func (s *subscription) Close() error {
 	return nil
 }
 
+// handle runs f, an event of a subscription of p's client, now, or at the
+// end of the client's stall if it stands still.
+func (p *simPool) handle(f func()) {
+	if !p.gate.hold(f) {
+		f()
+	}
+}
+
 // resubscribe confirms every channel of s again: its node restarted.
 func (s *subscription) resubscribe() {
 	s.mu.Lock()
@@ -151,12 +161,17 @@ func (n *simNode) publishLocked() {
 				continue
 			}
 			time.AfterFunc(d, func() {
-				if s.has(m.channel) && !s.p.net.cut(s.p.client, n.id) {
-					if n.tr.on {
-						n.tr.add("message %q on %s from %s reaches %s", short(m.message), printable(m.channel), n.name, s.p.client)
-					}
-					s.h.Published(m.channel, m.message)
+				if s.p.net.cut(s.p.client, n.id) {
+					return
 				}
+				s.p.handle(func() {
+					if s.has(m.channel) {
+						if n.tr.on {
+							n.tr.add("message %q on %s from %s reaches %s", short(m.message), printable(m.channel), n.name, s.p.client)
+						}
+						s.h.Published(m.channel, m.message)
+					}
+				})
 			})
 		}
 	}

@@ -23,6 +23,7 @@ type simPool struct {
 	n      *simNode
 	net    *network
 	tr     *tracer
+	gate   *stallGate // the client's stalls (nil: it never stalls)
 }
 
 var (
@@ -74,8 +75,31 @@ func (p *simPool) start(c *call) {
 }
 
 // write puts c on a connection: it lands after the fate's latency, and its
-// caller stops waiting at deadline + op.Follow.
+// caller stops waiting at deadline + op.Follow. While the client stands
+// still, c waits for the stall's end (writeLate).
 func (p *simPool) write(c *call, deadline time.Time) {
+	if p.gate.hold(func() { p.writeLate(c, deadline) }) {
+		p.tr.add("%s: waits (its client stands still)", c)
+		return
+	}
+	p.writeNow(c, deadline)
+}
+
+// writeLate writes c, which waited for its client's stall to end, or,
+// when its deadline passed meanwhile, answers it node.ErrNotSent without
+// writing it, as a Pool of package pool does with a command queued past
+// its deadline.
+func (p *simPool) writeLate(c *call, deadline time.Time) {
+	if !time.Now().Before(c.deadline) {
+		p.tr.add("%s: not sent (its deadline passed while its client stood still)", c)
+		c.deliver(node.Result{Err: node.ErrNotSent})
+		return
+	}
+	p.writeNow(c, deadline)
+}
+
+// writeNow is write, now.
+func (p *simPool) writeNow(c *call, deadline time.Time) {
 	if err := p.n.connect(c); err != nil {
 		p.tr.add("%s: refused (node down)", c)
 		c.finish(node.Result{Err: err})
@@ -93,13 +117,23 @@ func (p *simPool) write(c *call, deadline time.Time) {
 		p.n.land(c)
 	})
 	c.mu.Unlock()
-	c.after(time.Until(deadline.Add(c.op.Follow)), func() {
-		if c.finish(node.Result{Err: errTimeout}) {
-			p.tr.add("%s: timed out", c)
-		}
-	})
+	c.after(time.Until(deadline.Add(c.op.Follow)), func() { p.timeout(c) })
 	if c.fate.reset > 0 {
 		c.after(c.fate.reset, func() { c.reset(errReset) })
+	}
+}
+
+// timeout ends the wait for c's reply; while the client stands still, it
+// waits on for as long as the stall lasts: package pool moves a wait's
+// bound later by what its process stood still (internal/stall), so that a
+// reply that came meanwhile is read, not lost to the timeout.
+func (p *simPool) timeout(c *call) {
+	if d := p.gate.stalled(); d > 0 {
+		c.after(d, func() { p.timeout(c) })
+		return
+	}
+	if c.finish(node.Result{Err: errTimeout}) {
+		p.tr.add("%s: timed out", c)
 	}
 }
 
@@ -198,6 +232,9 @@ type network struct {
 	// bgCuts are the stretches in which a link's background releases
 	// fail unwritten, from the schedule (bgFailed).
 	bgCuts map[link][]span
+	// gates hold what the clients that stall send and receive, by client
+	// index (stall.go).
+	gates map[int]*stallGate
 
 	mu    sync.Mutex
 	links map[link]*linkState

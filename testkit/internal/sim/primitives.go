@@ -136,8 +136,25 @@ func (w *worker) readLeader() {
 // the next call: one goroutine of the Client at a time draws from its
 // generator. A stream is ended by a cancel, not a deadline, for
 // readLeader's reason.
+//
+// In a schedule with stalls it only reads the leader, every half TTL or
+// less. A campaigner that stands still cannot release a round of its
+// Campaign that failed and landed late, so that round's value and later
+// term are read on a quorum for as long as the stall lasts (Leader may
+// report a failed round while its token is on a quorum); ELE tells such a
+// read from a wrong term by when the read began, and the Recorder dates
+// each leader an Observe stream receives from the stream's start, which
+// may lie within the leader's window (seeds 10312 and 20594, when every
+// mixed schedule stalled).
 func (w *worker) observe(ctx context.Context) {
 	time.Sleep(w.upTo(w.s.ttl / 4))
+	if len(w.s.stalls) > 0 {
+		for ctx.Err() == nil {
+			w.readLeader()
+			time.Sleep(w.upTo(w.s.ttl / 2))
+		}
+		return
+	}
 	for n := 1; ctx.Err() == nil; n++ {
 		octx, cancel := context.WithCancel(ctx)
 		t := time.AfterFunc(time.Duration(w.r.IntN(4))*w.s.ttl+w.upTo(w.s.ttl), cancel)

@@ -23,6 +23,10 @@ type outcome struct {
 	failures []string // the simulator's own failures (a script error...)
 	work     workload // what the clients played
 	commands int      // commands the nodes ran
+	// st is what ST found (stcheck.go): the stall workload's cases.
+	st stResult
+	// stalls counts the schedule's stalls.
+	stalls int
 	// resumed and resumeFailed count the Resume calls of abandoned locks
 	// that returned a lock and that failed.
 	resumed, resumeFailed int
@@ -41,7 +45,9 @@ type outcome struct {
 
 // violated reports whether the checker found a violation or the simulator
 // failed.
-func (o outcome) violated() bool { return o.report.Total() > 0 || len(o.failures) > 0 }
+func (o outcome) violated() bool {
+	return o.report.Total() > 0 || len(o.failures) > 0 || len(o.st.violations) > 0
+}
 
 // run plays s: it must be called inside a testing/synctest bubble, whose
 // virtual clock it runs on. With trace, the outcome carries the trace.
@@ -63,21 +69,34 @@ func (s schedule) run(trace bool) outcome {
 		}
 	}()
 	nw := &network{cfg: s.net, seed: s.seed, links: map[link]*linkState{}, d: newDispatcher(), t0: t0,
-		cuts: spansOf(s.cuts), bgCuts: spansOf(s.bgCuts)}
+		cuts: spansOf(s.cuts), bgCuts: spansOf(s.bgCuts), gates: gatesOf(s, tr)}
 	go nw.d.run()
 	defer nw.d.stop()
 	h := history.New()
+	st := &stProbes{}
 	ws := make([]*worker, s.clients)
 	for i := range ws {
 		ws[i] = s.newWorker(i, nodes, nw, h, tr)
+		ws[i].probes = st
 	}
 	if s.prims { // the observer: a client of its own, as a follower of the election is
 		ws = append(ws, s.newWorker(s.clients, nodes, nw, h, tr))
+	}
+	var own []*worker // the stall workload's second Client of each process (ownKeyPart)
+	if s.work == stallWork {
+		for i := range s.clients {
+			w := s.newClient(i, fmt.Sprintf("c%d.own", i), 3000, nodes, nw, h, tr)
+			w.probes = st
+			own = append(own, w)
+		}
 	}
 	end := s.startEvents(nodes)
 	var wg sync.WaitGroup
 	for _, w := range ws[:s.clients] {
 		wg.Go(w.run)
+	}
+	for _, w := range own {
+		wg.Go(w.ownKeyPart)
 	}
 	octx, ostop := context.WithCancel(context.Background())
 	var og sync.WaitGroup
@@ -92,6 +111,7 @@ func (s schedule) run(trace bool) outcome {
 	// Heal: every node fault over, every late command landed, every
 	// client's re-sends of releases over; then close the clients and scan.
 	time.Sleep(max(time.Until(end), 0) + s.net.maxLate + 3*s.nodeTimeout + s.ttl + 2*time.Second)
+	ws = append(ws, own...)
 	for _, w := range ws {
 		err := w.c.Close() // it releases the abandoned locks: their errors are expected
 		w.trace("%s closed: %v", w.name, errOf(err))
@@ -102,7 +122,7 @@ func (s schedule) run(trace bool) outcome {
 		h.AddSetSizes(n.setSizes(redlock.DefaultKeyPrefix, h.Now())...)
 	}
 	rep := history.Check(h, s.checkConfig())
-	o := outcome{report: rep, trace: tr, failures: tr.failures(), work: s.work}
+	o := outcome{report: rep, trace: tr, failures: tr.failures(), work: s.work, st: st.check(s), stalls: len(s.stalls)}
 	o.count(nodes, ws)
 	return o
 }
@@ -139,6 +159,13 @@ func (o *outcome) count(nodes []*simNode, ws []*worker) {
 // schedules' nodes keep (simLineMax, simSharedMax).
 func (s schedule) checkConfig() history.Config {
 	horizon, recheck := history.RecheckBounds(s.ttl, s.nodeTimeout, s.sessions)
+	// The clean-up bounds are the library's, stalls or not. A Client that
+	// stands still removes nothing meanwhile, but what it cannot remove
+	// goes by itself within them: a plain lock's key within its TTL, a
+	// session lock's once its session has not been renewed for a TTL (a
+	// stall longer than that ends it); a stall shorter than the TTL ends
+	// within the clean-up bound (about 2 TTLs after the call returned),
+	// and the Client then removes what it left (docs/chaos.md).
 	c := history.Config{Nodes: s.nodes, NodeTimeout: s.nodeTimeout, Cleanup: history.CleanupBound(s.ttl, s.nodeTimeout),
 		Horizon: horizon, Recheck: recheck, Fencing: s.fencing && !s.sessions, Replies: true,
 		SessionKeyTTL: 10 * s.ttl, // redlock's; the default (10 × the longest TTL asked) counts the extends'
@@ -159,9 +186,13 @@ func spansOf(cuts []linkCut) map[link][]span {
 	return m
 }
 
-// startEvents schedules the node faults and returns when the last ends.
+// startEvents schedules the node faults and returns when the last ends,
+// or the last stall if later.
 func (s schedule) startEvents(nodes []*simNode) time.Time {
 	end := time.Now()
+	for _, st := range s.stalls {
+		end = later(end, time.Now().Add(st.end()))
+	}
 	for _, e := range s.events {
 		n := nodes[e.node]
 		if e.kill {
@@ -256,10 +287,17 @@ func (s schedule) newWorker(i int, nodes []*simNode, nw *network, h *history.His
 	if i == s.clients {
 		name = "obs"
 	}
+	return s.newClient(i, name, 0, nodes, nw, h, tr)
+}
+
+// newClient is newWorker for a client named name, in the process of client
+// i (it stalls with it), whose generators are seeded stream apart from
+// those of the other clients of that process.
+func (s schedule) newClient(i int, name string, stream uint64, nodes []*simNode, nw *network, h *history.History, tr *tracer) *worker {
 	sent := &history.SentTokens{}
 	pools := make([]pool.Pool, len(nodes))
 	for j, n := range nodes {
-		p, err := h.RecordReplies(name, j, &simPool{client: name, n: n, net: nw, tr: tr}, sent)
+		p, err := h.RecordReplies(name, j, &simPool{client: name, n: n, net: nw, tr: tr, gate: nw.gates[i]}, sent)
 		if err != nil {
 			panic(err)
 		}
@@ -267,7 +305,7 @@ func (s schedule) newWorker(i int, nodes []*simNode, nw *network, h *history.His
 	}
 	opts := []redlock.Option{redlock.WithTTL(s.ttl), redlock.WithNodeTimeout(s.nodeTimeout),
 		redlock.WithLogger(slog.New(slog.DiscardHandler)),
-		simhook.Random(rand.New(rand.NewPCG(s.seed, uint64(i)+2000)).Uint64).(redlock.Option)}
+		simhook.Random(rand.New(rand.NewPCG(s.seed, uint64(i)+2000+stream)).Uint64).(redlock.Option)}
 	if s.seed%2 == 1 { // the holder's description travels in the token
 		opts = append(opts, redlock.WithMetadata("sim "+name))
 	}
@@ -285,5 +323,5 @@ func (s schedule) newWorker(i int, nodes []*simNode, nw *network, h *history.His
 		panic(fmt.Sprintf("sim: a schedule's client options are invalid: %v (%s)", err, s))
 	}
 	return &worker{name: name, id: i, nodes: nodes, s: s, c: c, h: h, rec: h.Recorder(name, c, recOpts...), tr: tr,
-		r: rand.New(rand.NewPCG(s.seed, uint64(i)+1000)), ctx: context.Background()}
+		r: rand.New(rand.NewPCG(s.seed, uint64(i)+1000+stream)), ctx: context.Background(), t0: nw.t0, stalls: s.stallsOf(i)}
 }

@@ -67,6 +67,10 @@ type schedule struct {
 	// fail unwritten (the late-drop workload's).
 	work   workload
 	bgCuts []linkCut
+	// stalls are the spans in which a client's process stands still
+	// (stall.go): drawn in a share of the mixed schedules, and in every
+	// schedule of the stall workload.
+	stalls []clientStall
 }
 
 // linkCut partitions one client from one node for a while.
@@ -142,6 +146,9 @@ func newSchedule(seed uint64, c control) schedule {
 	s.prims = r.IntN(2) == 0 && c != locksOnly || c == takePermit || c == sameTerm
 	s.work = workOf(seed, c)
 	s.shape()
+	if s.work == mixed && (c == none || c == workControl(mixed)) {
+		s.stalls = drawMixedStalls(s)
+	}
 	return s
 }
 
@@ -171,6 +178,6 @@ func (s schedule) String() string {
 	if s.work != mixed {
 		work = string(s.work)
 	}
-	return fmt.Sprintf("seed %d: workload %s, %d nodes, %d clients × %d ops on %d keys, ttl %v, node timeout %v, fencing %v, sessions %v, semaphores and election %v; net %+v; clock rates %.4f; node faults %v; partitions %v; background releases failing %v",
-		s.seed, work, s.nodes, s.clients, s.ops, s.keys, s.ttl, s.nodeTimeout, s.fencing && !s.sessions, s.sessions, s.prims, s.net, s.rates, s.events, s.cuts, s.bgCuts)
+	return fmt.Sprintf("seed %d: workload %s, %d nodes, %d clients × %d ops on %d keys, ttl %v, node timeout %v, fencing %v, sessions %v, semaphores and election %v; net %+v; clock rates %.4f; node faults %v; partitions %v; background releases failing %v; stalls %v",
+		s.seed, work, s.nodes, s.clients, s.ops, s.keys, s.ttl, s.nodeTimeout, s.fencing && !s.sessions, s.sessions, s.prims, s.net, s.rates, s.events, s.cuts, s.bgCuts, s.stalls)
 }

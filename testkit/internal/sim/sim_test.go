@@ -20,7 +20,7 @@ var (
 	first   = flag.Uint64("sim.first", 1, "the first seed TestSimulate runs")
 	replay  = flag.Uint64("sim.seed", 0, "replay this one seed with its trace (TestReplay)")
 	ctlFlag = flag.String("sim.control", "", "TestReplay: the control the seed ran under (drift, amnesia, work:NAME)")
-	work    = flag.String("sim.work", "", "TestSimulate: play only this workload on every seed (mixed, crowd, readers, raw-resume, gave-up, late-drop; kinds.go)")
+	work    = flag.String("sim.work", "", "TestSimulate: play only this workload on every seed (mixed, crowd, readers, raw-resume, gave-up, late-drop, stall; kinds.go)")
 )
 
 // play runs seed's schedule in a synctest bubble of its own.
@@ -95,7 +95,7 @@ func TestSimulate(t *testing.T) {
 		c = workControl(workload(*work))
 	}
 	found, played := sweepAll(t, *first, *seeds, c, func(seed uint64, o outcome) bool {
-		t.Errorf("seed %d: %d violations, simulator failures %q:\n%s\nreplay: %s", seed, o.report.Total(), o.failures, o.report, replayLine(seed, c))
+		t.Errorf("seed %d: %d violations, %d of ST, simulator failures %q:\n%s%s\nreplay: %s", seed, o.report.Total(), len(o.st.violations), o.failures, o.report, stLines(o.st), replayLine(seed, c))
 		return false
 	}, sum.add)
 	d := time.Since(start)
@@ -103,6 +103,11 @@ func TestSimulate(t *testing.T) {
 	t.Logf("%s", sum.String())
 	if played > 0 && c == none && sum.sharedHeld == 0 {
 		t.Errorf("no shared holder was held in %d schedules (%d acquire calls)", played, sum.shared)
+	}
+	// ST must have judged cases, and, over a hundred of them, some in
+	// which the Client had left something on the nodes (about one in six).
+	if sum.works[stallWork] > 0 && (sum.st.checked == 0 || sum.st.checked >= 100 && sum.st.taken == 0) {
+		t.Errorf("%d schedules of the stall workload judged %d cases of ST, %d of them with the key still held when the Lock began: ST was not exercised", sum.works[stallWork], sum.st.checked, sum.st.taken)
 	}
 	if played > 0 && c == none && (sum.permitsHeld == 0 || sum.leaders == 0 || sum.reads == 0) {
 		t.Errorf("in %d schedules: %d permits held (of %d acquire calls), %d leaders (of %d campaigns), %d leaders read: the semaphores and the election were not played",
@@ -117,6 +122,8 @@ type totals struct {
 	permits, permitsHeld, campaigns, leaders, reads, full                   int
 	checked                                                                 map[history.Property]int
 	works                                                                   map[workload]int // schedules per workload
+	st                                                                      stResult         // ST's cases (stcheck.go)
+	stalled                                                                 int              // schedules with a stall
 }
 
 func (s *totals) add(o outcome) {
@@ -145,6 +152,10 @@ func (s *totals) add(o outcome) {
 	s.leaders += o.leaders
 	s.reads += o.reads
 	s.full += o.full
+	s.st.add(o.st)
+	if o.stalls > 0 {
+		s.stalled++
+	}
 	if s.checked == nil {
 		s.checked = map[history.Property]int{}
 	}
@@ -168,9 +179,21 @@ func (s *totals) String() string {
 			fmt.Fprintf(&b, " %s %d", p, n)
 		}
 	}
+	fmt.Fprintf(&b, " ST %d (%d with the key still held on a node when the Lock began, %d on a quorum; slowest %v against a bound of %v)",
+		s.st.checked, s.st.taken, s.st.quorum, s.st.worst.Round(time.Microsecond), s.st.worstBound)
 	fmt.Fprintf(&b, "; schedules per workload: mixed %d", s.works[mixed])
 	for _, k := range workloads {
 		fmt.Fprintf(&b, ", %s %d", k.w, s.works[k.w])
+	}
+	fmt.Fprintf(&b, "; %d schedules with stalls", s.stalled)
+	return b.String()
+}
+
+// stLines lists ST's violations, one a line.
+func stLines(r stResult) string {
+	var b strings.Builder
+	for _, v := range r.violations {
+		fmt.Fprintf(&b, "  VIOLATION %s\n", v)
 	}
 	return b.String()
 }

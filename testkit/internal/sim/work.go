@@ -20,6 +20,8 @@ func (w *worker) play() {
 		w.gaveUpPart()
 	case lateDrop:
 		w.lateDropPart()
+	case stallWork:
+		w.stallPart()
 	default:
 		w.tr.fail("%s: no such workload %q", w.name, w.s.work)
 	}

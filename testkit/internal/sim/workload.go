@@ -33,6 +33,12 @@ type worker struct {
 	tr    *tracer
 	r     *rand.Rand
 	ctx   context.Context
+	t0    time.Time // the schedule's start
+	// stalls are the client's stalls (stall.go): it starts nothing while
+	// one is under way (wake); probes records what ST judges of the
+	// stall workload's clients (work_stall.go).
+	stalls []clientStall
+	probes *stProbes
 
 	resumed, resumeFailed int // Resume calls that returned a lock, and failed
 	// tried and held count the acquire calls of locks of several keys and
@@ -72,6 +78,7 @@ func (w *worker) run() {
 	}
 	time.Sleep(w.upTo(w.s.ttl / 4)) // the clients start apart
 	for range w.s.ops {
+		w.wake()
 		if w.s.prims && w.r.IntN(3) == 0 {
 			w.primitive()
 			time.Sleep(w.upTo(w.s.ttl / 2))
@@ -240,6 +247,7 @@ func (w *worker) hold(key string) {
 func (w *worker) use(l *redlock.Lock) {
 	w.deadline(l)
 	for range w.r.IntN(4) {
+		w.wake()
 		switch w.r.IntN(3) {
 		case 0:
 			w.section(l)
@@ -264,6 +272,7 @@ func (w *worker) leased(l *redlock.Lock) bool { return w.s.sessions || w.auto[l]
 // then, and must stay so); it uses the lock and releases it.
 func (w *worker) resume(key, token string) {
 	time.Sleep(w.upTo(w.s.ttl * 6 / 5))
+	w.wake()
 	l, _, err := w.rec.Resume(w.ctx, key, token, 0)
 	w.trace("%s resume %q token %s: %v", w.name, key, short(token), errOf(err))
 	if l == nil {
@@ -280,6 +289,7 @@ func (w *worker) resume(key, token string) {
 // release releases l; a session lock's Done (an auto-extended one's) must
 // then close.
 func (w *worker) release(l *redlock.Lock) {
+	w.wake()
 	delete(w.abandoned, l.Token()) // released: no longer its to take back
 	key := l.Keys()
 	_, err := w.rec.Release(w.ctx, l)
@@ -312,6 +322,7 @@ func (w *worker) lease(l *redlock.Lock, d time.Time, done bool) {
 
 // section runs a critical section that ends before the lock's deadline.
 func (w *worker) section(l *redlock.Lock) {
+	w.wake()
 	left := time.Until(w.deadline(l))
 	if left <= 0 {
 		return

@@ -76,6 +76,7 @@ type conns struct {
 	closing  atomic.Bool   // Close has begun: closes are no longer news
 
 	dials, dialErrors, closed atomic.Int64
+	timedOut                  atomic.Int64 // of closed, those after a deadline passed
 	waited                    atomic.Int64 // reads and writes that went on past their deadline and completed
 
 	logMu  sync.Mutex
@@ -244,6 +245,9 @@ func (c *conn) Close() error {
 		if e := c.err.Load(); e != nil {
 			why = *e
 		}
+		if deadlinePassed(why) {
+			c.cs.timedOut.Add(1)
+		}
 		c.cs.logClose(time.Since(c.born), why)
 	}
 	return c.Conn.Close()
@@ -273,6 +277,14 @@ func (cs *conns) logClose(age time.Duration, why error) {
 // deadlinePassed reports a socket's deadline passing.
 func deadlinePassed(err error) bool {
 	return err != nil && errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// patient returns ctx as a patientCtx, with the stall clock held until
+// done is called: the wrapping of every call that goes straight to
+// go-redis under its caller's deadline.
+func patient(ctx context.Context) (_ context.Context, done func()) {
+	stall.Hold()
+	return patientCtx{ctx, stall.Now()}, stall.Done
 }
 
 // patientCtx is a caller's context whose deadline, as go-redis reads it for

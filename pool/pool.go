@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/quorumlock/quorumlock/internal/node"
-	"github.com/quorumlock/quorumlock/internal/stall"
 )
 
 // Pool is one independent Redis master as the lock coordinator sees it.
@@ -393,9 +392,8 @@ func (p *redisPool) Name() string { return p.name }
 // run runs op on the node synchronously: the path of callers that do not
 // queue (the Pool methods below), with the same wire format as the queue.
 func (p *redisPool) run(ctx context.Context, o node.Op) node.Result {
-	stall.Hold()
-	defer stall.Done()
-	ctx = patientCtx{ctx, stall.Now()}
+	ctx, done := patient(ctx)
+	defer done()
 	op := node.New(o)
 	cmd := p.cmd(ctx, op)
 	_ = p.c.Process(ctx, cmd)
@@ -445,6 +443,8 @@ func (p *redisPool) Get(ctx context.Context, key string) (string, error) {
 }
 
 func (p *redisPool) RunID(ctx context.Context) (string, error) {
+	ctx, done := patient(ctx)
+	defer done()
 	info, err := p.c.Info(ctx, "server").Result()
 	if err != nil {
 		var rerr redis.Error

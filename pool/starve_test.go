@@ -3,6 +3,7 @@ package pool
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -125,6 +126,74 @@ func TestStarvedReaderKeepsConnection(t *testing.T) {
 	}
 }
 
+// TestStarvedRunIDKeepsConnection: RunID (the Client's identity check)
+// follows the same rule as a batch. The process stands still for 500 ms
+// before its INFO is written, past the call's 50 ms deadline; the server
+// then takes 20 ms to answer. The INFO is written and its answer read, and
+// no connection is closed: the call's deadline moved by the stand-still.
+// Its INFO went straight to go-redis under the caller's deadline, which
+// had passed by the time it was written, and its connection was closed.
+func TestStarvedRunIDKeepsConnection(t *testing.T) {
+	var s starver
+	m := miniredis.RunT(t)
+	slow := slowProxy(t, m.Addr(), 20*time.Millisecond)
+	p, err := Dial(&redis.Options{Addr: slow, Dialer: s.dial, DialTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	warm(t, p)
+	stall.Hold() // the clock runs, as it does while any command of the process is in flight
+	defer stall.Done()
+	s.write.Store(int64(500 * time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := p.RunID(ctx); err != nil { // miniredis has no run_id: ""
+		t.Fatalf("RunID whose writer stood still 500 ms: %v; want its answer", err)
+	}
+	if n := s.closed.Load(); n != 0 {
+		t.Fatalf("%d connections closed; want 0", n)
+	}
+}
+
+// slowProxy forwards connections to addr, each reply d late.
+func slowProxy(t *testing.T, addr string, d time.Duration) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", addr)
+			if err != nil {
+				_ = c.Close()
+				return
+			}
+			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() {
+				defer c.Close()
+				b := make([]byte, 64<<10)
+				for {
+					n, err := up.Read(b)
+					if err != nil {
+						return
+					}
+					time.Sleep(d)
+					if _, err := c.Write(b[:n]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
 // TestStarvedWriterKeepsConnection: the process stands still for 500 ms
 // just before a batch is written, past its deadline and Follow. The batch
 // is written when the process runs again, and its reply is waited for as
@@ -173,7 +242,7 @@ func TestSetupHasItsOwnBudget(t *testing.T) {
 // still ends a batch at its deadline plus Follow (here its connection's
 // set-up budget, 100 ms) when the process runs all along, and every
 // connection to it (the batch's, and those the Pool sets up ahead) is
-// closed, counted (Stats) and logged.
+// closed, counted (Stats, as timed out) and logged.
 func TestSilentServerStillTimesOut(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -203,10 +272,42 @@ func TestSilentServerStillTimesOut(t *testing.T) {
 	}
 	_, ok := Stats(p)
 	p.Close() // Pool.Close's own closes are not counted
-	if st, _ := Stats(p); st.Dials < 1 || st.Closed != st.Dials || !ok {
-		t.Fatalf("Stats: %+v, %v; want every connection dialled closed", st, ok)
+	if st, _ := Stats(p); st.Dials < 1 || st.Closed != st.Dials || st.TimedOut != st.Closed || !ok {
+		t.Fatalf("Stats: %+v, %v; want every connection dialled closed, each after its deadline passed", st, ok)
 	}
 	if !strings.Contains(log.String(), "closed a connection") || !strings.Contains(log.String(), "timeout") {
 		t.Fatalf("log: %q; want the close, with its read's timeout", log.String())
+	}
+}
+
+// TestBrokenConnectionIsNotTimedOut: a connection the server drops is
+// counted as closed, but not as timed out.
+func TestBrokenConnectionIsNotTimedOut(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Read(make([]byte, 64)) // the first command, then hang up
+			_ = c.Close()
+		}
+	}()
+	p, err := Dial(&redis.Options{Addr: l.Addr().String(), Protocol: 2, DisableIdentity: true},
+		WithLogger(slog.New(slog.DiscardHandler)), WithRestartGuard(0), WithEvictionCheck(EvictionIgnore))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if r := send(t, p, "k"); r.Err == nil {
+		t.Fatalf("GET on a server that hangs up: %+v; want an error", r)
+	}
+	if st, _ := Stats(p); st.Closed < 1 || st.TimedOut != 0 {
+		t.Fatalf("Stats: %+v; want the connection closed, none timed out", st)
 	}
 }

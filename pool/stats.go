@@ -13,6 +13,12 @@ type ConnStats struct {
 	// most one line per 10 s with the count since the last line. A process
 	// that was only starved of CPU closes none.
 	Closed int64
+	// TimedOut counts, of Closed, the connections closed because a read
+	// or write was still waiting when its deadline passed: a server silent
+	// past a command's deadline and its follow-up (paused, cut off,
+	// overloaded). The time the process stood still does not count
+	// towards a deadline, so starving the process of CPU adds none.
+	TimedOut int64
 	// Waited counts the reads and writes that went on past their deadline
 	// because the process had stood still (docs/design.md, "Starved
 	// processes"), and then completed.
@@ -28,5 +34,5 @@ func Stats(p Pool) (ConnStats, bool) {
 		return ConnStats{}, false
 	}
 	cs := rp.cs
-	return ConnStats{Dials: cs.dials.Load(), DialErrors: cs.dialErrors.Load(), Closed: cs.closed.Load(), Waited: cs.waited.Load()}, true
+	return ConnStats{Dials: cs.dials.Load(), DialErrors: cs.dialErrors.Load(), Closed: cs.closed.Load(), TimedOut: cs.timedOut.Load(), Waited: cs.waited.Load()}, true
 }

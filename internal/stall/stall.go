@@ -12,7 +12,6 @@
 package stall
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -39,15 +38,18 @@ type reading struct {
 	stalled time.Duration // stood still so far, up to last
 }
 
-// clock is the process' one stall clock.
+// clock is the process' one stall clock. Hold and Done take no lock: a
+// goroutine that holds a lock when the kernel takes the CPU away would
+// hold up every other one until the process runs again, which is what a
+// starved process can least afford.
 type clock struct {
-	now  atomic.Pointer[reading]
-	seen atomic.Int64 // the most Now has returned: it never returns less
+	now  atomic.Pointer[reading] // written only by the goroutine that owns running
+	seen atomic.Int64            // the most Now has returned: it never returns less
 
-	mu     sync.Mutex // guards the rest, and the writes of now
-	users  int
-	idle   time.Time // when users last dropped to 0
-	frozen time.Time // Freeze: the goroutine does not run before this
+	users   atomic.Int64
+	idle    atomic.Int64 // UnixNano when users last dropped to 0
+	running atomic.Bool  // a goroutine owns the clock
+	frozen  atomic.Int64 // Freeze: UnixNano before which the goroutine does not run
 }
 
 var c = func() *clock {
@@ -59,25 +61,26 @@ var c = func() *clock {
 // Hold counts a user of the clock and starts its goroutine if it is not
 // running; each Hold must be followed by one Done.
 func Hold() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.users++
-	r := c.now.Load()
-	if r.running {
+	c.users.Add(1)
+	c.start()
+}
+
+// start makes this goroutine the clock's owner, if none is, and runs the
+// clock on a new goroutine.
+func (c *clock) start() {
+	if c.running.Load() || !c.running.CompareAndSwap(false, true) {
 		return
 	}
+	r := c.now.Load()
 	c.now.Store(&reading{running: true, last: time.Now(), stalled: r.stalled})
 	go c.run()
 }
 
 // Done ends a Hold.
 func Done() {
-	c.mu.Lock()
-	c.users--
-	if c.users == 0 {
-		c.idle = time.Now()
+	if c.users.Add(-1) == 0 {
+		c.idle.Store(time.Now().UnixNano())
 	}
-	c.mu.Unlock()
 }
 
 // Now returns how long the process has stood still so far, while the
@@ -122,19 +125,22 @@ func (c *clock) run() {
 	t := time.NewTicker(Pulse)
 	defer t.Stop()
 	for now := range t.C {
-		c.mu.Lock()
-		if d := time.Until(c.frozen); d > 0 { // Freeze: held off the CPU
-			c.mu.Unlock()
+		if d := time.Until(time.Unix(0, c.frozen.Load())); d > 0 { // Freeze: held off the CPU
 			time.Sleep(d)
-			c.mu.Lock()
 			now = time.Now()
 		}
-		stop := c.users == 0 && now.Sub(c.idle) >= Linger
+		stop := c.users.Load() == 0 && now.Sub(time.Unix(0, c.idle.Load())) >= Linger
 		c.now.Store(&reading{running: !stop, last: now, stalled: c.now.Load().at(now)})
-		c.mu.Unlock()
-		if stop {
+		if !stop {
+			continue
+		}
+		c.running.Store(false)
+		// A Hold that came after the users were read saw the clock still
+		// running: start again for it, unless another goroutine has.
+		if c.users.Load() == 0 || !c.running.CompareAndSwap(false, true) {
 			return
 		}
+		c.now.Store(&reading{running: true, last: time.Now(), stalled: c.now.Load().stalled})
 	}
 }
 
@@ -143,7 +149,5 @@ func (c *clock) run() {
 // off the CPU as long (a connection's reader) and check what a stand-still
 // does to them. It needs a Hold to be in force.
 func Freeze(d time.Duration) {
-	c.mu.Lock()
-	c.frozen = time.Now().Add(d)
-	c.mu.Unlock()
+	c.frozen.Store(time.Now().Add(d).UnixNano())
 }

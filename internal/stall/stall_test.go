@@ -53,3 +53,24 @@ func TestCreditBounded(t *testing.T) {
 		t.Fatalf("Since an hour of stand-still: %v, want MaxCredit %v", got, MaxCredit)
 	}
 }
+
+// TestHoldAsTheClockStops: a Hold that comes just as the clock's goroutine
+// decides to stop (its last user gone for Linger) still finds the clock
+// running: a stand-still under it is counted.
+func TestHoldAsTheClockStops(t *testing.T) {
+	for i := range 12 {
+		Hold()
+		Done()
+		time.Sleep(Linger + time.Duration(i)*Pulse/4) // around the goroutine's last ticks
+		Hold()
+		mark := Now()
+		Freeze(100 * time.Millisecond)
+		time.Sleep(150 * time.Millisecond)
+		got := Since(mark)
+		Done()
+		if got < 50*time.Millisecond {
+			t.Fatalf("try %d: Since across a 100 ms stand-still under a Hold: %v, want at least 50ms (the clock was not running)", i, got)
+		}
+	}
+	time.Sleep(2 * Linger)
+}

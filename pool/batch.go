@@ -318,7 +318,9 @@ func (w *writer) run(batch []request) {
 			r.rcv.Deliver(r.tag, node.Result{Err: node.ErrNotSent})
 			continue
 		}
-		deadline = later(deadline, r.deadline.Add(r.op.Follow))
+		// Moved by what the process stood still while it was queued; arm
+		// moves it by what comes after.
+		deadline = later(deadline, stall.Extend(r.deadline.Add(r.op.Follow), r.mark))
 		w.reqs = append(w.reqs, r)
 	}
 	if len(w.reqs) == 0 {

@@ -156,6 +156,42 @@ func TestStarvedRunIDKeepsConnection(t *testing.T) {
 	}
 }
 
+// TestStoodStillInQueueKeepsConnection: the process stood still 300 ms
+// while a command waited in its queue, past its deadline and Follow on the
+// wall clock, but not once the stand-still is taken off. It is written,
+// and its reply (20 ms late) read, on its connection. The batch's I/O
+// deadline was its commands' deadline plus Follow, not moved by the
+// stand-still before the batch began, so it had passed before the write
+// and the connection was closed (the chaos suite's stalls found it).
+func TestStoodStillInQueueKeepsConnection(t *testing.T) {
+	var s starver
+	m := miniredis.RunT(t)
+	m.Set("k", "v")
+	slow := slowProxy(t, m.Addr(), 20*time.Millisecond)
+	p, err := Dial(&redis.Options{Addr: slow, Dialer: s.dial, DialTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	warm(t, p)
+	rp := p.(*redisPool)
+	stall.Hold()
+	defer stall.Done()
+	box := newInbox(1)
+	op := node.New(node.Op{Kind: node.Get, Key: "k", Follow: 50 * time.Millisecond})
+	// Sent 400 ms ago with a 100 ms deadline; the process stood still
+	// 300 ms of that.
+	req := request{op: op, deadline: time.Now().Add(-300 * time.Millisecond), mark: stall.Now() - 350*time.Millisecond, rcv: box}
+	w := writer{p: rp, pipe: rp.c.Pipeline(), ctx: deadlineCtx{cs: rp.cs}}
+	w.run([]request{req})
+	if r := box.wait(t)[0]; r.Err != nil || r.Str != "v" {
+		t.Fatalf("GET that waited out a stand-still in its queue: %+v, want \"v\"", r)
+	}
+	if n := s.closed.Load(); n != 0 {
+		t.Fatalf("%d connections closed; want 0", n)
+	}
+}
+
 // slowProxy forwards connections to addr, each reply d late.
 func slowProxy(t *testing.T, addr string, d time.Duration) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

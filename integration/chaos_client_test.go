@@ -36,6 +36,12 @@ type chaosClient struct {
 	dead    atomic.Bool // cut off from every node for good (die)
 
 	sems map[string]*redlock.Semaphore // the run's semaphores (chaosSems), by name
+
+	// raw are the node's Pools under the recording wrappers; a stall's
+	// probe (chaos_stall_test.go) locks through probeCl, a Client over them.
+	raw     []pool.Pool
+	probeMu sync.Mutex
+	probeCl *redlock.Client
 }
 
 // makeChaosClient makes a client through new proxies, with poolOpts and
@@ -51,7 +57,7 @@ func makeChaosClient(t *testing.T, c *cluster, h *hist.History, name string, ttl
 // makeWrappedChaosClient is makeChaosClient with wrap, if not nil, around
 // each node's recording Pool (the Client gets what wrap returns).
 func makeWrappedChaosClient(t *testing.T, c *cluster, h *hist.History, name string, ttl time.Duration, session bool, wrap func(i int, p pool.Pool) (pool.Pool, error), poolOpts []pool.Option, lockOpts ...redlock.Option) (*chaosClient, error) {
-	cc := &chaosClient{h: h, session: session}
+	cc := &chaosClient{h: h, session: session, raw: make([]pool.Pool, c.Len())}
 	proxies, viaProxy := c.proxyEach(t)
 	cc.proxies = proxies
 	o := clientOpts{pool: poolOpts, lock: []redlock.Option{redlock.WithTTL(ttl)}}
@@ -66,6 +72,7 @@ func makeWrappedChaosClient(t *testing.T, c *cluster, h *hist.History, name stri
 	}
 	o.lock = append(o.lock, lockOpts...)
 	o.wrap = func(i int, p pool.Pool) (pool.Pool, error) {
+		cc.raw[i] = p
 		rp, err := h.RecordReplies(name, i, p, cc.sent)
 		if err != nil || wrap == nil {
 			return rp, err
@@ -114,12 +121,14 @@ func (cc *chaosClient) shareRecorder(ttl time.Duration) {
 // close closes the Client (releasing what it still holds and joining its
 // clean-up) and the pools; only the first call does anything. Release
 // failures of Close are expected after faults and only logged. Closing
-// ends every lock, so the lease watchers are joined after.
+// ends every lock, so the lease watchers are joined after; the probe
+// Client is closed before the pools too.
 func (cc *chaosClient) close(t *testing.T) {
 	cc.shutdown(t, func(err error) {
 		if err != nil {
 			t.Logf("%s: Close: %v", cc.name, err)
 		}
+		cc.closeProber()
 		cc.leases.Wait()
 	})
 }

@@ -43,6 +43,7 @@ type faulter struct {
 	sweepFor time.Duration
 
 	mu        sync.Mutex
+	healed    time.Time    // when the last fault healed (a reset: when it was made)
 	spans     []*faultSpan // every fault, on h's clock (faultSpans)
 	nodeBusy  map[int]bool
 	linkBusy  map[[2]int]bool // (client, node) with a blackhole, latency or late delivery
@@ -64,9 +65,10 @@ func newFaulter(t *testing.T, c *cluster, clients []*chaosClient, ttl, nodeTimeo
 }
 
 // run injects a fault every 1–3 s until stop is closed, then waits until
-// every fault is healed. The first fault is a late delivery, so that even
-// the short run of `make test` (15 s, about 7 faults drawn from 6 kinds)
-// always has one; the others are drawn at random.
+// every fault is healed. The first fault is a stall of the process (while
+// the run is still quiet) and the second a late delivery, so that even the
+// short run of `make test` (15 s, about 6 faults drawn from 7 kinds)
+// always has both; the others are drawn at random.
 func (f *faulter) run() {
 	defer f.wg.Wait()
 	for n := 0; ; n++ {
@@ -77,22 +79,28 @@ func (f *faulter) run() {
 		case <-time.After(gap):
 		}
 		kind := f.rng.IntN(faultKinds)
-		if n == 0 {
+		switch n {
+		case 0:
+			kind = faultStall
+		case 1:
 			kind = faultLate
 		}
-		f.inject(kind)
+		f.inject(kind, n == 0)
 	}
 }
 
-// The kinds of fault inject draws from; faultLate is late delivery.
+// The kinds of fault inject draws from; faultLate is late delivery,
+// faultStall a stall of the whole process.
 const (
-	faultKinds = 6
+	faultKinds = 7
 	faultLate  = 5
+	faultStall = 6
 )
 
 // inject starts one fault of the given kind (0 to faultKinds-1), on a
-// client drawn at random for the kinds that need one.
-func (f *faulter) inject(kind int) {
+// client drawn at random for the kinds that need one; first is true for
+// the run's first fault.
+func (f *faulter) inject(kind int, first bool) {
 	k := f.rng.IntN(len(f.clients))
 	switch kind {
 	case 0:
@@ -107,6 +115,8 @@ func (f *faulter) inject(kind int) {
 		f.latency(k)
 	case faultLate:
 		f.late(k)
+	case faultStall:
+		f.stall(first)
 	}
 }
 
@@ -196,6 +206,9 @@ func (f *faulter) reset(k int) {
 	}
 	f.close(f.open("reset", cc.name, reset))
 	f.count("reset")
+	f.mu.Lock()
+	f.healed = time.Now()
+	f.mu.Unlock()
 }
 
 // latency adds 5–40 ms to 1–2 of client k's links.
@@ -307,6 +320,7 @@ func (f *faulter) holdFor(desc string, d time.Duration, full bool, heal func()) 
 		heal()
 		f.mu.Lock()
 		delete(f.active, id)
+		f.healed = time.Now()
 		f.mu.Unlock()
 	})
 }
@@ -466,8 +480,11 @@ func (f *faulter) status() (active []string, counts map[string]int) {
 func faultSummary(counts map[string]int) string {
 	var parts []string
 	total := 0
-	for _, k := range []string{"kill", "pause", "partition", "reset", "latency", "late"} {
+	for _, k := range []string{"kill", "pause", "partition", "reset", "latency", "stall", "late"} {
 		parts = append(parts, fmt.Sprintf("%d %s", counts[k], k))
+		if n := counts["stall skipped"]; k == "stall" && n > 0 {
+			parts[len(parts)-1] += fmt.Sprintf(" (%d skipped: never quiet)", n)
+		}
 		total += counts[k]
 	}
 	parts[len(parts)-1] += fmt.Sprintf(" (%d open, %d all; %d delivered something)", counts["late open"], counts["late all"], counts["late landed"])

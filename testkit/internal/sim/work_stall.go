@@ -44,16 +44,7 @@ func (w *worker) stallPart() {
 	time.Sleep(w.upTo(w.s.ttl / 4))
 	for range w.s.ops {
 		w.wake()
-		switch x := w.r.IntN(12); {
-		case x < 2:
-			w.do(w.key())
-		case x < 4:
-			w.several()
-		case x < 6:
-			w.shared(w.key())
-		default:
-			w.hold(w.key())
-		}
+		w.mixedStep()
 		time.Sleep(w.upTo(w.s.ttl / 2))
 	}
 }

@@ -84,17 +84,23 @@ func (w *worker) run() {
 			time.Sleep(w.upTo(w.s.ttl / 2))
 			continue
 		}
-		switch x := w.r.IntN(12); {
-		case x < 2:
-			w.do(w.key())
-		case x < 4:
-			w.several()
-		case x < 6:
-			w.shared(w.key())
-		default:
-			w.hold(w.key())
-		}
+		w.mixedStep()
 		time.Sleep(w.upTo(w.s.ttl / 2))
+	}
+}
+
+// mixedStep is one operation of the mixed workload on the shared keys: a
+// Do, a lock of several keys, a shared holder or (half the time) a hold.
+func (w *worker) mixedStep() {
+	switch x := w.r.IntN(12); {
+	case x < 2:
+		w.do(w.key())
+	case x < 4:
+		w.several()
+	case x < 6:
+		w.shared(w.key())
+	default:
+		w.hold(w.key())
 	}
 }
 

@@ -18,10 +18,10 @@ import (
 
 const (
 	// Pulse is how often the clock's goroutine asks to wake.
-	Pulse = 10 * time.Millisecond
+	Pulse = 5 * time.Millisecond
 	// Slack is how late a wake may be and still count as on time: a
 	// busy process wakes a little late without standing still.
-	Slack = 2 * Pulse
+	Slack = Pulse
 	// Linger is how long the goroutine outlives its last user.
 	Linger = 100 * time.Millisecond
 	// MaxCredit bounds what one wait may add to its bound, whatever the

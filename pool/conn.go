@@ -47,18 +47,6 @@ func pin(dial, read, write, wait *time.Duration) {
 	}
 }
 
-// onePool sets a PipelinePoolSize left 0, with no pipeline buffer size
-// set, to −1: go-redis v9.23 then runs pipelines on the main pool, as
-// v9.22 does unless the pipeline buffers are sized. A Pool's batches run as
-// one command or as a pipeline depending on how many commands are queued;
-// with two pools, a process whose batches grow when it is starved dials
-// connections for the pipelines at that moment, under starvation.
-func onePool(size *int, readBuf, writeBuf int) {
-	if *size == 0 && readBuf == 0 && writeBuf == 0 {
-		*size = -1
-	}
-}
-
 // conns returns the connection counters and log of a Pool of cfg whose
 // set-up budget is setup.
 func (cfg *config) conns(setup time.Duration) *conns {

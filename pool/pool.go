@@ -204,10 +204,7 @@ func New(c redis.UniversalClient, opts ...Option) (Pool, error) {
 // DefaultDialTimeout, DefaultIOTimeout (both) and the read timeout plus a
 // second, not go-redis' defaults, and a nil MaintNotificationsConfig turns
 // them off; every other field, such as Password,
-// TLSConfig, Dialer or the pool sizes, is kept, but for PipelinePoolSize:
-// left 0 with no pipeline buffer size set, it becomes −1, so that batches
-// of one command and of several share one pool of connections (go-redis
-// v9.23 otherwise opens a second pool for pipelines). Its connections outlive a
+// TLSConfig, Dialer or the pool sizes, is kept. Its connections outlive a
 // process that was starved of CPU, and those it closes are counted (Stats).
 // Dial does not connect: a server that is down shows up as a failed vote on
 // first use. Close the Pool to close its client.
@@ -229,7 +226,6 @@ func Dial(opt *redis.Options, opts ...Option) (Pool, error) {
 	o.MaxRetries = -1
 	o.DialerRetries = 1
 	pin(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout)
-	onePool(&o.PipelinePoolSize, o.PipelineReadBufferSize, o.PipelineWriteBufferSize)
 	if o.MaintNotificationsConfig == nil { // go-redis' "auto" costs each set-up a round trip
 		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	}
@@ -282,7 +278,6 @@ func DialFailover(opt *redis.FailoverOptions, opts ...Option) (Pool, error) {
 	o.MaxRetries = -1
 	o.DialerRetries = 1
 	pin(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout)
-	onePool(&o.PipelinePoolSize, o.PipelineReadBufferSize, o.PipelineWriteBufferSize)
 	cfg := defaults()
 	cfg.name = "sentinel:" + o.MasterName
 	if err := apply(&cfg, opts); err != nil {

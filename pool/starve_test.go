@@ -347,33 +347,3 @@ func TestBrokenConnectionIsNotTimedOut(t *testing.T) {
 		t.Fatalf("Stats: %+v; want the connection closed, none timed out", st)
 	}
 }
-
-// TestOnePoolForBatches: a Pool from Dial keeps go-redis from opening a
-// second pool for pipelines (v9.23 makes one by default, with 128 KiB
-// buffers): a batch of one command and a batch of several would then run
-// on different connections, and when a starved process' batches grow from
-// one command to several, each Pool dialled new connections for them at
-// the worst moment (the overload harness: 9-10 dials at the onset of
-// starvation, against none for redsync). A caller who sizes the pipeline
-// pool or its buffers keeps it.
-func TestOnePoolForBatches(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		in   redis.Options
-		want int
-	}{
-		{"default", redis.Options{Addr: "127.0.0.1:1"}, -1},
-		{"sized", redis.Options{Addr: "127.0.0.1:1", PipelinePoolSize: 4}, 4},
-		{"buffers", redis.Options{Addr: "127.0.0.1:1", PipelineReadBufferSize: 1 << 16}, 0},
-	} {
-		p, err := Dial(&c.in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := p.(*redisPool).c.(*redis.Client).Options().PipelinePoolSize
-		_ = p.Close()
-		if got != c.want {
-			t.Errorf("%s: the client's PipelinePoolSize is %d, want %d", c.name, got, c.want)
-		}
-	}
-}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -135,14 +136,7 @@ func TestStarvedReaderKeepsConnection(t *testing.T) {
 // had passed by the time it was written, and its connection was closed.
 func TestStarvedRunIDKeepsConnection(t *testing.T) {
 	var s starver
-	m := miniredis.RunT(t)
-	slow := slowProxy(t, m.Addr(), 20*time.Millisecond)
-	p, err := Dial(&redis.Options{Addr: slow, Dialer: s.dial, DialTimeout: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	warm(t, p)
+	_, p := slowPool(t, &s, 20*time.Millisecond)
 	stall.Hold() // the clock runs, as it does while any command of the process is in flight
 	defer stall.Done()
 	s.write.Store(int64(500 * time.Millisecond))
@@ -165,15 +159,8 @@ func TestStarvedRunIDKeepsConnection(t *testing.T) {
 // and the connection was closed (the chaos suite's stalls found it).
 func TestStoodStillInQueueKeepsConnection(t *testing.T) {
 	var s starver
-	m := miniredis.RunT(t)
+	m, p := slowPool(t, &s, 20*time.Millisecond)
 	m.Set("k", "v")
-	slow := slowProxy(t, m.Addr(), 20*time.Millisecond)
-	p, err := Dial(&redis.Options{Addr: slow, Dialer: s.dial, DialTimeout: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	warm(t, p)
 	rp := p.(*redisPool)
 	stall.Hold()
 	defer stall.Done()
@@ -190,6 +177,20 @@ func TestStoodStillInQueueKeepsConnection(t *testing.T) {
 	if n := s.closed.Load(); n != 0 {
 		t.Fatalf("%d connections closed; want 0", n)
 	}
+}
+
+// slowPool is starvedPool behind a slowProxy that delays every reply by
+// d, with its first connection set up (warm).
+func slowPool(t *testing.T, s *starver, d time.Duration) (*miniredis.Miniredis, Pool) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	p, err := Dial(&redis.Options{Addr: slowProxy(t, m.Addr(), d), Dialer: s.dial, DialTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	warm(t, p)
+	return m, p
 }
 
 // slowProxy forwards connections to addr, each reply d late.
@@ -280,22 +281,9 @@ func TestSetupHasItsOwnBudget(t *testing.T) {
 // connection to it (the batch's, and those the Pool sets up ahead) is
 // closed, counted (Stats, as timed out) and logged.
 func TestSilentServerStillTimesOut(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close() // read nothing, answer nothing
-		}
-	}()
+	addr := fakeServer(t, func(c net.Conn) {}) // read nothing, answer nothing
 	var log bytes.Buffer
-	p, err := Dial(&redis.Options{Addr: l.Addr().String(), DialTimeout: 100 * time.Millisecond},
+	p, err := Dial(&redis.Options{Addr: addr, DialTimeout: 100 * time.Millisecond},
 		WithLogger(slog.New(slog.NewTextHandler(&log, nil))), WithRestartGuard(0), WithEvictionCheck(EvictionIgnore))
 	if err != nil {
 		t.Fatal(err)
@@ -319,22 +307,11 @@ func TestSilentServerStillTimesOut(t *testing.T) {
 // TestBrokenConnectionIsNotTimedOut: a connection the server drops is
 // counted as closed, but not as timed out.
 func TestBrokenConnectionIsNotTimedOut(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Read(make([]byte, 64)) // the first command, then hang up
-			_ = c.Close()
-		}
-	}()
-	p, err := Dial(&redis.Options{Addr: l.Addr().String(), Protocol: 2, DisableIdentity: true},
+	addr := fakeServer(t, func(c net.Conn) {
+		_, _ = c.Read(make([]byte, 64)) // the first command, then hang up
+		_ = c.Close()
+	})
+	p, err := Dial(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true},
 		WithLogger(slog.New(slog.DiscardHandler)), WithRestartGuard(0), WithEvictionCheck(EvictionIgnore))
 	if err != nil {
 		t.Fatal(err)
@@ -346,4 +323,36 @@ func TestBrokenConnectionIsNotTimedOut(t *testing.T) {
 	if st, _ := Stats(p); st.Closed < 1 || st.TimedOut != 0 {
 		t.Fatalf("Stats: %+v; want the connection closed, none timed out", st)
 	}
+}
+
+// fakeServer accepts connections on a local port until the test ends and
+// gives each to serve; the connections are closed when the test ends.
+func fakeServer(t *testing.T, serve func(net.Conn)) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go serve(c)
+		}
+	}()
+	return l.Addr().String()
 }

@@ -475,12 +475,16 @@ func checkS2(s snapshot, cfg Config, r *Report) {
 		if op.Deadline <= op.End {
 			r.add(S2, op.Key, "%s %s by %s (token %s) returned success with no validity left: deadline %v, returned at %v", op.Kind, op.Key, op.Client, op.Token, op.Deadline, op.End)
 		}
+		if op.TTL <= 0 { // TTL unknown: the window cannot be judged
+			r.note("S2: %s by %s (token %s) has no Op.TTL: its validity window not judged", op.Kind, op.Client, op.Token)
+			continue
+		}
 		earned := op.Deadline - (op.TTL - allowance(op.TTL, cfg)) // the round's start, as the deadline implies
 		if earned < op.Start {
-			r.add(S2, op.Key, "%s by %s (token %s): deadline %v is less than TTL − allowance after the call started (%v)", op.Kind, op.Client, op.Token, op.Deadline, op.Start)
+			r.add(S2, op.Key, "%s by %s (token %s): deadline %v is less than TTL − allowance after the call started (%v), assuming the TTL %v recorded in Op.TTL (a Recorder records the lock's own; a hand-written Op must carry the TTL the call asked for)", op.Kind, op.Client, op.Token, op.Deadline, op.Start, op.TTL)
 		}
 		if op.Session == "" && earned > op.End {
-			r.add(S2, op.Key, "%s by %s (token %s): deadline %v is more than TTL − allowance after the call returned (%v): its validity was counted from after its round", op.Kind, op.Client, op.Token, op.Deadline, op.End)
+			r.add(S2, op.Key, "%s by %s (token %s): deadline %v is more than TTL − allowance after the call returned (%v), assuming the TTL %v in Op.TTL: its validity was counted from after its round", op.Kind, op.Client, op.Token, op.Deadline, op.End, op.TTL)
 		}
 		if !cfg.Replies {
 			continue

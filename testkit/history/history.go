@@ -106,7 +106,9 @@ type Op struct {
 	Token string
 	// Fence is the lock's fencing token (0 without fencing).
 	Fence uint64
-	// TTL is the TTL the acquire or extend asked for.
+	// TTL is the TTL the acquire or extend asked for; 0 when unknown (a
+	// failed call with per-call options): Check then does not judge its
+	// validity window, and takes the run's longest TTL for its leftovers.
 	TTL time.Duration
 	// Deadline is the lock's Deadline after the operation, on the History's
 	// clock (History.Since(lock.Deadline())); 0 when the operation left no

@@ -54,8 +54,10 @@ type Tokens interface {
 // RecorderOption configures a Recorder.
 type RecorderOption func(*Recorder)
 
-// WithTTL tells the Recorder the TTL its Client's locks ask for (Op.TTL);
-// without it, redlock.DefaultTTL. Pass the Client's redlock.WithTTL value.
+// WithTTL tells the Recorder the TTL to record (Op.TTL) for a call whose
+// lock's TTL it cannot read: a failed acquire or Resume without a per-call
+// redlock.WithTTL. Without it, the Client's (redlock.Client.TTL). A
+// successful call always records its lock's own TTL (redlock.Lock.TTL).
 func WithTTL(ttl time.Duration) RecorderOption { return func(r *Recorder) { r.ttl = ttl } }
 
 // WithTokens makes the Recorder record the tokens of failed rounds (see
@@ -72,10 +74,14 @@ func WithSessionKey(f func(*redlock.Lock) string) RecorderOption {
 
 // Recorder returns a Recorder of client c's calls under the name client.
 func (h *History) Recorder(client string, c *redlock.Client, opts ...RecorderOption) *Recorder {
-	r := &Recorder{h: h, name: client, c: c, ttl: redlock.DefaultTTL}
+	r := &Recorder{h: h, name: client, c: c}
 	for _, o := range opts {
 		o(r)
 	}
+	if r.ttl == 0 && c != nil {
+		r.ttl = c.TTL()
+	}
+	r.ttl = cmp.Or(r.ttl, redlock.DefaultTTL)
 	return r
 }
 
@@ -141,7 +147,7 @@ func (r *Recorder) acquire(ctx context.Context, keys []string, all bool, wait ti
 // shared (opts then hold redlock.Shared).
 func (r *Recorder) acquireAs(ctx context.Context, keys []string, all, shared bool, wait time.Duration, opts []redlock.Option) (*redlock.Lock, Op, error) {
 	n0 := r.tokenCount()
-	op := Op{Client: r.name, Kind: Acquire, TTL: r.ttl, Wait: max(wait, -1), Shared: shared, Start: r.h.Now()}
+	op := Op{Client: r.name, Kind: Acquire, TTL: r.callTTL(opts, shared), Wait: max(wait, -1), Shared: shared, Start: r.h.Now()}
 	if len(keys) > 0 {
 		op.Key = keys[0]
 	}
@@ -166,10 +172,24 @@ func (r *Recorder) acquireAs(ctx context.Context, keys []string, all, shared boo
 	return l, r.finishAcquire(op, n0, ctx, l, err), err
 }
 
+// callTTL is the TTL to record for an acquire call with opts (with shared,
+// the last is the Recorder's redlock.Shared) before its lock can tell: the
+// Recorder's, or 0 (unknown: Check then assumes the longest TTL of the run)
+// when the caller's options, which are opaque, may set another.
+func (r *Recorder) callTTL(opts []redlock.Option, shared bool) time.Duration {
+	if shared && len(opts) > 0 {
+		opts = opts[:len(opts)-1]
+	}
+	if len(opts) > 0 {
+		return 0
+	}
+	return r.ttl
+}
+
 // Extend calls l.Extend(ctx, ttl) (ttl 0: the lock's own TTL), records the
 // call and returns the record and Extend's error.
 func (r *Recorder) Extend(ctx context.Context, l *redlock.Lock, ttl time.Duration) (Op, error) {
-	op := Op{Client: r.name, Keys: several(l), Shared: l.Shared(), Kind: Extend, TTL: cmp.Or(ttl, r.ttl), Token: l.Token(), Fence: l.Fence(),
+	op := Op{Client: r.name, Keys: several(l), Shared: l.Shared(), Kind: Extend, TTL: cmp.Or(ttl, l.TTL()), Token: l.Token(), Fence: l.Fence(),
 		Start: r.h.Now(), Session: r.sessionKey(l)}
 	op.Key, op.Semaphore, op.Permits = r.keyOf(l)
 	err := l.Extend(ctx, ttl)
@@ -200,7 +220,7 @@ func (r *Recorder) Resume(ctx context.Context, key, token string, ttl time.Durat
 	op.End = r.h.Now()
 	r.finish(&op, ctx, err)
 	if err == nil {
-		op.Deadline = r.h.Since(deadline)
+		op.Deadline, op.TTL = r.h.Since(deadline), l.TTL()
 	}
 	r.h.Add(op)
 	return l, op, err
@@ -439,6 +459,7 @@ func (r *Recorder) finishAcquire(op Op, n0 int, ctx context.Context, l *redlock.
 			op.Key = PermitKey(op.Semaphore, l.Permit())
 		}
 		op.Token, op.Fence, op.Deadline, op.Shared = l.Token(), l.Fence(), r.h.Since(deadline), l.Shared()
+		op.TTL = l.TTL() // the lock's own: the Client's, or a per-call WithTTL's
 		op.Session = r.sessionKey(l)
 		own, _ := node.SplitToken(op.Token) // as generated, before WithMetadata
 		tried = slices.DeleteFunc(tried, func(s string) bool { return s == op.Token || s == own })

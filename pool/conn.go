@@ -237,7 +237,7 @@ func (c *conn) failed() error {
 }
 
 // Close closes the connection, and counts and logs it unless the Pool is
-// being closed.
+// being closed. Closing a connection that is closed already is no error.
 func (c *conn) Close() error {
 	if c.shut.CompareAndSwap(false, true) && !c.cs.closing.Load() {
 		c.cs.closed.Add(1)
@@ -250,7 +250,10 @@ func (c *conn) Close() error {
 		}
 		c.cs.logClose(time.Since(c.born), why)
 	}
-	return c.Conn.Close()
+	if err := c.Conn.Close(); !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil // closed already: by us (note), or from below
 }
 
 // logClose logs a close, at most once per closeEvery; the ones in between

@@ -323,6 +323,9 @@ func TestBrokenConnectionIsNotTimedOut(t *testing.T) {
 	if st, _ := Stats(p); st.Closed < 1 || st.TimedOut != 0 {
 		t.Fatalf("Stats: %+v; want the connection closed, none timed out", st)
 	}
+	if err := p.Close(); err != nil { // the failed connection is closed already: no error for it
+		t.Fatalf("Close after a connection failed: %v; want nil", err)
+	}
 }
 
 // fakeServer accepts connections on a local port until the test ends and
@@ -355,4 +358,39 @@ func fakeServer(t *testing.T, serve func(net.Conn)) string {
 		}
 	}()
 	return l.Addr().String()
+}
+
+// TestCloseAfterSocketClosedUnderneath: a connection whose socket was
+// closed from below (a proxy's or a dialer's wrapper that cut it) and not
+// used since does not make Close fail: closing what is closed already is
+// no error. Close returned "use of closed network connection" for it.
+func TestCloseAfterSocketClosedUnderneath(t *testing.T) {
+	m := miniredis.RunT(t)
+	var mu sync.Mutex
+	var raw []net.Conn
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if err == nil {
+			mu.Lock()
+			raw = append(raw, c)
+			mu.Unlock()
+		}
+		return c, err
+	}
+	p, err := Dial(&redis.Options{Addr: m.Addr(), Dialer: dial}, WithRestartGuard(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := send(t, p, "k"); r.Err != nil && r.Err != redis.Nil {
+		t.Fatalf("GET: %+v", r)
+	}
+	mu.Lock()
+	for _, c := range raw {
+		_ = c.Close()
+	}
+	mu.Unlock()
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close with a socket closed underneath: %v; want nil", err)
+	}
 }

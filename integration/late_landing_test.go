@@ -552,10 +552,10 @@ func TestLateRenewalAfterRelease(t *testing.T) {
 
 // TestLateAttemptOfDepartedWaiter (a waiter comes back after it left): a
 // Lock call waits for a key another client holds; its next attempt is held
-// in the links (HoldOpen) and never answered, and the call gives up. It
-// leaves the key's line on every node (in the background, on connections
-// that are not held). Then the held attempts land: on each node they find
-// the key taken and would put the waiter back in the line, where the next
+// in the links (HoldNext: the connection it is written on) and never
+// answered, and the call gives up. It leaves the key's line on every node
+// (in the background, on connections that are not held). Then the held
+// attempts land: on each node they find the key taken and would put the waiter back in the line, where the next
 // release would hand the key to a waiter that is gone, for a grace each
 // time. They must not: the nodes keep the departed waiter out, and the
 // holder's release leaves the key free for anyone at once.
@@ -572,10 +572,15 @@ func TestLateAttemptOfDepartedWaiter(t *testing.T) {
 	a := c.newLockClient(t, "a", via, redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(lateNodeTimeout),
 		redlock.WithRetryBackoff(20*time.Millisecond, 40*time.Millisecond))
 	warm(t, ctx, a)
+	warm(t, ctx, holder)
 	held, err := holder.TryLock(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// On every node: a node where the holder's acquire is still on its
+	// way would give a's first attempt the key there, keeping a out of
+	// that node's line.
+	eventuallyAll(t, admins, key, held.Token())
 	waitCtx, giveUp := context.WithCancel(ctx)
 	defer giveUp()
 	gaveUp := make(chan error, 1)
@@ -584,18 +589,23 @@ func TestLateAttemptOfDepartedWaiter(t *testing.T) {
 		gaveUp <- err
 	}()
 	var waiter string
-	eventually(t, 5*time.Second, 5*time.Millisecond, "a's waiter in the line of every node", func() bool {
+	// Subscribed too: the subscription's connection set-up (HELLO, the
+	// guard's INFO) must not be what the hold catches.
+	eventually(t, 5*time.Second, 5*time.Millisecond, "a's waiter in the line of every node, and subscribed there", func() bool {
 		for _, cl := range admins {
 			w := waiters(t, ctx, cl, key)
 			if len(w) != 1 || (waiter != "" && w[0] != waiter) {
 				return false
 			}
 			waiter = w[0]
+			if n, err := cl.PubSubNumSub(ctx, rkey(key)).Result(); err != nil || n[rkey(key)] == 0 {
+				return false
+			}
 		}
 		return true
 	})
 	for _, p := range ps {
-		p.Hold(testkit.HoldOpen)
+		p.Hold(testkit.HoldNext)
 	}
 	eventually(t, 5*time.Second, 5*time.Millisecond, "a's next attempt held on every link", func() bool {
 		return !slices.ContainsFunc(ps, func(p *testkit.Proxy) bool { return p.Held() == 0 })

@@ -253,8 +253,10 @@ func TestSessionLateAcquireCleanedUp(t *testing.T) {
 	r, x := newSessionRig(t, ttl, "late-x") // x keeps the session renewed
 	c, ctx, admins, proxies, a := r.c, r.ctx, r.admins, r.proxies, r.a
 	quietLinks(t, ctx, x, ttl)
+	// HoldNext: only the connection late-y's acquire goes out on is held;
+	// x's renewals go on over the others.
 	for _, px := range proxies[:3] {
-		px.Hold(testkit.HoldOpen)
+		px.Hold(testkit.HoldNext)
 	}
 	if _, err := a.TryLock(ctx, "late-y"); !errors.Is(err, redlock.ErrNotAcquired) {
 		t.Fatalf("TryLock with 3 of 5 links holding: %v", err)
@@ -291,13 +293,13 @@ func TestSessionLateAcquireCleanedUp(t *testing.T) {
 
 // quietLinks returns once no command of session lock x's Client is in
 // flight, and none is due for about a renewal interval, so that a hold
-// applied now catches the next round's commands on the connections they
-// are written on. HoldOpen lets new connections through, and a pool dials
-// one when its connection is busy: with a command of x's acquire round
-// still on its way (TryLock returns at a quorum) or a session renewal in
-// flight, held with the link, the next round's command went out on a new
-// connection once the held one's deadline passed, and landed at once (CI
-// saw TryLock succeed with 3 of 5 links holding). So: a periodic renewal
+// applied now (HoldNext) catches the next round's commands on the
+// connections they are written on, and not a renewal of x's. With a
+// command of x's acquire round still on its way (TryLock returns at a
+// quorum) or a session renewal in flight, held with the link (HoldOpen),
+// the next round's command went out on another connection once the held
+// one's deadline passed, and landed at once (CI saw TryLock succeed with 3
+// of 5 links holding). So: a periodic renewal
 // has moved x's deadline (a renewal interval after x was taken, well past
 // the deadline of its acquire round's commands), and then an Extend, which
 // renews the session on every node where it lives, behind that renewal,

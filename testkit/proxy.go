@@ -68,15 +68,26 @@ const (
 	// nothing the client writes reaches the node before Deliver (a link
 	// that buffers everything, or a client-side stall).
 	HoldAll
+	// HoldNext holds one connection: the first one, open or opened later,
+	// on which the client writes after Hold, from that write on. Every
+	// other connection works normally. This is one TCP connection whose
+	// segments are retransmitted late: whichever connection the client
+	// uses for its next command and for what follows it (another idle
+	// connection, a new one), the later command overtakes the held one.
+	// Each Hold(HoldNext) while a hold is in force holds one connection
+	// more.
+	HoldNext
 )
 
-// String returns "open" or "all".
+// String returns "open", "all" or "next".
 func (s HoldScope) String() string {
 	switch s {
 	case HoldOpen:
 		return "open"
 	case HoldAll:
 		return "all"
+	case HoldNext:
+		return "next"
 	}
 	return "HoldScope(?)"
 }
@@ -85,6 +96,7 @@ func (s HoldScope) String() string {
 // connections it applies to, in the order it was read, until Deliver.
 type hold struct {
 	all        bool // new connections are held too (HoldAll)
+	next       int  // connections still to be held at their next write (HoldNext)
 	delivering bool // Deliver has started: data read now is not held
 	queue      []*heldChunk
 	bytes      int
@@ -166,8 +178,12 @@ func (p *Proxy) Hold(scope HoldScope) {
 		p.hold = &hold{}
 	}
 	h := p.hold
-	if scope == HoldAll {
+	switch scope {
+	case HoldAll:
 		h.all = true
+	case HoldNext:
+		h.next++
+		return
 	}
 	for pc := range p.conns {
 		if pc.hold == nil || pc.hold.delivering {
@@ -395,6 +411,10 @@ func (p *Proxy) chunkOf(pc *proxyConn, data []byte, up bool) chunk {
 	c := chunk{data: append([]byte(nil), data...), due: time.Now().Add(time.Duration(p.latency.Load()))}
 	if up {
 		p.mu.Lock()
+		if h := p.hold; h != nil && h.next > 0 && pc.hold == nil {
+			h.next--
+			pc.hold = h
+		}
 		if h := pc.hold; h != nil && !h.delivering {
 			c.held = &heldChunk{pc: pc, n: len(data), ready: make(chan struct{}), done: make(chan struct{})}
 			h.queue = append(h.queue, c.held)

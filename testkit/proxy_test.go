@@ -211,10 +211,11 @@ const quiet = 150 * time.Millisecond
 // TestProxyHold checks late delivery: while held, what the client writes is
 // kept and reaches the node only on Deliver, also after the client closed
 // the connection; replies flow; HoldOpen lets new connections through,
-// HoldAll does not.
+// HoldAll does not; HoldNext holds the first connection written on.
 func TestProxyHold(t *testing.T) {
 	t.Run("open", testHoldOpen)
 	t.Run("all", testHoldAll)
+	t.Run("next", testHoldNext)
 	t.Run("reset-discards", testHoldResetDiscards)
 	t.Run("close-while-held", testCloseWhileHeld)
 }
@@ -290,6 +291,31 @@ func testHoldAll(t *testing.T) {
 	// Data written after Deliver goes through at once.
 	write(t, a, "a4")
 	s.want(0, "a1a2a3a4", false)
+}
+
+func testHoldNext(t *testing.T) {
+	s, p, a := linked(t)
+	b := dial(t, p)
+	if !s.waitFor(2*time.Second, func() bool { return len(s.conns) == 2 }) {
+		t.Fatal("the proxy did not connect the second connection to the node")
+	}
+	p.Hold(HoldNext)
+	write(t, b, "b1") // the first write after Hold: b is held
+	waitHeld(t, p, 2)
+	write(t, a, "a2") // a was open, but not the one written on: not held
+	s.want(0, "a1a2", false)
+	c := dial(t, p) // opened later: not held either
+	write(t, c, "c1")
+	s.want(2, "c1", false)
+	write(t, b, "b2") // b stays held
+	waitHeld(t, p, 4)
+	s.stays(1, "", false, quiet)
+	if n := p.Deliver(); n != 4 {
+		t.Fatalf("Deliver wrote %d bytes, want 4", n)
+	}
+	s.want(1, "b1b2", false)
+	write(t, b, "b3") // the hold is over
+	s.want(1, "b1b2b3", false)
 }
 
 func testHoldResetDiscards(t *testing.T) {

@@ -72,6 +72,7 @@ var _ node.Sender = (*redisPool)(nil)
 // a queue (and writer) of their own: their long deadlines must not hold up
 // the rounds' commands behind a node that does not answer.
 func (p *redisPool) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag int) {
+	p.warm()
 	b := &p.b
 	if op.Background {
 		b = &p.bg

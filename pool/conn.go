@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/stall"
@@ -44,6 +45,18 @@ func pin(dial, read, write, wait *time.Duration) {
 	}
 	if *wait == 0 {
 		*wait = max(*read, 0) + time.Second
+	}
+}
+
+// onePool sets a PipelinePoolSize left 0, with no pipeline buffer size
+// set, to −1: go-redis v9.23 then runs pipelines on the main pool, as
+// v9.22 does unless the pipeline buffers are sized. A Pool's batches run as
+// one command or as a pipeline depending on how many commands are queued;
+// with two pools, a process whose batches grow when it is starved dials
+// connections for the pipelines at that moment, under starvation.
+func onePool(size *int, readBuf, writeBuf int) {
+	if *size == 0 && readBuf == 0 && writeBuf == 0 {
+		*size = -1
 	}
 }
 
@@ -104,9 +117,24 @@ func (cs *conns) dialer(dial func(context.Context, string, string) (net.Conn, er
 		if !c.sub {
 			cs.lastDial.Store(c.born.UnixNano())
 		}
+		if sc, ok := cn.(syscall.Conn); ok {
+			return sysConn{c, sc}, nil
+		}
 		return c, nil
 	}
 }
+
+// sysConn is a conn whose socket go-redis can see (syscall.Conn): before
+// it reuses an idle connection it peeks at the socket, and drops one that
+// the server closed (a restart) instead of failing a command on it. Only
+// for sockets that offer it, as go-redis does: a TLS connection has no
+// such check.
+type sysConn struct {
+	*conn
+	sc syscall.Conn
+}
+
+func (c sysConn) SyscallConn() (syscall.RawConn, error) { return c.sc.SyscallConn() }
 
 // conn is a connection whose deadlines do not count the time the process
 // stood still (internal/stall). go-redis closes a connection when a read

@@ -151,6 +151,7 @@ type redisPool struct {
 	b     batcher // commands sent by a redlock.Client's rounds
 	bg    batcher // background commands (node.Op.Background)
 	cs    *conns  // Dial's and DialFailover's connections; nil for New's
+	w     warmer
 }
 
 var _ Pool = (*redisPool)(nil)
@@ -204,10 +205,15 @@ func New(c redis.UniversalClient, opts ...Option) (Pool, error) {
 // DefaultDialTimeout, DefaultIOTimeout (both) and the read timeout plus a
 // second, not go-redis' defaults, and a nil MaintNotificationsConfig turns
 // them off; every other field, such as Password,
-// TLSConfig, Dialer or the pool sizes, is kept. Its connections outlive a
+// TLSConfig, Dialer or the pool sizes, is kept, but for PipelinePoolSize:
+// left 0 with no pipeline buffer size set, it becomes −1, so that batches
+// of one command and of several share one pool of connections (go-redis
+// v9.23 otherwise opens a second pool for pipelines). Its connections outlive a
 // process that was starved of CPU, and those it closes are counted (Stats).
 // Dial does not connect: a server that is down shows up as a failed vote on
-// first use. Close the Pool to close its client.
+// first use. At its first command the Pool sets up, in the background, the
+// 4 connections its queues can use at once. Close the Pool to close its
+// client.
 //
 // Every new connection is checked before use by the restart guard
 // (WithRestartGuard, default DefaultRestartGuard) and the eviction check
@@ -226,6 +232,7 @@ func Dial(opt *redis.Options, opts ...Option) (Pool, error) {
 	o.MaxRetries = -1
 	o.DialerRetries = 1
 	pin(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout)
+	onePool(&o.PipelinePoolSize, o.PipelineReadBufferSize, o.PipelineWriteBufferSize)
 	if o.MaintNotificationsConfig == nil { // go-redis' "auto" costs each set-up a round trip
 		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	}
@@ -278,6 +285,7 @@ func DialFailover(opt *redis.FailoverOptions, opts ...Option) (Pool, error) {
 	o.MaxRetries = -1
 	o.DialerRetries = 1
 	pin(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout)
+	onePool(&o.PipelinePoolSize, o.PipelineReadBufferSize, o.PipelineWriteBufferSize)
 	cfg := defaults()
 	cfg.name = "sentinel:" + o.MasterName
 	if err := apply(&cfg, opts); err != nil {
@@ -473,7 +481,9 @@ func (p *redisPool) Close() error {
 		if p.cs != nil {
 			p.cs.closing.Store(true) // its closes are no news
 		}
+		p.w.stop()
 		err = p.c.Close()
+		p.w.wg.Wait()
 	}
 	p.b.stop() // after the client: a batch in flight then fails at once
 	p.bg.stop()

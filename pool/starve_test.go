@@ -100,6 +100,7 @@ func warm(t *testing.T, p Pool) {
 	if r := send(t, p, "warm"); r.Err != nil && r.Err != redis.Nil {
 		t.Fatalf("first command: %+v", r)
 	}
+	p.(*redisPool).w.wg.Wait() // the connections set up ahead of need
 	time.Sleep(150 * time.Millisecond)
 }
 
@@ -294,6 +295,7 @@ func TestSilentServerStillTimesOut(t *testing.T) {
 	if took := time.Since(start); r.Err == nil || took > 5*time.Second {
 		t.Fatalf("GET on a silent server: %+v after %v; want an error at about 150 ms", r, took)
 	}
+	p.(*redisPool).w.wg.Wait() // the connections set up ahead time out too
 	_, ok := Stats(p)
 	p.Close() // Pool.Close's own closes are not counted
 	if st, _ := Stats(p); st.Dials < 1 || st.Closed != st.Dials || st.TimedOut != st.Closed || !ok {
@@ -392,5 +394,79 @@ func TestCloseAfterSocketClosedUnderneath(t *testing.T) {
 	mu.Unlock()
 	if err := p.Close(); err != nil {
 		t.Fatalf("Close with a socket closed underneath: %v; want nil", err)
+	}
+}
+
+// TestOnePoolForBatches: a Pool from Dial keeps go-redis from opening a
+// second pool for pipelines (v9.23 makes one by default, with 128 KiB
+// buffers): a batch of one command and a batch of several would then run
+// on different connections, and when a starved process' batches grow from
+// one command to several, each Pool dialled new connections for them at
+// the worst moment (the overload harness: 9-10 dials at the onset of
+// starvation, against none for redsync). A caller who sizes the pipeline
+// pool or its buffers keeps it.
+func TestOnePoolForBatches(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		in   redis.Options
+		want int
+	}{
+		{"default", redis.Options{Addr: "127.0.0.1:1"}, -1},
+		{"sized", redis.Options{Addr: "127.0.0.1:1", PipelinePoolSize: 4}, 4},
+		{"buffers", redis.Options{Addr: "127.0.0.1:1", PipelineReadBufferSize: 1 << 16}, 0},
+	} {
+		p, err := Dial(&c.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := p.(*redisPool).c.(*redis.Client).Options().PipelinePoolSize
+		_ = p.Close()
+		if got != c.want {
+			t.Errorf("%s: the client's PipelinePoolSize is %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// TestDeadIdleConnectionsSkipped: the server side closed every connection
+// (a restart, a proxy's) while they sat idle; the next commands go out on
+// new ones. go-redis checks an idle connection before it reuses it,
+// through syscall.Conn; the Pool's connection wrapper hid it, so each dead
+// connection failed one command (with 4 connections set up ahead, the
+// re-sends of a release owed after a late yes met four of them in turn,
+// 1.5 s of back-off, TestLateYesReleaseNotDropped).
+func TestDeadIdleConnectionsSkipped(t *testing.T) {
+	m := miniredis.RunT(t)
+	m.Set("k", "v")
+	var mu sync.Mutex
+	var served []net.Conn
+	addr := fakeServer(t, func(c net.Conn) {
+		up, err := net.Dial("tcp", m.Addr())
+		if err != nil {
+			_ = c.Close()
+			return
+		}
+		mu.Lock()
+		served = append(served, c, up)
+		mu.Unlock()
+		go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+		_, _ = io.Copy(c, up)
+		_ = c.Close()
+	})
+	p, err := Dial(&redis.Options{Addr: addr}, WithRestartGuard(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	warm(t, p)
+	mu.Lock()
+	for _, c := range served {
+		_ = c.Close()
+	}
+	mu.Unlock()
+	time.Sleep(50 * time.Millisecond) // the FINs reach the client
+	for range 2 * maxExecutors {
+		if r := send(t, p, "k"); r.Err != nil || r.Str != "v" {
+			t.Fatalf("GET after the server side closed the idle connections: %+v, want \"v\"", r)
+		}
 	}
 }

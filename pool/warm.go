@@ -1,0 +1,64 @@
+package pool
+
+import (
+	"context"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// warmer sets up a Pool's connections ahead of need (see warm). Its zero
+// value is ready; the Pool's Close stops it (stop) and joins it (wg).
+type warmer struct {
+	once   sync.Once
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	cancel context.CancelFunc // of the warm-up in progress; nil when none
+	closed bool
+}
+
+// warm sets up, once, on a goroutine of its own, as many connections as the
+// Pool's two queues can use at once (2 × maxExecutors): a batch then rarely waits for a set-up, and one that a
+// starved process would otherwise do under its round (the second executor
+// of a queue, first needed when replies are slow) is done before. Only for
+// Pools from Dial and DialFailover (whose client is a *redis.Client);
+// nothing after stop.
+func (p *redisPool) warm() {
+	rc, ok := p.c.(*redis.Client)
+	if !ok || p.cs == nil {
+		return
+	}
+	p.w.once.Do(func() {
+		p.w.mu.Lock()
+		defer p.w.mu.Unlock()
+		if p.w.closed {
+			return
+		}
+		// The set-up's budget, and as much again for the PING's round
+		// trip after it.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*p.cs.setup)
+		p.w.cancel = cancel
+		p.w.wg.Go(func() {
+			defer cancel()
+			var wg sync.WaitGroup
+			for range 2 * maxExecutors {
+				// At once, on a pool with no connection yet: each dials
+				// one of its own, sets it up and leaves it idle.
+				wg.Go(func() { _ = rc.Ping(ctx).Err() })
+			}
+			wg.Wait()
+		})
+	})
+}
+
+// stop ends a warm-up in progress and keeps another from starting; the
+// Pool then closes its client, which ends the warm-up's reads, and waits
+// for it.
+func (w *warmer) stop() {
+	w.mu.Lock()
+	w.closed = true
+	if w.cancel != nil {
+		w.cancel()
+	}
+	w.mu.Unlock()
+}

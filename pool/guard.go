@@ -236,9 +236,31 @@ func (g *guard) checkRestart(f map[string]string) error {
 	if up >= g.restart {
 		return nil
 	}
-	return refused(fmt.Errorf("pool: %s: %w: up for %v only (run_id %s), below the restart guard of %v; it may have lost lock keys that have not expired yet, and counts again in %v (see pool.WithRestartGuard)",
-		g.name, ErrRestarted, up, f["run_id"], g.restart, g.restart-up))
+	return refused(&RestartError{Pool: g.name, RunID: f["run_id"], Uptime: up, Guard: g.restart})
 }
+
+// RestartError is the error of a connection the restart guard refused
+// (errors.Is(err, ErrRestarted) holds for it): the server Pool talks to had
+// been up for Uptime only (whole seconds, as INFO reports it), below the
+// guard's Guard, so it may have forgotten lock keys that have not expired
+// yet. It counts towards a quorum again after Guard − Uptime.
+type RestartError struct {
+	Pool   string // the Pool's name
+	RunID  string // the server's run_id
+	Uptime time.Duration
+	Guard  time.Duration
+}
+
+// Remaining is how long after the refusal the server counts again.
+func (e *RestartError) Remaining() time.Duration { return e.Guard - e.Uptime }
+
+func (e *RestartError) Error() string {
+	return fmt.Sprintf("pool: %s: %v: up for %v only (run_id %s), below the restart guard of %v; it may have lost lock keys that have not expired yet, and counts again in %v (see pool.WithRestartGuard)",
+		e.Pool, ErrRestarted, e.Uptime, e.RunID, e.Guard, e.Remaining())
+}
+
+// Is reports whether target is ErrRestarted.
+func (e *RestartError) Is(target error) bool { return target == ErrRestarted }
 
 func (g *guard) checkEviction(f map[string]string) error {
 	policy := f["maxmemory_policy"]

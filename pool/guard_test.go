@@ -72,6 +72,10 @@ func firstRefusal(t *testing.T, p pool.Pool, what string) error {
 			t.Fatalf("%s: attempt %d after the restart succeeded: the guard let a restarted server answer", what, i)
 		}
 		if errors.Is(err, pool.ErrRestarted) {
+			var re *pool.RestartError
+			if !errors.As(err, &re) || re.Uptime >= re.Guard || re.Remaining() <= 0 || re.Pool == "" {
+				t.Fatalf("%s: the refusal %v carries %+v; want a RestartError with an uptime below the guard", what, err, re)
+			}
 			return err
 		}
 		t.Logf("%s: attempt %d: %v", what, i, err)

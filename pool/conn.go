@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/golog"
 	"github.com/quorumlock/quorumlock/internal/stall"
 )
 
@@ -107,7 +108,7 @@ func (cs *conns) dialer(dial func(context.Context, string, string) (net.Conn, er
 		cn, err := dial(ctx, network, addr)
 		if err != nil {
 			cs.dialErrors.Add(1)
-			return nil, err
+			return nil, golog.Mark(err) // go-redis does not log it
 		}
 		cs.dials.Add(1)
 		c := &conn{Conn: cn, cs: cs, born: time.Now()}

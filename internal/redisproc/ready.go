@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/golog"
 )
 
 const (
@@ -114,13 +116,16 @@ func Ping(ctx context.Context, addr, password string) error {
 // empty), ContextTimeoutEnabled set and no retries: MaxRetries -1, and
 // DialerRetries 1 so that a command to a stopped server fails at once with
 // "connection refused" instead of after go-redis's default five dial
-// attempts. The caller closes it. It does not contact the server.
+// attempts; go-redis does not log its failed dials (internal/golog). The
+// caller closes it. It does not contact the server.
 func NewClient(addr, password string) *redis.Client {
-	return redis.NewClient(&redis.Options{
+	opt := &redis.Options{
 		Addr:                  addr,
 		Password:              password,
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
 		DialerRetries:         1,
-	})
+	}
+	opt.Dialer = golog.Dialer(redis.NewDialer(opt)) // a node the test killed is no news to log
+	return redis.NewClient(opt)
 }

@@ -660,7 +660,7 @@ func replyName(k ReplyKind) string {
 
 func checkS3(cfg Config, r *Report) {
 	if cfg.Audit == nil {
-		r.Skipped[S3] = "no MONITOR audit"
+		r.Skipped[S3] = "no MONITOR audit (Config.Audit, fed by StartMonitor per node)"
 		return
 	}
 	st := cfg.Audit.Stats()
@@ -685,7 +685,7 @@ func checkS4(byKey map[string][]*holding, sections []Section, holds map[string]*
 		elections = elections || x.election
 	}
 	if !cfg.Fencing && !elections {
-		r.Skipped[S4] = "fencing off"
+		r.Skipped[S4] = "fencing off (redlock.WithFencing(true) and Config.Fencing)"
 		return
 	}
 	for key, all := range byKey {
@@ -723,7 +723,7 @@ func checkS4(byKey map[string][]*holding, sections []Section, holds map[string]*
 // it, give or take those whose write is unsure.
 func checkS5(s snapshot, holds map[string]*holding, r *Report) {
 	if len(s.counters) == 0 {
-		r.Skipped[S5] = "no guarded counter recorded"
+		r.Skipped[S5] = "no guarded counter recorded (History.SetCounter)"
 		return
 	}
 	wrote, unsure := map[string]int64{}, map[string]int64{}
@@ -794,7 +794,7 @@ func checkL1(s snapshot, cfg Config, r *Report) {
 	}
 	if !s.scanned {
 		if len(s.probes) == 0 {
-			r.Skipped[L1] = "no holder died and no final scan"
+			r.Skipped[L1] = "no holder died and no final scan (History.Scan)"
 		}
 		return
 	}
@@ -861,7 +861,7 @@ type nodeToken struct {
 // SET or PEXPIRE that lands after the clean-up gave up is what this finds.
 func checkL2(s snapshot, cfg Config, r *Report) {
 	if !s.scanned && s.sweeps == 0 {
-		r.Skipped[L2] = "no final scan of the nodes and no sweep"
+		r.Skipped[L2] = "no final scan of the nodes and no sweep (History.Scan, History.AddSweep)"
 		return
 	}
 	j := newL2Judge(s, cfg, r)

@@ -333,9 +333,14 @@ func masterGuard(cfg *config, user func(context.Context, *redis.Conn) error) fun
 
 // DialURL is Dial for a URL such as "redis://user:password@host:6379/0" or
 // "rediss://host:6380" (TLS), as parsed by redis.ParseURL. The Pool's
-// default name is the URL's host:port, never its password.
+// default name is the URL's host:port, never its password. A URL that
+// does not parse is an error; one without a scheme ("host:port") says to
+// write "redis://host:port".
 func DialURL(url string, opts ...Option) (Pool, error) {
 	o, err := redis.ParseURL(url)
+	if err != nil && !strings.Contains(url, "://") {
+		return nil, fmt.Errorf("pool: DialURL(%q): not a URL; write redis://%s (or rediss:// for TLS), or use Dial with redis.Options{Addr: %q}", url, url, url)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pool: DialURL: %w", err)
 	}

@@ -182,6 +182,9 @@ func TestConstructors(t *testing.T) {
 	if _, err := Dial(&redis.Options{}); err == nil || !strings.Contains(err.Error(), "address") {
 		t.Fatalf("Dial without an address = %v", err)
 	}
+	if _, err := DialURL("127.0.0.1:17001"); err == nil || !strings.Contains(err.Error(), "redis://127.0.0.1:17001") {
+		t.Fatalf("DialURL of host:port: %v; want an error that suggests redis://127.0.0.1:17001", err)
+	}
 	if _, err := DialURL("http://x"); err == nil {
 		t.Fatal("DialURL accepted a non-redis URL")
 	}

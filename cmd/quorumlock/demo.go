@@ -157,6 +157,7 @@ func demo(ctx context.Context, e *env, args []string) int {
 	fmt.Fprintf(out, "quorumlock demo: %d workers contend for one lock on %d embedded Redis servers for %v;\n", *workers, demoNodes, *duration)
 	fmt.Fprintln(out, "each holder increments a counter, with its fencing token. Nodes are killed one by one")
 	fmt.Fprintln(out, "(1, 2, then 3 down: no quorum), then all revived.")
+	fmt.Fprintf(out, "Each second: failed: lock held = attempts that gave up after %v while another worker held the lock (waiting, not an error).\n", demoMaxWait)
 	fmt.Fprintln(out)
 
 	ctx, cancel := context.WithTimeout(ctx, *duration)
@@ -267,7 +268,8 @@ func demo(ctx context.Context, e *env, args []string) int {
 	counter, _ := strconv.ParseInt(value, 10, 64)
 	lost := st.written.Load() - counter
 	bad, first, last := fences.check()
-	order := fmt.Sprintf("strictly increasing (%d tokens, %d ... %d)", st.written.Load(), first, last)
+	order := fmt.Sprintf("strictly increasing (%d tokens, %d ... %d); the range is wider than the count:\n"+
+		"                           the counter also counts acquisitions that failed or wrote nothing", st.written.Load(), first, last)
 	if bad > 0 {
 		order = fmt.Sprintf("NOT increasing: %d tokens not above the one before", bad)
 	}
@@ -287,7 +289,7 @@ func demo(ctx context.Context, e *env, args []string) int {
 	fmt.Fprintf(out, "  stale writes refused:    %d\n", st.stale.Load())
 	fmt.Fprintf(out, "  other write errors:      %d\n", st.resErr.Load())
 	fmt.Fprintf(out, "  after the revival:       %s\n", after)
-	fmt.Fprintf(out, "  releases not confirmed:  %d\n", st.releaseErr.Load())
+	fmt.Fprintf(out, "  releases not confirmed:  %d (no quorum answered the release, as while 3 nodes were down: the lock expired with its TTL)\n", st.releaseErr.Load())
 	if lost != 0 || st.overlaps.Load() != 0 || bad != 0 {
 		fmt.Fprintln(out, "FAILED: the lock let two holders in")
 		return exitFailed

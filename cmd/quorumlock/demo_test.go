@@ -29,6 +29,8 @@ func TestDemo(t *testing.T) {
 		"lost updates:            0\n",
 		"overlapping holders:     0\n",
 		"fence order:             strictly increasing",
+		// a legend for what a newcomer cannot guess
+		"failed: lock held = attempts that gave up", "(no quorum answered the release", "also counts acquisitions that",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q", want)

@@ -63,8 +63,11 @@ func execCommand(ctx context.Context, e *env, args []string) int {
 	if code, ok := parseFlags(e, fs, args); !ok {
 		return code
 	}
-	if fs.NArg() == 0 {
+	switch left := fs.NArg(); {
+	case left == 0:
 		return usageError(e, "exec", errors.New("missing KEY and COMMAND: quorumlock exec KEY -- COMMAND [ARGS...]"))
+	case left < len(args) && args[len(args)-left-1] == "--": // "exec -- COMMAND": what follows "--" is the command
+		return usageError(e, "exec", fmt.Errorf("missing KEY before --: quorumlock exec KEY -- %s", strings.Join(fs.Args(), " ")))
 	}
 	key := fs.Arg(0)
 	if key == "" {
@@ -147,26 +150,23 @@ func acquire(ctx context.Context, e *env, name string, client *redlock.Client, k
 // exit status.
 func notAcquired(e *env, name, key string, err error, lf *lockFlags, n int) int {
 	if !errors.Is(err, redlock.ErrNotAcquired) { // not the lock's state: the setup is wrong
-		fmt.Fprintf(e.stderr, "quorumlock %s: %v\n", name, err)
+		fmt.Fprintf(e.stderr, "quorumlock %s: %s\n", name, cliTerms(err))
 		return exitUsage
 	}
 	qe, down := unreachable(err)
 	switch {
 	case down && authFailed(err):
-		fmt.Fprintf(e.stderr, "quorumlock %s: lock service unavailable: %v\n"+
-			"The nodes refused the password: check it (in the redis:// URLs of --addrs or %s, or in --password-file).\n", name, err, envAddrs)
+		fmt.Fprintf(e.stderr, "quorumlock %s: lock service unavailable: %s\n"+
+			"The nodes refused the password: check it (in the redis:// URLs of --addrs or %s, or in --password-file).\n", name, cliTerms(err), envAddrs)
 		return exitUnavailable
 	case down:
-		fmt.Fprintf(e.stderr, "quorumlock %s: lock service unavailable: %v\n"+
-			"Only %d of %d nodes answered, %d needed: check that the nodes named above are running and reachable from here,\n"+
-			"and that --addrs or %s lists them right.\n", name, err, answered(qe), n, qe.Quorum, envAddrs)
-		return exitUnavailable
+		return reportUnavailable(e, name, answered(qe), n, qe.Quorum, failures(qe), true)
 	}
 	hint := "use --wait to wait for it"
 	if lf.wait > 0 {
 		hint = fmt.Sprintf("waited %v; use a longer --wait to wait longer", lf.wait)
 	}
-	fmt.Fprintf(e.stderr, "quorumlock %s: lock %q not acquired: another holder has it (%s)\n  %v\n", name, key, hint, err)
+	fmt.Fprintf(e.stderr, "quorumlock %s: lock %q not acquired: another holder has it (%s)\n  %s\n", name, key, hint, cliTerms(err))
 	return lf.conflict
 }
 
@@ -261,7 +261,7 @@ loop:
 func release(e *env, l *redlock.Lock, lost bool) {
 	err := l.Release(context.Background())
 	if err != nil && !lost {
-		fmt.Fprintf(e.stderr, "quorumlock exec: releasing the lock %q: %v\n  It expires by itself within its TTL.\n", l.Key(), err)
+		fmt.Fprintf(e.stderr, "quorumlock exec: releasing the lock %q: %s\n  It expires by itself within its TTL.\n", l.Key(), cliTerms(err))
 	}
 }
 
@@ -287,13 +287,6 @@ func withoutLockVars(environ []string) []string {
 type signalError struct{ sig os.Signal }
 
 func (s signalError) Error() string { return "got " + signalName(s.sig) }
-
-// flagNames rewrites the option names in a redlock configuration error into
-// the command's flag names.
-func flagNames(err error) error {
-	r := strings.NewReplacer("WithTTL", "--ttl", "WithNodeTimeout", "--node-timeout", "WithMetadata", "--metadata", "redlock: ", "")
-	return errors.New(r.Replace(err.Error()))
-}
 
 // quiet drops go-redis' internal log lines.
 type quiet struct{}

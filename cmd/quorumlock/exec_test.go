@@ -102,8 +102,9 @@ func TestExec(t *testing.T) {
 		}
 		// A quorum, at least: the round is decided at 3, and the other
 		// nodes' replies may still be on their way.
-		if !regexp.MustCompile(`held: token ` + token[:8] + ` on [345] of 5 nodes, by "ci-job-7"`).MatchString(st.stdout.String()) {
-			t.Errorf("status does not show the lock held by %s:\n%s", token[:8], st.stdout.String())
+		own, _, _ := strings.Cut(token, "\x1d")
+		if !regexp.MustCompile(`held: token ` + regexp.QuoteMeta(own) + ` on [345] of 5 nodes, by "ci-job-7"`).MatchString(st.stdout.String()) {
+			t.Errorf("status does not show the lock held by %s:\n%s", own, st.stdout.String())
 		}
 		for _, want := range c.Addrs() {
 			if !strings.Contains(st.stdout.String(), want) {
@@ -229,6 +230,9 @@ func TestExec(t *testing.T) {
 			}
 			if !strings.Contains(p.stderr.String(), tc.stderr) {
 				t.Errorf("%s: stderr lacks %q:\n%s", tc.name, tc.stderr, p.stderr.String())
+			}
+			if goName := regexp.MustCompile(`\bWith[A-Z]\w+|\bpool\.`).FindString(p.stderr.String()); goName != "" {
+				t.Errorf("%s: stderr names the library's %s, not the command's flag:\n%s", tc.name, goName, p.stderr.String())
 			}
 			if strings.Contains(p.stdout.String(), "ran") {
 				t.Errorf("%s: the command ran", tc.name)
@@ -547,7 +551,7 @@ func TestStatusSessionLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := startCLI(t, nil, "status", nodeTimeout, "--addrs", addrs, key)
-	if code := st.wait(t); code != 0 || !regexp.MustCompile(`held: token `+l.Token()[:8]+` on [345] of 5 nodes`).MatchString(st.stdout.String()) {
+	if code := st.wait(t); code != 0 || !regexp.MustCompile(`held: token `+regexp.QuoteMeta(l.Token())+` on [345] of 5 nodes`).MatchString(st.stdout.String()) {
 		t.Fatalf("status of a session lock: exit %d\n%s", code, st.stdout.String())
 	}
 	rkey := redlock.DefaultKeyPrefix + "{" + key + "}"

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	wire "github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -22,8 +23,9 @@ its validity ended), exit 4. Another process can release it early with
 "quorumlock release KEY TOKEN". The output, one line each:
 
   key KEY
-  token TOKEN     (quoted as a Go string when it holds other than printable
-                   ASCII, as with --metadata; release takes either form)
+  token TOKEN     (the random part that identifies this holder, as status
+                   prints it; paste it as it is, without quotes: the
+                   --metadata description is not part of it)
   fence FENCE     (0 with --fencing=false)
 
 Example:
@@ -58,13 +60,25 @@ func holdCommand(ctx context.Context, e *env, args []string) int {
 	select {
 	case sig := <-e.signals:
 		if err := l.Release(context.Background()); err != nil {
-			fmt.Fprintf(e.stderr, "quorumlock hold: %s: releasing the lock %q: %v\n  It expires by itself within its TTL.\n", signalName(sig), key, err)
+			fmt.Fprintf(e.stderr, "quorumlock hold: %s: releasing the lock %q: %s\n  It expires by itself within its TTL.\n", signalName(sig), key, cliTerms(err))
 		}
 		return exitOK
 	case <-l.Done():
-		fmt.Fprintf(e.stderr, "quorumlock hold: lock %q lost: %v\n", key, l.Err())
+		fmt.Fprintf(e.stderr, "quorumlock hold: lock %q lost: %s\n", key, lossReason(client, l))
 		return exitLost
 	}
+}
+
+// lossReason says why the lock l was lost, as the nodes tell it now: they
+// hold another token or none (it was released or taken by another
+// process), or too few answer (its renewals failed, as logged above).
+func lossReason(client *redlock.Client, l *redlock.Lock) string {
+	in, _ := client.Inspect(context.Background(), l.Key()) // each node answers within --node-timeout
+	own, _ := wire.SplitToken(l.Token())
+	if in != nil && in.State != redlock.StateUnknown && in.Holder != own {
+		return "released or taken by another process (the nodes no longer hold its token)"
+	}
+	return "its renewals failed until its validity ended (see above)"
 }
 
 // newToken is a lock token: 128 random bits, as the library makes them,
@@ -82,15 +96,24 @@ func newToken() (string, error) {
 	}
 }
 
-// showToken is token as hold prints it: as is when it is printable ASCII
-// without spaces, else quoted as a Go string (readToken reads both).
+// showToken is how every command prints a token: its own part, without
+// the holder's description (--metadata) that travels after the byte 0x1d
+// (the own part alone identifies the holder, and release takes it), as is
+// when a shell passes it on unquoted (always, for the tokens quorumlock
+// and the library make), else quoted as a Go string (readToken reads both).
 func showToken(token string) string {
-	for _, r := range token {
-		if r <= ' ' || r > '~' || r == '"' {
-			return strconv.Quote(token)
+	own, _ := wire.SplitToken(token)
+	for _, r := range own {
+		if !shellSafe(r) {
+			return strconv.Quote(own)
 		}
 	}
-	return token
+	return own
+}
+
+// shellSafe reports whether a shell passes r on as it is, unquoted.
+func shellSafe(r rune) bool {
+	return 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("_.:@%+=/-", r)
 }
 
 // readToken reads a token as showToken printed it: whole with its quotes

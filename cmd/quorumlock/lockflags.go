@@ -69,7 +69,9 @@ func (f *lockFlags) register(fs *flag.FlagSet, what string) {
 func (f *lockFlags) registerAcquire(fs *flag.FlagSet) {
 	fs.Var(waitValue{&f.wait}, "wait", "how long to wait for the lock while another holder has it: 0 (one attempt), a duration,\nor forever (until a signal)")
 	fs.IntVar(&f.conflict, "conflict-exit", exitNotAcquired, "the exit status when another holder kept the lock (like flock -E), 1 to 255")
-	fs.BoolVar(&f.fencing, "fencing", true, "take a fencing token: one more round trip per acquisition;\nuse the same setting for every holder of KEY")
+	fs.BoolVar(&f.fencing, "fencing", true, "take a fencing token (QUORUMLOCK_FENCE): one more round trip per acquisition; use the same setting\n"+
+		"for every holder of KEY. It is on by default here, unlike the library (off there): a command\n"+
+		"cannot know in advance whether what it changes will check the token, and the round trip is small beside starting it")
 	fs.StringVar(&f.metadata, "metadata", "", "a description of this holder (host, job...) that status shows, at most 256 bytes;\nit travels in the token, after the byte 0x1d")
 }
 

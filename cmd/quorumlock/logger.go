@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/quorumlock/quorumlock/pool"
 )
 
 // lineHandler is a slog.Handler that writes one plain line per record at
@@ -25,7 +28,14 @@ func newLineHandler(w io.Writer, prefix string) *lineHandler {
 
 func (h *lineHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
 
+// Handle writes r as one line in the command's terms (see libraryTerms).
+// It drops a record about a node the restart guard refuses: the command
+// says that itself, in its terms, when the node's vote is missed
+// (reportUnavailable), and the library would log it as unreachable.
 func (h *lineHandler) Handle(_ context.Context, r slog.Record) error {
+	if guardRefusal(r) {
+		return nil
+	}
 	var b strings.Builder
 	b.WriteString(h.prefix)
 	b.WriteString(r.Message)
@@ -44,8 +54,19 @@ func (h *lineHandler) Handle(_ context.Context, r slog.Record) error {
 	b.WriteByte('\n')
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	_, err := io.WriteString(h.w, b.String())
+	_, err := io.WriteString(h.w, libraryTerms.Replace(b.String()))
 	return err
+}
+
+// guardRefusal reports whether r carries an error of the restart guard.
+func guardRefusal(r slog.Record) bool {
+	found := false
+	r.Attrs(func(a slog.Attr) bool {
+		err, ok := a.Value.Resolve().Any().(error)
+		found = ok && errors.Is(err, pool.ErrRestarted)
+		return !found
+	})
+	return found
 }
 
 func (h *lineHandler) WithAttrs(attrs []slog.Attr) slog.Handler {

@@ -15,12 +15,14 @@
 // are passed on to the command's process group.
 //
 // status shows, for each node, whether it answers, the token that holds
-// KEY there (shortened), the holder's description, its remaining TTL and
-// the key's fencing counter (--json: as one JSON object).
+// KEY there, the holder's description, its remaining TTL and the key's
+// fencing counter (--json: as one JSON object).
 //
 // hold acquires KEY, prints its key, token and fence, keeps it renewed until
-// a signal and then releases it; release releases KEY by the token hold
-// printed, from any process.
+// a signal and then releases it; release releases KEY by the token hold or
+// status printed, from any process. Every command prints a token in one
+// form, its random part (without the --metadata description), which a
+// shell passes on unquoted.
 //
 // demo starts 5 Redis servers inside its own process, runs workers that
 // contend for one lock and increment a fenced counter while nodes are

@@ -74,6 +74,18 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// TestExecMissingKey: "exec -- COMMAND" lacks the KEY, not the COMMAND:
+// after "--" comes the command (issue 36).
+func TestExecMissingKey(t *testing.T) {
+	for _, args := range [][]string{{"exec", "--", "true"}, {"exec", "--wait", "1s", "--", "true", "x"}} {
+		var out, errs bytes.Buffer
+		code := run(context.Background(), &env{stdout: &out, stderr: &errs}, args)
+		if code != exitUsage || !strings.Contains(errs.String(), "missing KEY") || strings.Contains(errs.String(), "missing COMMAND") {
+			t.Errorf("%q: status %d, want %d saying KEY is missing:\n%s", args, code, exitUsage, errs.String())
+		}
+	}
+}
+
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{
 		{"--help"}, {"help"}, {"-h"},
@@ -101,7 +113,8 @@ func TestHelp(t *testing.T) {
 		t.Error("exec --help promises increasing fencing tokens without their condition (docs/safety.md)")
 	}
 	for _, want := range []string{"QUORUMLOCK_TOKEN", "QUORUMLOCK_FENCE", "--grace", "--wait", "--ttl", "--fencing", "QUORUMLOCK_ADDRS",
-		"3       not acquired", "4       lock lost", "5       lock service unavailable", "2       bad usage"} {
+		"3       not acquired", "4       lock lost", "5       lock service unavailable", "2       bad usage",
+		"on by default here, unlike the library"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("exec --help lacks %q", want)
 		}

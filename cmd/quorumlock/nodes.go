@@ -214,27 +214,3 @@ func closePools(pools []pool.Pool) {
 		_ = p.Close()
 	}
 }
-
-// unreachable reports whether a failed acquisition failed because too few
-// nodes answered (rather than because another holder has the lock), and
-// returns the failed attempt's details.
-func unreachable(err error) (*redlock.QuorumError, bool) {
-	var qe *redlock.QuorumError
-	if !errors.As(err, &qe) {
-		return nil, false
-	}
-	return qe, errors.Is(err, redlock.ErrUnavailable)
-}
-
-// answered counts the nodes that gave an answer in a failed operation.
-func answered(qe *redlock.QuorumError) int {
-	n := 0
-	for _, r := range qe.Nodes {
-		switch r.Outcome {
-		case redlock.OutcomeError, redlock.OutcomeTimeout, redlock.OutcomeNotAsked:
-		default:
-			n++
-		}
-	}
-	return n
-}

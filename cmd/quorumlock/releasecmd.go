@@ -4,16 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
+	wire "github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
 const releaseSynopsis = `usage: quorumlock release [flags] KEY [--] TOKEN
 
-Release the lock KEY that TOKEN holds (as "quorumlock hold" printed it, or
-an exec'd command's QUORUMLOCK_TOKEN), from any process: a quorum of nodes
+Release the lock KEY that TOKEN holds, from any process: a quorum of nodes
 must first confirm the token (the lock lives --ttl more on them; an expired
-lock is never re-created), then the lock is released on every node.
+lock is never re-created), then the lock is released on every node. TOKEN
+is the token as "quorumlock hold" and "quorumlock status" print it (its
+random part, which identifies the holder: paste it as it is), or an exec'd
+command's whole QUORUMLOCK_TOKEN.
 
 Exit status: 0 released; 1 TOKEN does not hold KEY (it expired, was released,
 or another holder has it; a lock an auto-renewed library Client holds through
@@ -43,7 +47,7 @@ func releaseCommand(ctx context.Context, e *env, args []string) int {
 		return usageError(e, "release", err)
 	}
 	defer closeAll()
-	l, err := client.Resume(ctx, key, token)
+	l, err := client.Resume(ctx, key, holderToken(ctx, client, key, token))
 	if err == nil {
 		err = l.Release(ctx)
 	}
@@ -54,18 +58,33 @@ func releaseCommand(ctx context.Context, e *env, args []string) int {
 	return exitOK
 }
 
+// holderToken is the whole token of KEY's holder when token is its random
+// part alone (as hold and status print it) and the holder's token carries a
+// description (--metadata): the random part identifies the holder. Else,
+// or when the nodes cannot tell, it is token: Resume then checks it on the
+// nodes, which confirm the whole token, so a holder that changed meanwhile
+// is never released.
+func holderToken(ctx context.Context, client *redlock.Client, key, token string) string {
+	if strings.ContainsRune(token, wire.Meta) {
+		return token
+	}
+	in, _ := client.Inspect(ctx, key)
+	if in == nil || in.State != redlock.StateHeld || in.Holder != token || in.Metadata == "" {
+		return token
+	}
+	return token + string(wire.Meta) + in.Metadata
+}
+
 // notReleased reports why a release by token failed, and returns the exit
 // status.
 func notReleased(e *env, key string, err error, n int) int {
 	if qe, down := unreachable(err); down {
-		fmt.Fprintf(e.stderr, "quorumlock release: lock service unavailable: %v\n"+
-			"Only %d of %d nodes answered, %d needed.\n", err, answered(qe), n, qe.Quorum)
-		return exitUnavailable
+		return reportUnavailable(e, "release", answered(qe), n, qe.Quorum, failures(qe), true)
 	}
 	if errors.Is(err, redlock.ErrNotHeld) {
-		fmt.Fprintf(e.stderr, "quorumlock release: lock %q is not held by this token: %v\n", key, err)
+		fmt.Fprintf(e.stderr, "quorumlock release: lock %q is not held by this token: %s\n", key, cliTerms(err))
 		return exitFree
 	}
-	fmt.Fprintf(e.stderr, "quorumlock release: %v\n", err)
+	fmt.Fprintf(e.stderr, "quorumlock release: %s\n", cliTerms(err))
 	return exitUsage
 }

@@ -17,11 +17,12 @@ import (
 const statusSynopsis = `usage: quorumlock status [flags] KEY
 
 Show the lock KEY on every Redis master: whether the node answers, the token
-that holds KEY there (its first 8 characters), the holder's description (see
-exec --metadata), the remaining TTL, and the key's fencing counter. The last
+that holds KEY there (its random part, as hold prints it and release takes
+it), the holder's description (see exec --metadata), the remaining TTL, and
+the key's fencing counter. The last
 line says whether one token is on a quorum (the lock is held), on none (it
 is free), or whether too few nodes answered to tell. Nothing is changed on
-the nodes. With --json, the same as one JSON object (whole tokens).
+the nodes. With --json, the same as one JSON object.
 
 Exit status: 0 held, 1 free, 2 bad usage, 5 too few nodes answered to tell.
 
@@ -59,7 +60,7 @@ func status(ctx context.Context, e *env, args []string) int {
 	defer client.Close()
 	in, err := client.Inspect(ctx, pos[0])
 	if in == nil { // the setup is wrong: two addresses reach one server
-		fmt.Fprintf(e.stderr, "quorumlock status: %v\n", err)
+		fmt.Fprintf(e.stderr, "quorumlock status: %s\n", cliTerms(err))
 		return exitUsage
 	}
 	if *asJSON {
@@ -73,8 +74,13 @@ func status(ctx context.Context, e *env, args []string) int {
 	case redlock.StateFree:
 		return exitFree
 	}
-	fmt.Fprintf(e.stderr, "quorumlock status: only %d of %d nodes answered, %d needed: check that the nodes marked \"no\" are running and reachable,\nand that --addrs or %s lists them right\n", in.Answered, len(in.Nodes), in.Quorum, envAddrs)
-	return exitUnavailable
+	var failed []nodeFailure
+	for _, n := range in.Nodes {
+		if n.Err != nil {
+			failed = append(failed, nodeFailure{n.Node, n.Err})
+		}
+	}
+	return reportUnavailable(e, "status", in.Answered, len(in.Nodes), in.Quorum, failed, false)
 }
 
 // printInspection prints a table of the nodes and the summary line.
@@ -84,7 +90,7 @@ func printInspection(e *env, in *redlock.Inspection) {
 	fmt.Fprintln(tw, "NODE\tREACHABLE\tHOLDER\tTTL\tFENCE\tMETADATA")
 	for _, n := range in.Nodes {
 		if n.Err != nil {
-			fmt.Fprintf(tw, "%s\tno\t-\t-\t-\t-  %v\n", n.Node, n.Err)
+			fmt.Fprintf(tw, "%s\tno\t-\t-\t-\t-  %s\n", n.Node, cliTerms(n.Err))
 			continue
 		}
 		holder, ttl, meta := nodeHolders(n)
@@ -103,14 +109,14 @@ func printInspection(e *env, in *redlock.Inspection) {
 	case in.State == redlock.StateHeld && in.Holder == "":
 		fmt.Fprintf(e.stdout, "held shared: %d holders on a quorum (the most agreed: %d of %d nodes):", len(in.Shared), in.Agreed, len(in.Nodes))
 		for _, h := range in.Shared {
-			fmt.Fprintf(e.stdout, " %s", short(h.Token))
+			fmt.Fprintf(e.stdout, " %s", showToken(h.Token))
 			if h.Metadata != "" {
 				fmt.Fprintf(e.stdout, " (by %q)", h.Metadata)
 			}
 		}
 		fmt.Fprintln(e.stdout)
 	case in.State == redlock.StateHeld:
-		fmt.Fprintf(e.stdout, "held: token %s on %d of %d nodes", short(in.Holder), in.Agreed, len(in.Nodes))
+		fmt.Fprintf(e.stdout, "held: token %s on %d of %d nodes", showToken(in.Holder), in.Agreed, len(in.Nodes))
 		if in.Metadata != "" {
 			fmt.Fprintf(e.stdout, ", by %q", in.Metadata)
 		}
@@ -134,7 +140,7 @@ func nodeHolders(n redlock.NodeInspection) (holder, ttl, meta string) {
 		ttl = "?"
 	}
 	if n.Token != "" {
-		holder = short(n.Token)
+		holder = showToken(n.Token)
 		if n.Metadata != "" {
 			meta = strconv.Quote(n.Metadata)
 		}
@@ -142,7 +148,7 @@ func nodeHolders(n redlock.NodeInspection) (holder, ttl, meta string) {
 	}
 	var tokens, metas []string
 	for _, h := range n.Shared {
-		tokens = append(tokens, short(h.Token))
+		tokens = append(tokens, showToken(h.Token))
 		if h.Metadata != "" {
 			metas = append(metas, strconv.Quote(h.Metadata))
 		}
@@ -152,14 +158,6 @@ func nodeHolders(n redlock.NodeInspection) (holder, ttl, meta string) {
 		meta = strings.Join(metas, ",")
 	}
 	return holder, ttl, meta
-}
-
-// short is the first 8 characters of a token: enough to tell holders apart.
-func short(token string) string {
-	if len(token) > 8 {
-		return token[:8]
-	}
-	return token
 }
 
 // statusJSON is status --json's output.

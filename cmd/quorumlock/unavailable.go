@@ -1,0 +1,79 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/quorumlock/quorumlock/pool"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// nodeFailure is one node that did not answer an operation, and why.
+type nodeFailure struct {
+	node string
+	err  error
+}
+
+// failures are the nodes of qe that did not answer (an error, a timeout,
+// or not asked because the connection check refused them).
+func failures(qe *redlock.QuorumError) []nodeFailure {
+	var out []nodeFailure
+	for _, r := range qe.Nodes {
+		switch r.Outcome {
+		case redlock.OutcomeError, redlock.OutcomeTimeout, redlock.OutcomeNotAsked:
+			out = append(out, nodeFailure{r.Node, r.Err})
+		}
+	}
+	return out
+}
+
+// reportUnavailable reports on stderr that too few nodes answered command
+// name's operation (answered of total, quorum needed), and returns
+// exitUnavailable. The nodes the restart guard keeps out come first, each
+// with when it votes and the flag that sets the guard (withFlag: the
+// command has --restart-guard); then the other failed nodes and what to
+// check, only when there are any.
+func reportUnavailable(e *env, name string, answered, total, quorum int, failed []nodeFailure, withFlag bool) int {
+	var others []nodeFailure
+	for _, f := range failed {
+		var re *pool.RestartError
+		if !errors.As(f.err, &re) {
+			others = append(others, f)
+			continue
+		}
+		how := fmt.Sprintf("the restart guard of %v keeps a freshly restarted server out", re.Guard)
+		if withFlag {
+			how = fmt.Sprintf("--restart-guard %v; use --restart-guard 0 for test servers", re.Guard)
+		}
+		fmt.Fprintf(e.stderr, "quorumlock %s: node %s started %v ago; it votes in %v (%s)\n", name, f.node, re.Uptime, re.Remaining(), how)
+	}
+	kept := ""
+	if n := len(failed) - len(others); n > 0 {
+		kept = fmt.Sprintf(" (%d kept out by the restart guard, above)", n)
+	}
+	fmt.Fprintf(e.stderr, "quorumlock %s: lock service unavailable: only %d of %d nodes answered, %d needed%s\n", name, answered, total, quorum, kept)
+	if len(others) == 0 {
+		return exitUnavailable
+	}
+	for _, f := range others {
+		fmt.Fprintf(e.stderr, "  node %s: %s\n", f.node, cliTerms(f.err))
+	}
+	fmt.Fprintf(e.stderr, "Check that these nodes are running and reachable from here, and that --addrs or %s lists them right.\n", envAddrs)
+	return exitUnavailable
+}
+
+// unreachable reports whether a failed operation failed because too few
+// nodes answered (rather than because another holder has the lock), and
+// returns its details.
+func unreachable(err error) (*redlock.QuorumError, bool) {
+	var qe *redlock.QuorumError
+	if !errors.As(err, &qe) {
+		return nil, false
+	}
+	return qe, errors.Is(err, redlock.ErrUnavailable)
+}
+
+// answered counts the nodes that gave an answer in a failed operation.
+func answered(qe *redlock.QuorumError) int {
+	return len(qe.Nodes) - len(failures(qe))
+}

@@ -46,7 +46,9 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock
 // When ctx ends, the error matches both ErrNotAcquired and ctx.Err(); when
 // the budget is spent, it matches ErrNotAcquired. Either way errors.As finds
 // the *QuorumError of the last attempt that reached the nodes, if one did.
-// Errors that do not match ErrNotAcquired are TryLock's, returned at once.
+// Errors that do not match ErrNotAcquired are TryLock's, returned at once,
+// and so is one that matches ErrAuth: the nodes refused the Client's
+// credentials or rights, which waiting does not change.
 // Lock is safe for concurrent use.
 func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	cfg, err := c.acquireConfig(key, opts)
@@ -81,7 +83,7 @@ func (c *Client) waitFor(ctx context.Context, t *target, cfg *config, cl *call) 
 			return nil, fmt.Errorf("redlock: acquire %q: stopped after %d attempts: %w; last attempt: %w", key, attempt, err, last)
 		}
 		l, err := c.try(ctx, t, cfg, s.ln, cl)
-		if err == nil || !errors.Is(err, ErrNotAcquired) {
+		if err == nil || !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrAuth) {
 			s.won = err == nil
 			return l, err
 		}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,15 +62,8 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	if len(pools) == 0 {
 		return nil, errors.New("redlock: New: no pools; pass one pool.Pool per independent Redis master (at least 3 to survive one failure, 5 recommended)")
 	}
-	seen := make(map[string]int, len(pools))
-	for i, p := range pools {
-		if p == nil {
-			return nil, fmt.Errorf("redlock: New: pool %d is nil", i)
-		}
-		if j, dup := seen[p.Name()]; dup {
-			return nil, fmt.Errorf("redlock: New: pools %d and %d are both named %q: each pool must be a different Redis master (with WithName, give each a distinct name)", j, i, p.Name())
-		}
-		seen[p.Name()] = i
+	if err := checkPools(pools); err != nil {
+		return nil, err
 	}
 	base := defaultConfig()
 	cfg, err := base.apply(len(pools), opts)
@@ -104,6 +100,48 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	c.ids.init(len(pools))
 	c.health = newHealth(cfg.logger, len(pools))
 	return c, nil
+}
+
+// checkPools refuses a nil pool and two pools of one name. Only two
+// different Pools whose names are not addresses may be two masters given
+// the same name (WithName); the same Pool twice, or two Pools of one address,
+// are one server counted twice, which a new name would only hide.
+func checkPools(pools []pool.Pool) error {
+	seen := make(map[string]int, len(pools))
+	for i, p := range pools {
+		if p == nil {
+			return fmt.Errorf("redlock: New: pool %d is nil", i)
+		}
+		j, dup := seen[p.Name()]
+		seen[p.Name()] = i
+		switch {
+		case !dup:
+		case samePool(p, pools[j]):
+			return fmt.Errorf("redlock: New: pools %d and %d are the same Pool (%q): a server counted twice breaks the quorum; pass each Redis master's Pool once", j, i, p.Name())
+		case isAddr(p.Name()):
+			return fmt.Errorf("redlock: New: pools %d and %d both reach %s: a server counted twice breaks the quorum; pass one Pool per independent Redis master", j, i, p.Name())
+		default:
+			return fmt.Errorf("redlock: New: pools %d and %d are both named %q: each pool must be a different Redis master (if they are, give each a distinct name with pool.WithName)", j, i, p.Name())
+		}
+	}
+	return nil
+}
+
+// samePool reports whether a and b are one Pool (false for Pools of a type
+// that cannot be compared).
+func samePool(a, b pool.Pool) bool {
+	return reflect.TypeOf(a) == reflect.TypeOf(b) && reflect.TypeOf(a).Comparable() && a == b
+}
+
+// isAddr reports whether name is a host:port address, as a Pool's name is
+// unless set with pool.WithName.
+func isAddr(name string) bool {
+	_, port, err := net.SplitHostPort(name)
+	if err != nil {
+		return false
+	}
+	_, err = strconv.ParseUint(port, 10, 16)
+	return err == nil
 }
 
 // callPool runs op on pool i through its synchronous methods: the path of

@@ -10,9 +10,23 @@
 // certain; an acquisition that misses its quorum takes its token back from
 // every master that may hold it. docs/design.md describes the mechanism.
 //
-//	c, err := redlock.New(pools) // one pool.Pool per Redis master
+//	var pools []pool.Pool // one per independent Redis master
+//	for _, addr := range []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"} {
+//		p, err := pool.Dial(&redis.Options{Addr: addr})
+//		if err != nil {
+//			return err
+//		}
+//		defer p.Close()
+//		pools = append(pools, p)
+//	}
+//	c, err := redlock.New(pools)
+//	if err != nil {
+//		return err
+//	}
+//	defer c.Close()
 //	err = c.Do(ctx, "orders:42", func(ctx context.Context) error {
 //		// ... work; ctx ends (cause ErrLockLost) if the lock is lost ...
+//		return nil
 //	})
 //
 // Do is the recommended way: it waits for the lock, renews it while the
@@ -24,11 +38,15 @@
 // # Errors
 //
 // Failures to reach a quorum are *QuorumError values that list every node's
-// outcome (ok, taken, not held, error, timeout, not asked, pending), its
-// error and its latency. They match ErrNotAcquired (acquire) or ErrNotHeld
-// (extend, release, held) with errors.Is. When the caller's context ends,
-// the error also matches ctx.Err(). Bad input (an empty key, an option out
-// of range, pools that are nil, duplicated, or reach the same server) is
+// outcome (ok, taken, not held, error, timeout, not asked, or pending: not
+// waited for once the outcome was certain), its error and its latency. They
+// match ErrNotAcquired (acquire) or ErrNotHeld (extend, release, held) with
+// errors.Is. When the caller's context ends, the error also matches
+// ctx.Err(). ErrUnavailable tells that too few nodes answered, and ErrAuth
+// that too many refused the pools' credentials or rights (a wrong or missing
+// password, an ACL user without a needed command): Lock and Do return that
+// one at once rather than retry. Bad input (an empty key, an option out of
+// range, pools that are nil, duplicated, or reach the same server) is
 // reported before any I/O, or at first use for servers reached under two
 // names, with an error that says what to change; it never matches
 // ErrNotAcquired, so Lock does not retry it.

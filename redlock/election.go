@@ -174,28 +174,43 @@ func (c *Client) untilFree(ctx context.Context, cfg *config, key string, delay t
 // (the WithRetryBackoff maximum), so a leader that lasts less than that may
 // go unreported. A reader that falls behind is sent the latest leader, not
 // every one. The channel is closed, and the goroutine behind it ends, when
-// ctx ends or the Client closes. Options apply as to Leader. An empty name
-// or an invalid option closes the channel at once. Safe for concurrent use.
+// ctx ends or the Client closes. Options apply as to Leader. An empty name,
+// an invalid option or a closed Client closes the channel at once and logs
+// the error (WithLogger); use Watch to get that error instead. Safe for
+// concurrent use.
 func (c *Client) Observe(ctx context.Context, name string, opts ...Option) <-chan Leadership {
-	ch := make(chan Leadership, 1)
+	ch, err := c.Watch(ctx, name, opts...)
+	if err != nil {
+		c.cfg.logger.Error(err.Error(), "election", name)
+		closed := make(chan Leadership)
+		close(closed)
+		return closed
+	}
+	return ch
+}
+
+// Watch is Observe that refuses bad input with an error: it returns a nil
+// channel and an error for an empty name or an invalid option (before any
+// I/O), and ErrClosed once Close has begun; otherwise the channel as
+// Observe returns it, and nil. Safe for concurrent use.
+func (c *Client) Watch(ctx context.Context, name string, opts ...Option) (<-chan Leadership, error) {
 	cfg, err := c.electionConfig("observe", name, opts)
 	if err != nil {
-		close(ch)
-		return ch
+		return nil, err
 	}
 	ctx, stop := context.WithCancel(ctx)
 	if !c.watch(&stop) {
 		stop()
-		close(ch)
-		return ch
+		return nil, ErrClosed
 	}
+	ch := make(chan Leadership, 1)
 	go func() {
 		defer c.wg.Done()
 		defer close(ch)
 		defer c.unwatch(&stop)
 		c.watchLeader(ctx, cfg, name, ch)
 	}()
-	return ch
+	return ch, nil
 }
 
 // watch registers an Observe loop, which Close ends with stop, and counts

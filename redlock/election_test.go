@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -121,6 +122,32 @@ func TestElectionBadInput(t *testing.T) {
 	}
 	if _, ok := <-c.Observe(ctx, ""); ok {
 		t.Error("Observe with an empty name sent a leader")
+	}
+}
+
+// TestObserveRefusesEmptyName: an empty name is refused as every other call
+// refuses it: Watch returns the error, and Observe, whose channel closes at
+// once, logs it.
+func TestObserveRefusesEmptyName(t *testing.T) {
+	e := newEnv(t, 5)
+	var buf lockedBuffer
+	c := e.client(WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	ctx := context.Background()
+	_, _, want := c.Leader(ctx, "")
+	if ch, err := c.Watch(ctx, ""); err == nil || ch != nil || err.Error() != strings.Replace(want.Error(), "leader", "observe", 1) {
+		t.Errorf("Watch with an empty name = %v, %v; want a nil channel and the error Leader gives (%v)", ch, err, want)
+	}
+	if _, ok := <-c.Observe(ctx, ""); ok {
+		t.Error("Observe with an empty name sent a leader")
+	}
+	if out := buf.String(); !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "empty") {
+		t.Errorf("Observe with an empty name logged %q; want the error", out)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Watch(ctx, "el"); !errors.Is(err, ErrClosed) {
+		t.Errorf("Watch after Close = %v, want ErrClosed", err)
 	}
 }
 

@@ -35,8 +35,18 @@ var (
 	// lock service is unavailable, which "taken" or "not held" is not.
 	// A round decided before every node answered counts only the failures
 	// it saw; an acquire round that the caller's context ended before the
-	// node timeout does not match it.
+	// node timeout does not match it, nor does one that matches ErrAuth
+	// (the nodes answered, refusing this Client).
 	ErrUnavailable = errors.New("redlock: too few nodes answered")
+	// ErrAuth is matched by a *QuorumError (with errors.Is) when so many
+	// nodes refused this Client's credentials or rights (WRONGPASS,
+	// NOAUTH, NOPERM, or the protocol error a server gives a connection
+	// that did not authenticate) that the others could not have made a
+	// quorum: a configuration error, not an outage. Lock, LockAll, Do and
+	// a semaphore's Acquire and Do return it at once instead of retrying;
+	// a failed acquire's error still matches ErrNotAcquired too. A refusal
+	// by fewer nodes is no error: it is logged once per node (WithLogger).
+	ErrAuth = errors.New("redlock: refused by the nodes: check the pools' password, user and ACL rules")
 )
 
 // Outcome is what one node did in one operation.
@@ -119,25 +129,11 @@ func (e *QuorumError) gone() bool { return e.count(OutcomeNotHeld) > len(e.Nodes
 
 func (e *QuorumError) Error() string {
 	var b strings.Builder
-	verb := "confirmed the token"
-	switch e.Op {
-	case "acquire":
-		verb = "agreed"
-	case "locked":
-		verb = "answered"
-	}
-	if e.Phase != "" {
-		verb = "confirmed the token"
-		fmt.Fprintf(&b, "redlock: %s %q (%s): %d of %d nodes %s", e.Op, e.Key, e.Phase, e.Agreed(), len(e.Nodes), verb)
+	refusal := e.refusedQuorum()
+	if refusal {
+		e.writeRefusal(&b)
 	} else {
-		fmt.Fprintf(&b, "redlock: %s %q: %d of %d nodes %s", e.Op, e.Key, e.Agreed(), len(e.Nodes), verb)
-	}
-	if e.Op == "locked" {
-		fmt.Fprintf(&b, ", too few to tell whether one token is on %d", e.Quorum)
-	} else if e.Agreed() >= e.Quorum {
-		fmt.Fprintf(&b, " but the round took %v, leaving no validity (%v)", e.Elapsed.Round(time.Microsecond), e.Validity)
-	} else {
-		fmt.Fprintf(&b, ", %d needed", e.Quorum)
+		e.writeSummary(&b)
 	}
 	sep := " ("
 	for _, r := range e.Nodes {
@@ -147,14 +143,17 @@ func (e *QuorumError) Error() string {
 		b.WriteString(sep)
 		sep = "; "
 		b.WriteString(r.Node)
-		b.WriteByte(' ')
-		b.WriteString(r.Outcome.String())
 		switch {
+		case r.Outcome == OutcomePending:
+			b.WriteString(" not waited for: the round was decided without it")
 		case r.Outcome == OutcomeTimeout:
-			fmt.Fprintf(&b, " after %v", r.Latency.Round(time.Microsecond))
+			fmt.Fprintf(&b, " timeout after %v", r.Latency.Round(time.Microsecond))
+		case r.Err != nil && refusal && authRefusal(r.Err) != "": // said above
+			fmt.Fprintf(&b, " %s: %s", r.Outcome, replyText(r.Err))
 		case r.Err != nil:
-			b.WriteString(": ")
-			b.WriteString(r.Err.Error())
+			fmt.Fprintf(&b, " %s: %s", r.Outcome, nodeErrText(r.Err))
+		default:
+			fmt.Fprintf(&b, " %s", r.Outcome)
 		}
 	}
 	if sep == "; " {
@@ -163,12 +162,41 @@ func (e *QuorumError) Error() string {
 	return b.String()
 }
 
-// Is reports whether target is ErrUnavailable and so many nodes failed
-// that no quorum could have been reached (see ErrUnavailable). A round that
-// the caller's context ended is not unavailable: its nodes had less time
-// than the node timeout.
+// writeSummary writes how many nodes agreed, of how many needed.
+func (e *QuorumError) writeSummary(b *strings.Builder) {
+	verb := "confirmed the token"
+	switch e.Op {
+	case "acquire":
+		verb = "agreed"
+	case "locked":
+		verb = "answered"
+	}
+	if e.Phase != "" {
+		verb = "confirmed the token"
+		fmt.Fprintf(b, "redlock: %s %q (%s): %d of %d nodes %s", e.Op, e.Key, e.Phase, e.Agreed(), len(e.Nodes), verb)
+	} else {
+		fmt.Fprintf(b, "redlock: %s %q: %d of %d nodes %s", e.Op, e.Key, e.Agreed(), len(e.Nodes), verb)
+	}
+	if e.Op == "locked" {
+		fmt.Fprintf(b, ", too few to tell whether one token is on %d", e.Quorum)
+	} else if e.Agreed() >= e.Quorum {
+		fmt.Fprintf(b, " but the round took %v, leaving no validity (%v)", e.Elapsed.Round(time.Microsecond), e.Validity)
+	} else {
+		fmt.Fprintf(b, ", %d needed", e.Quorum)
+	}
+}
+
+// Is reports whether target is ErrAuth and so many nodes refused the
+// Client's credentials or rights that no quorum was possible (see ErrAuth),
+// or whether target is ErrUnavailable and so many nodes failed that no
+// quorum could have been reached (see ErrUnavailable). A round that the
+// caller's context ended is not unavailable: its nodes had less time than
+// the node timeout; nor is one that matches ErrAuth.
 func (e *QuorumError) Is(target error) bool {
-	if target != ErrUnavailable || e.cut {
+	if target == ErrAuth {
+		return e.refusedQuorum()
+	}
+	if target != ErrUnavailable || e.cut || e.refusedQuorum() {
 		return false
 	}
 	failed := e.count(OutcomeError) + e.count(OutcomeTimeout) + e.count(OutcomeNotAsked)

@@ -73,10 +73,19 @@ func (h *health) failed(i int, name string, err error) {
 	n.failed++
 	since := n.since
 	n.mu.Unlock()
-	if log {
-		h.log.Warn(fmt.Sprintf("redlock: node %s unreachable since %s (%d shorter outages since the last one logged were not); keys this Client could not release there expire with their TTL; further failures are counted, not logged, until it answers", name, since.Format(time.RFC3339Nano), quiet),
-			"pool", name, "since", since, "err", err, "unlogged_outages", quiet)
+	if !log {
+		return
 	}
+	unlogged := ""
+	switch quiet {
+	case 0:
+	case 1:
+		unlogged = " (after 1 shorter outage, not logged)"
+	default:
+		unlogged = fmt.Sprintf(" (after %d shorter outages, not logged)", quiet)
+	}
+	h.log.Warn(fmt.Sprintf("redlock: node %s unreachable since %s%s; keys this Client could not release there expire with their TTL; further failures are counted, not logged, until it answers", name, since.Format(time.RFC3339Nano), unlogged),
+		"pool", name, "since", since, "err", err, "unlogged_outages", quiet)
 }
 
 // begin starts an outage of n at now (n.mu held): it reports whether to
@@ -94,9 +103,14 @@ func (n *nodeHealth) begin(now time.Time) (log bool, quiet int) {
 }
 
 // refused logs node name's error reply err, unless one of its kind (its
-// first word: NOPERM, OOM...) was logged less than refusalEvery ago.
+// first word: OOM, READONLY...; all refusals of the Client's credentials
+// or rights are one kind) was logged less than refusalEvery ago.
 func (h *health) refused(i int, name string, err error) {
 	kind, _, _ := strings.Cut(err.Error(), " ")
+	what := authRefusal(err)
+	if what != "" {
+		kind = "auth"
+	}
 	n := &h.nodes[i]
 	now := time.Now()
 	n.mu.Lock()
@@ -109,7 +123,12 @@ func (h *health) refused(i int, name string, err error) {
 		n.refusal[kind] = now
 	}
 	n.mu.Unlock()
-	if log {
+	switch {
+	case !log:
+	case what != "": // the command wrote nothing
+		h.log.Warn(fmt.Sprintf("redlock: node %s refuses this Client: %s (%v); operations go on while the other nodes can make a quorum; check the pool's password, user and ACL rules; logged once per %v", name, what, err, refusalEvery),
+			"pool", name, "err", err)
+	default:
 		h.log.Warn(fmt.Sprintf("redlock: node %s refuses a lock command: %v; its key there expires with its TTL; this kind of refusal is logged once per %v", name, err, refusalEvery),
 			"pool", name, "err", err)
 	}

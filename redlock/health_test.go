@@ -53,6 +53,9 @@ func TestNodeOutageLoggedOnce(t *testing.T) {
 	if n := strings.Count(out, "node2 unreachable since"); n != 1 {
 		t.Fatalf("the outage of node2 was logged %d times, want once:\n%s", n, out)
 	}
+	if strings.Contains(out, "0 shorter outages") {
+		t.Fatalf("the first outage's line counts the unlogged outages before it, which were none:\n%s", out)
+	}
 	e.nodes[2].fault.setErr(nil)
 	// Rounds decided before node2 answered do not see its answer; the
 	// releases the Client sends again in the background do, within about

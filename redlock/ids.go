@@ -194,7 +194,7 @@ func (v *identities) verifyLocked(c *Client, cfg *config, i int, id string, err 
 		return
 	}
 	if err != nil {
-		v.errs[i] = fmt.Errorf("identity (INFO server run_id) not verified: %w", err)
+		v.errs[i] = fmt.Errorf("%w (its identity, INFO server run_id, is not verified yet)", err) // the cause first
 		return
 	}
 	if dup := v.sameAs(i, id); dup >= 0 { // never verified: it must not count twice

@@ -103,22 +103,36 @@ var opInspect = &opSpec{name: "inspect", kind: node.Inspect}
 // when ctx ended before every node answered. It returns ErrClosed once
 // Close has begun, a plain error for an empty key or an invalid option
 // (before any I/O), and nil with the error of pools that reach the same
-// server (see New). Inspect is safe for concurrent use.
+// server (see New). It returns nil and an error for the name of a
+// Semaphore whose count a node declares, unless a lock of that key is held:
+// a semaphore's permits are not its name's key (Semaphore.Inspect reads
+// them). Inspect is safe for concurrent use.
 func (c *Client) Inspect(ctx context.Context, key string, opts ...Option) (*Inspection, error) {
 	cfg, err := c.callConfig("inspect", key, opts)
 	if err != nil {
 		return nil, err
 	}
-	return c.inspect(ctx, cfg, key)
+	in, err := c.inspect(ctx, cfg, key)
+	if err != nil || in.State == StateHeld {
+		return in, err
+	}
+	if err := c.semaphoreName(ctx, cfg, key); err != nil {
+		return nil, err
+	}
+	return in, nil
 }
 
-// inspect is Inspect with cfg.
+// inspect is Inspect with cfg, without the semaphore check.
 func (c *Client) inspect(ctx context.Context, cfg *config, key string) (*Inspection, error) {
+	return c.inspectKey(ctx, cfg, key, c.redisKey(cfg, key))
+}
+
+// inspectKey is inspect of the Redis key rkey, named key.
+func (c *Client) inspectKey(ctx context.Context, cfg *config, key, rkey string) (*Inspection, error) {
 	if err := c.begin(ctx, cfg); err != nil {
 		return nil, err
 	}
 	defer c.wg.Done()
-	rkey := c.redisKey(cfg, key)
 	in := &Inspection{Key: key, RedisKey: rkey, Quorum: cfg.quorumOf(len(c.pools)), Nodes: make([]NodeInspection, len(c.pools))}
 	if err := ctx.Err(); err != nil { // ended before any I/O: ask nobody
 		for i, r := range c.newResults() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -39,10 +40,36 @@ func (ls *lease) end(cause error) {
 
 // cause is why a lock that is no longer held ended; l.mu must be held.
 func (l *Lock) causeLocked() error {
-	if l.lost {
+	switch {
+	case l.lost && l.lossErr != nil:
+		return l.lossErr
+	case l.lost:
 		return ErrLockLost
 	}
 	return ErrReleased
+}
+
+// loseLocked ends a held lock as lost, as endLocked(true) does, for the
+// reason why ("" when the last renewal's failure says it all): Err and the
+// lease's cause then say why, led by the last failed renewal, which names
+// the nodes that failed. It reports whether the lock was held until now, and
+// the reason. l.mu must be held.
+func (l *Lock) loseLocked(why string) (bool, string) {
+	if l.released || l.lost {
+		return l.endLocked(true), ""
+	}
+	var parts []string
+	if l.lastFail != nil {
+		parts = append(parts, "the last renewal failed: "+strings.TrimPrefix(l.lastFail.Error(), "redlock: "))
+	}
+	if why != "" {
+		parts = append(parts, why)
+	}
+	why = strings.Join(parts, "; ")
+	if why != "" {
+		l.lossErr = fmt.Errorf("%w: %s", ErrLockLost, why)
+	}
+	return l.endLocked(true), why
 }
 
 // leaseLocked returns the lock's lease, creating it on first use; l.mu must
@@ -74,9 +101,9 @@ func (l *Lock) expire() {
 		l.mu.Unlock()
 		return
 	}
-	l.endLocked(true)
+	_, why := l.loseLocked("validity ran out")
 	l.mu.Unlock()
-	l.c.lostLock(l, "validity ran out")
+	l.c.lostLock(l, why)
 }
 
 // endLocked ends a held lock: lost (sticky: a later release keeps it lost)
@@ -118,19 +145,24 @@ func (l *Lock) Done() <-chan struct{} {
 	return l.leaseLocked().ctx.Done()
 }
 
-// Err returns nil while the lock is held, ErrLockLost once it was lost (also
-// when it was released afterwards), and ErrReleased after Release (or
-// Client.Close) of a lock that was held. Safe for concurrent use.
+// Err returns nil while the lock is held, an error matching ErrLockLost once
+// it was lost (also when it was released afterwards), which says why (the
+// last failed renewal, with each node's outcome), and ErrReleased after
+// Release (or Client.Close) of a lock that was held. Safe for concurrent
+// use.
 func (l *Lock) Err() error {
 	l.mu.Lock()
-	lostNow := !l.released && !l.lost && !l.cfg.now().Before(l.deadlineLocked()) && l.endLocked(true)
+	lostNow, why := false, ""
+	if !l.released && !l.lost && !l.cfg.now().Before(l.deadlineLocked()) {
+		lostNow, why = l.loseLocked("validity ran out")
+	}
 	var err error
 	if l.released || l.lost {
 		err = l.causeLocked()
 	}
 	l.mu.Unlock()
 	if lostNow {
-		l.c.lostLock(l, "validity ran out")
+		l.c.lostLock(l, why)
 	}
 	return err
 }
@@ -165,7 +197,7 @@ func (l *Lock) Context(parent context.Context) (context.Context, context.CancelF
 // declareLost marks a held lock lost and reports it.
 func (l *Lock) declareLost(why string) {
 	l.mu.Lock()
-	lost := l.endLocked(true)
+	lost, why := l.loseLocked(why)
 	l.mu.Unlock()
 	if lost {
 		l.c.lostLock(l, why)

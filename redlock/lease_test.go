@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -409,4 +410,40 @@ func TestRenewEveryMustFit(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "WithRenewEvery") {
 		t.Fatalf("New = %v, want the renewal interval refused", err)
 	}
+}
+
+// TestLossNamesFailingNodes: when three of five nodes die under an
+// auto-extended lock, the first failed renewal logs each failing node at
+// once (not only once the lock is lost), and the loss reason Err gives
+// names them.
+func TestLossNamesFailingNodes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf lockedBuffer
+		ps, c, _ := leaseEnv(t, WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+		l, err := c.TryLock(t.Context(), "named", WithAutoExtend(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ps[2:] {
+			p.setErr(errConnRefused)
+		}
+		<-l.Done()
+		err = l.Err()
+		if !errors.Is(err, ErrLockLost) {
+			t.Fatalf("Err = %v, want ErrLockLost", err)
+		}
+		t.Logf("Err: %v", err)
+		for _, p := range ps[2:] {
+			if !strings.Contains(err.Error(), p.name+" error") {
+				t.Errorf("the loss reason does not name %s: %v", p.name, err)
+			}
+		}
+		out := buf.String()
+		lost := strings.Index(out, "lock lost")
+		for _, p := range ps[2:] {
+			if i := strings.Index(out, p.name+" unreachable since"); i < 0 || i > lost {
+				t.Errorf("%s's failed renewals were not logged before the loss:\n%s", p.name, out)
+			}
+		}
+	})
 }

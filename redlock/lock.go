@@ -41,6 +41,8 @@ type Lock struct {
 	deadline time.Time // end of validity on the local monotonic clock
 	released bool      // Release or Close ran
 	lost     bool      // the lock was lost (sticky: a later release keeps it)
+	lossErr  error     // why it was lost: ErrLockLost with the reason (nil: none given)
+	lastFail error     // the last renewal's failure, since its last success (nil: none)
 	acquired time.Time // start of the acquiring round
 	lease    *lease    // created on first use of Done, Err or Context, or by auto-extension
 
@@ -254,7 +256,7 @@ func (l *Lock) extended(ctx context.Context, won, gone bool, quorumErr func() *Q
 	deadline := drift.Deadline(start, ttl, cfg.driftFactor)
 	var err error
 	var qe *QuorumError
-	lostNow := false
+	lostNow, why := false, ""
 	l.mu.Lock()
 	switch {
 	case l.released:
@@ -262,7 +264,7 @@ func (l *Lock) extended(ctx context.Context, won, gone bool, quorumErr func() *Q
 	case l.lost: // the lease ran out during the round: it stays lost
 		err = ErrLockLost
 	case won && end.Before(deadline):
-		l.deadline = deadline
+		l.deadline, l.lastFail = deadline, nil
 		l.lease.rearm(deadline.Sub(cfg.now()))
 	default:
 		if deadline.Before(l.deadline) {
@@ -274,9 +276,9 @@ func (l *Lock) extended(ctx context.Context, won, gone bool, quorumErr func() *Q
 		if won {
 			qe.Validity = deadline.Sub(end)
 		}
-		err = qe
+		err, l.lastFail = qe, qe
 		if gone || !end.Before(l.deadline) {
-			lostNow = l.endLocked(true)
+			lostNow, why = l.loseLocked("")
 			err = fmt.Errorf("%w: %w", ErrLockLost, qe)
 		}
 		if cerr := callerErr(ctx); cerr != nil { // the caller stopped waiting
@@ -285,7 +287,7 @@ func (l *Lock) extended(ctx context.Context, won, gone bool, quorumErr func() *Q
 	}
 	l.mu.Unlock()
 	if lostNow {
-		l.c.lostLock(l, qe.Error())
+		l.c.lostLock(l, why)
 	}
 	return err
 }
@@ -336,10 +338,13 @@ func (l *Lock) usable(now time.Time) error {
 	l.mu.Lock()
 	released, wasLost := l.released, l.lost
 	deadline := l.deadlineLocked()
-	lost := !released && !wasLost && !now.Before(deadline) && l.endLocked(true)
+	lost, why := false, ""
+	if !released && !wasLost && !now.Before(deadline) {
+		lost, why = l.loseLocked("validity ran out")
+	}
 	l.mu.Unlock()
 	if lost {
-		l.c.lostLock(l, "validity ran out")
+		l.c.lostLock(l, why)
 	}
 	switch {
 	case released:
@@ -495,12 +500,15 @@ func (l *Lock) endForRelease() (unsure []bool, err error) {
 		l.mu.Unlock()
 		return nil, ErrReleased
 	}
-	lost := !l.lost && !l.cfg.now().Before(l.deadlineLocked()) && l.endLocked(true)
+	lost, why := false, ""
+	if !l.lost && !l.cfg.now().Before(l.deadlineLocked()) {
+		lost, why = l.loseLocked("validity ran out")
+	}
 	l.endLocked(false)
 	unsure = slices.Clone(l.unsure) // nil unless some acquire's fate is unknown
 	l.mu.Unlock()
 	if lost {
-		l.c.lostLock(l, "validity ran out")
+		l.c.lostLock(l, why)
 	}
 	return unsure, nil
 }

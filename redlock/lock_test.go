@@ -383,7 +383,7 @@ func TestBadInput(t *testing.T) {
 		{"extend TTL too small", l(t, c).Extend(ctx, 10*time.Millisecond), "leaves no validity"},
 		{"no pools", errOfNew(New(nil)), "no pools"},
 		{"nil pool", errOfNew(New([]pool.Pool{e.pools[0], nil})), "pool 1 is nil"},
-		{"same name", errOfNew(New([]pool.Pool{e.pools[0], e.pools[1], e.pools[0]})), "both named"},
+		{"same name", errOfNew(New([]pool.Pool{e.pools[0], e.pools[1], e.pools[0]})), "pools 0 and 2 are the same Pool"},
 		{"New quorum", errOfNew(New(e.pools[:3], WithQuorum(4))), "does not fit 3 pools"},
 		{"New TTL", errOfNew(New(e.pools, WithTTL(time.Millisecond))), "leaves no validity"},
 	} {
@@ -420,6 +420,45 @@ func l(t *testing.T, c *Client) *Lock {
 func errOf(_ *Lock, err error) error      { return err }
 func errOf2(_ bool, err error) error      { return err }
 func errOfNew(_ *Client, err error) error { return err }
+
+// TestNewDuplicatePools: the same Pool twice, or two Pools of one address,
+// are one server counted twice, and the error does not suggest renaming
+// them; two different Pools given one name may be two masters, and the
+// error says how to name them apart.
+func TestNewDuplicatePools(t *testing.T) {
+	e := newEnv(t, 3)
+	byAddr := func(i int) pool.Pool {
+		p, err := pool.New(e.nodes[i].rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	renamed, err := pool.New(e.nodes[2].rdb, pool.WithName("node0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := byAddr(1)
+	for _, tc := range []struct {
+		name  string
+		pools []pool.Pool
+		want  string
+		hint  bool
+	}{
+		{"same Pool", []pool.Pool{same, byAddr(0), same}, "pools 0 and 2 are the same Pool", false},
+		{"same address", []pool.Pool{byAddr(1), byAddr(0), byAddr(1)}, "pools 0 and 2 both reach " + e.nodes[1].m.Addr(), false},
+		{"same name", []pool.Pool{e.pools[0], e.pools[1], renamed}, `pools 0 and 2 are both named "node0"`, true},
+	} {
+		_, err := New(tc.pools)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: New = %v, want an error containing %q", tc.name, err, tc.want)
+			continue
+		}
+		if hint := strings.Contains(err.Error(), "WithName"); hint != tc.hint {
+			t.Errorf("%s: suggests WithName: %v, want %v: %v", tc.name, hint, tc.hint, err)
+		}
+	}
+}
 
 // TestDuplicateServer: two pools with different names that reach the same
 // server (same run_id) are caught at first use; every operation fails.
@@ -466,7 +505,7 @@ func TestUnverifiedNodeIsNotAsked(t *testing.T) {
 		e.nodes[i].fault.setErr(errConnRefused)
 	}
 	_, err = c.TryLock(context.Background(), "unverified")
-	if qe := quorumErr(t, err); qe.Nodes[4].Outcome != OutcomeNotAsked || !strings.Contains(err.Error(), "node4 not asked: identity (INFO server run_id) not verified") {
+	if qe := quorumErr(t, err); qe.Nodes[4].Outcome != OutcomeNotAsked || !strings.Contains(err.Error(), "node4 not asked: dial tcp: connection refused (its identity, INFO server run_id, is not verified yet)") {
 		t.Fatalf("TryLock: %v", err)
 	}
 	e.waitGone(rkey("unverified")) // nodes that answered after the decision are rolled back

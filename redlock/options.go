@@ -403,7 +403,11 @@ func WithObserver(o Observer) Option {
 // counter of earlier versions (its Redis key + ":fence") is folded in and
 // deleted: stop clients of earlier versions before starting these. Use the
 // same setting for every client of a key: an acquisition without fencing
-// does not advance the counters.
+// does not advance the counters. The library leaves fencing off because a
+// caller with nothing to hand the token to would pay its round trip for
+// nothing; the quorumlock command turns it on, since a command run under a
+// lock may use the token it exports, so pass WithFencing(true) for keys
+// that command also locks.
 func WithFencing(on bool) Option {
 	return func(c *config) error {
 		c.fencing = on

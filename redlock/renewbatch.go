@@ -209,6 +209,7 @@ func (rn *renewal) settle() {
 		pending--
 		rd.out[rep.Node] = false
 		rn.reps[rep.Node] = rep
+		rd.note(rep) // a failed renewal may begin its node's outage: logged now, not at the loss
 		if rep.Err != nil {
 			rd.res[rep.Node] = failed(rep.Node, rd.c, rep.Err, rep.Latency)
 			continue

@@ -32,8 +32,10 @@ var ErrPermitMismatch = errors.New("redlock: the semaphore's number of permits d
 // one name must give it the same number of permits: the nodes declare the
 // count while any permit is held (and for a TTL after the last permit was
 // taken or extended), and an acquire with another count fails
-// with ErrPermitMismatch. Client.Resume and Client.Inspect name locks by
-// key and do not reach permits. A Semaphore is safe for concurrent use.
+// with ErrPermitMismatch. Client.Resume names locks by key and does not
+// reach permits; Client.Inspect refuses a semaphore's name, and
+// Semaphore.Inspect shows its permits. A Semaphore is safe for concurrent
+// use.
 type Semaphore struct {
 	c       *Client
 	name    string
@@ -80,7 +82,7 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) (*Semaphore
 	own.permit = true
 	s := &Semaphore{c: c, name: name, permits: permits, cfg: &own, keys: make([]any, 1+permits)}
 	base := c.redisKey(&own, name)
-	s.keys[0] = base + "\x1fk"
+	s.keys[0] = base + semCountSuffix
 	s.all = &target{key: name, keys: make([]string, permits), rkeys: s.keys[1:], sorted: make([]string, permits)}
 	for i := range permits {
 		k := base + "\x1fp" + strconv.Itoa(i)
@@ -160,14 +162,23 @@ func (s *Semaphore) sweep(ctx context.Context, cfg *config, cl *call) (*Lock, er
 		if p.declared >= 0 {
 			return nil, s.mismatch(ctx, l, p)
 		}
-		if err == nil || !errors.Is(err, ErrNotAcquired) || ctx.Err() != nil {
+		if err == nil || !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrAuth) || ctx.Err() != nil {
 			return l, err
 		}
 		tried[slot] = true
 		if slot = p.next(tried, cfg.quorumOf(len(s.c.pools)), len(s.c.pools)); slot < 0 {
-			return nil, fmt.Errorf("redlock: semaphore %q: no permit free on a quorum (%d of %d tried): %w", s.name, n, s.permits, err)
+			return nil, fmt.Errorf("redlock: semaphore %q: no permit free on a quorum: %s: %w", s.name, s.triedText(n), err)
 		}
 	}
+}
+
+// triedText says how many of s's permits a sweep that tried n of them
+// tried, and why it tried no more.
+func (s *Semaphore) triedText(n int) string {
+	if n >= s.permits {
+		return fmt.Sprintf("all %d permits tried", s.permits)
+	}
+	return fmt.Sprintf("%d of %d permits tried, the nodes' answers showed the others taken on too many nodes", n, s.permits)
 }
 
 // mismatch is the error of an attempt that met another count on a node;

@@ -69,7 +69,7 @@ func TestSemaphoreAdmitsPermitsHolders(t *testing.T) {
 		}
 	}
 	_, err = s.TryAcquire(context.Background())
-	if !errors.Is(err, ErrNotAcquired) || !strings.Contains(err.Error(), "(1 of 3 tried)") {
+	if !errors.Is(err, ErrNotAcquired) || !strings.Contains(err.Error(), "no permit free on a quorum: 1 of 3 permits tried, the nodes' answers showed the others taken on too many nodes") {
 		t.Fatalf("fourth TryAcquire: %v, want ErrNotAcquired after one try", err)
 	}
 	freed := held[1].Permit()
@@ -357,5 +357,56 @@ func TestSemaphoreBadInput(t *testing.T) {
 	plain := e.client() // fault-injecting pools: not package pool's
 	if _, err := plain.Semaphore("s", 2); err == nil || !strings.Contains(err.Error(), "package pool") {
 		t.Errorf("Semaphore over other Pools: %v", err)
+	}
+}
+
+// TestInspectSemaphoreName: Inspect of a semaphore's name does not say
+// "free" while permits are held: it refuses the name and points to
+// Semaphore.Inspect, which shows each permit and its holder.
+func TestInspectSemaphoreName(t *testing.T) {
+	e := newEnv(t, 5)
+	c := e.scriptClient()
+	ctx := context.Background()
+	s, err := c.Semaphore("jobs", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	landed(t, a, b)
+	in, err := c.Inspect(ctx, "jobs")
+	if err == nil || !strings.Contains(err.Error(), "Semaphore.Inspect") || !strings.Contains(err.Error(), "3 permits") {
+		t.Fatalf("Inspect of a semaphore's name = %+v, %v; want an error that points to Semaphore.Inspect", in, err)
+	}
+	permits, err := s.Inspect(ctx)
+	if err != nil || len(permits) != 3 {
+		t.Fatalf("Semaphore.Inspect = %d permits, %v; want 3", len(permits), err)
+	}
+	held := map[string]int{a.Token(): a.Permit(), b.Token(): b.Permit()}
+	for i, p := range permits {
+		tok := p.Holder
+		if want, ok := held[tok]; p.State == StateHeld && (!ok || want != i) {
+			t.Errorf("permit %d held by %q, which holds permit %d", i, tok, want)
+		}
+		if p.State == StateHeld {
+			delete(held, tok)
+		} else if p.State != StateFree {
+			t.Errorf("permit %d: state %v, want held or free", i, p.State)
+		}
+		if p.Key != "jobs" {
+			t.Errorf("permit %d: Key %q, want the semaphore's name", i, p.Key)
+		}
+	}
+	if len(held) != 0 {
+		t.Errorf("permits not shown as held: %v", held)
+	}
+	if in, err := c.Inspect(ctx, "not-a-semaphore"); err != nil || in.State != StateFree {
+		t.Errorf("Inspect of a free lock = %+v, %v", in, err)
 	}
 }

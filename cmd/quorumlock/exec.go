@@ -155,10 +155,8 @@ func notAcquired(e *env, name, key string, err error, lf *lockFlags, n int) int 
 	}
 	qe, down := unreachable(err)
 	switch {
-	case down && authFailed(err):
-		fmt.Fprintf(e.stderr, "quorumlock %s: lock service unavailable: %s\n"+
-			"The nodes refused the password: check it (in the redis:// URLs of --addrs or %s, or in --password-file).\n", name, cliTerms(err), envAddrs)
-		return exitUnavailable
+	case errors.Is(err, redlock.ErrAuth):
+		return reportRefused(e, name, err)
 	case down:
 		return reportUnavailable(e, name, answered(qe), n, qe.Quorum, failures(qe), true)
 	}

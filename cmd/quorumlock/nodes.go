@@ -122,12 +122,6 @@ func withoutPasswords(list string) string {
 	return strings.Join(entries, ",")
 }
 
-// authFailed reports whether err says that a node refused the password.
-func authFailed(err error) bool {
-	s := err.Error()
-	return strings.Contains(s, "WRONGPASS") || strings.Contains(s, "NOAUTH") || strings.Contains(s, "invalid password")
-}
-
 // parseAddrs parses a comma-separated list of nodes: plain host:port, or
 // redis://, rediss:// (TLS) and unix:// URLs as go-redis' ParseURL reads
 // them, with user, password and database. from names where the list came

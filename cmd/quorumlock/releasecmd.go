@@ -78,6 +78,9 @@ func holderToken(ctx context.Context, client *redlock.Client, key, token string)
 // notReleased reports why a release by token failed, and returns the exit
 // status.
 func notReleased(e *env, key string, err error, n int) int {
+	if errors.Is(err, redlock.ErrAuth) {
+		return reportRefused(e, "release", err)
+	}
 	if qe, down := unreachable(err); down {
 		return reportUnavailable(e, "release", answered(qe), n, qe.Quorum, failures(qe), true)
 	}

@@ -70,3 +70,13 @@ func TestExecShared(t *testing.T) {
 		t.Fatalf("--shared --fencing: exit %d\n%s", code, bad.stderr.String())
 	}
 }
+
+// TestPlural: status counts one shared holder as "1 holder" (it said
+// "1 holders").
+func TestPlural(t *testing.T) {
+	for n, want := range map[int]string{0: "0 holders", 1: "1 holder", 2: "2 holders"} {
+		if got := plural(n, "holder"); got != want {
+			t.Errorf("plural(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -107,7 +107,7 @@ func printInspection(e *env, in *redlock.Inspection) {
 	fmt.Fprintln(e.stdout)
 	switch {
 	case in.State == redlock.StateHeld && in.Holder == "":
-		fmt.Fprintf(e.stdout, "held shared: %d holders on a quorum (the most agreed: %d of %d nodes):", len(in.Shared), in.Agreed, len(in.Nodes))
+		fmt.Fprintf(e.stdout, "held shared: %s on a quorum (the most agreed: %d of %d nodes):", plural(len(in.Shared), "holder"), in.Agreed, len(in.Nodes))
 		for _, h := range in.Shared {
 			fmt.Fprintf(e.stdout, " %s", showToken(h.Token))
 			if h.Metadata != "" {
@@ -216,4 +216,12 @@ func printJSON(e *env, in *redlock.Inspection) {
 	enc := json.NewEncoder(e.stdout)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(out)
+}
+
+// plural is n and noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -63,14 +63,23 @@ func reportUnavailable(e *env, name string, answered, total, quorum int, failed 
 }
 
 // unreachable reports whether a failed operation failed because too few
-// nodes answered (rather than because another holder has the lock), and
-// returns its details.
+// nodes answered, or too many refused the credentials (rather than because
+// another holder has the lock), and returns its details.
 func unreachable(err error) (*redlock.QuorumError, bool) {
 	var qe *redlock.QuorumError
 	if !errors.As(err, &qe) {
 		return nil, false
 	}
-	return qe, errors.Is(err, redlock.ErrUnavailable)
+	return qe, errors.Is(err, redlock.ErrUnavailable) || errors.Is(err, redlock.ErrAuth)
+}
+
+// reportRefused reports on stderr that too many nodes refused command
+// name's password or user (err matches redlock.ErrAuth), and returns
+// exitUnavailable.
+func reportRefused(e *env, name string, err error) int {
+	fmt.Fprintf(e.stderr, "quorumlock %s: lock service unavailable: %s\n"+
+		"The nodes refused the password or user: check it (in the redis:// URLs of --addrs or %s, or in --password-file).\n", name, cliTerms(err), envAddrs)
+	return exitUnavailable
 }
 
 // answered counts the nodes that gave an answer in a failed operation.

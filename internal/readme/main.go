@@ -46,6 +46,8 @@ func run(addrs []string) error {
 		return chargeOrder(ctx, 42) // ctx ends with cause ErrLockLost if the lock is lost
 	})
 	switch {
+	case errors.Is(err, redlock.ErrAuth): // before ErrNotAcquired: it matches both
+		return errors.Join(errors.New("the masters refused the password or user"), err)
 	case errors.Is(err, redlock.ErrUnavailable): // before ErrNotAcquired: it matches both
 		return errors.Join(errors.New("too few Redis masters answered"), err)
 	case errors.Is(err, redlock.ErrNotAcquired):

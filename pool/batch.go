@@ -72,7 +72,6 @@ var _ node.Sender = (*redisPool)(nil)
 // a queue (and writer) of their own: their long deadlines must not hold up
 // the rounds' commands behind a node that does not answer.
 func (p *redisPool) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag int) {
-	p.warm()
 	b := &p.b
 	if op.Background {
 		b = &p.bg
@@ -349,6 +348,9 @@ func (w *writer) run(batch []request) {
 		}
 		_, _ = w.pipe.Exec(ctx)
 	}
+	if answered(w.cmds) {
+		w.p.warm() // before the replies go out: a caller may close the Pool
+	}
 	for i, r := range w.reqs {
 		res := r.op.Result(w.cmds[i])
 		if node.NoScript(res) { // after a restart or SCRIPT FLUSH
@@ -464,4 +466,15 @@ func (c *deadlineCtx) Value(key any) any {
 		return nil
 	}
 	return c.values.Value(key)
+}
+
+// answered reports whether the server answered any of cmds (a reply, nil
+// included, rather than an error of the connection or the set-up).
+func answered(cmds []redis.Cmder) bool {
+	for _, c := range cmds {
+		if err := c.Err(); err == nil || err == redis.Nil {
+			return true
+		}
+	}
+	return false
 }

@@ -18,9 +18,12 @@ type warmer struct {
 }
 
 // warm sets up, once, on a goroutine of its own, as many connections as the
-// Pool's two queues can use at once (2 × maxExecutors): a batch then rarely waits for a set-up, and one that a
-// starved process would otherwise do under its round (the second executor
-// of a queue, first needed when replies are slow) is done before. Only for
+// Pool's two queues can use at once (2 × maxExecutors): a batch then rarely
+// waits for a set-up, and one that a starved process would otherwise do
+// under its round (the second executor of a queue, first needed when
+// replies are slow) is done before. It is called when the server first
+// answered a batch: a server that is down, silent, or refused by the
+// restart guard gets no more connections than the batches need. Only for
 // Pools from Dial and DialFailover (whose client is a *redis.Client);
 // nothing after stop.
 func (p *redisPool) warm() {

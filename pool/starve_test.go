@@ -469,3 +469,25 @@ func TestDeadIdleConnectionsSkipped(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmUpAfterASecond: a Pool whose server has answered for warmAfter
+// sets up the connections its queues can use at once, ahead of need; one
+// that has not answered that long has only the connection it used.
+func TestWarmUpAfterASecond(t *testing.T) {
+	var s starver
+	m := miniredis.RunT(t)
+	p, err := Dial(&redis.Options{Addr: m.Addr(), Dialer: s.dial}, WithRestartGuard(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	warm(t, p)
+	if n := s.dials.Load(); n != 1 {
+		t.Fatalf("%d dials before warmAfter; want 1", n)
+	}
+	time.Sleep(warmAfter)
+	warm(t, p)
+	if n := s.dials.Load(); n < 2*maxExecutors {
+		t.Fatalf("%d dials after warmAfter; want the %d connections the queues can use", n, 2*maxExecutors)
+	}
+}

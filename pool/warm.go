@@ -3,13 +3,21 @@ package pool
 import (
 	"context"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
+// warmAfter is how long after its server first answered a Pool sets up
+// its connections ahead of need: a Pool that lives for less (a command
+// line run, a test) does not need them.
+const warmAfter = time.Second
+
 // warmer sets up a Pool's connections ahead of need (see warm). Its zero
 // value is ready; the Pool's Close stops it (stop) and joins it (wg).
 type warmer struct {
+	first  atomic.Int64 // UnixNano of the first answered batch; 0 before
 	once   sync.Once
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -17,13 +25,25 @@ type warmer struct {
 	closed bool
 }
 
+// sawAnswer notes that the server answered a batch, and warms the Pool up
+// once warmAfter has passed since the first answer.
+func (p *redisPool) sawAnswer() {
+	now := time.Now().UnixNano()
+	if p.w.first.CompareAndSwap(0, now) {
+		return
+	}
+	if now-p.w.first.Load() >= int64(warmAfter) {
+		p.warm()
+	}
+}
+
 // warm sets up, once, on a goroutine of its own, as many connections as the
 // Pool's two queues can use at once (2 × maxExecutors): a batch then rarely
 // waits for a set-up, and one that a starved process would otherwise do
 // under its round (the second executor of a queue, first needed when
-// replies are slow) is done before. It is called when the server first
-// answered a batch: a server that is down, silent, or refused by the
-// restart guard gets no more connections than the batches need. Only for
+// replies are slow) is done before. It is called once the server has
+// answered batches for warmAfter: a server that is down, silent, or refused
+// by the restart guard gets no more connections than the batches need. Only for
 // Pools from Dial and DialFailover (whose client is a *redis.Client);
 // nothing after stop.
 func (p *redisPool) warm() {

@@ -31,9 +31,10 @@ func (h *lineHandler) Enabled(_ context.Context, l slog.Level) bool { return l >
 // Handle writes r as one line in the command's terms (see libraryTerms).
 // It drops a record about a node the restart guard refuses: the command
 // says that itself, in its terms, when the node's vote is missed
-// (reportUnavailable), and the library would log it as unreachable.
+// (reportUnavailable), and the library would log it as unreachable; and
+// one about a connection closed without an error (retired).
 func (h *lineHandler) Handle(_ context.Context, r slog.Record) error {
-	if guardRefusal(r) {
+	if guardRefusal(r) || retired(r) {
 		return nil
 	}
 	var b strings.Builder
@@ -56,6 +57,21 @@ func (h *lineHandler) Handle(_ context.Context, r slog.Record) error {
 	defer h.mu.Unlock()
 	_, err := io.WriteString(h.w, libraryTerms.Replace(b.String()))
 	return err
+}
+
+// retired reports whether r is a Pool's line about a connection closed
+// without an error (go-redis retired it, as it does with one the restart
+// guard refused at set-up): no news for a command that runs for seconds.
+func retired(r slog.Record) bool {
+	if !strings.Contains(r.Message, "closed a connection") {
+		return false
+	}
+	found := false
+	r.Attrs(func(a slog.Attr) bool {
+		found = a.Key == "after" && strings.HasPrefix(a.Value.String(), "no error")
+		return !found
+	})
+	return found
 }
 
 // guardRefusal reports whether r carries an error of the restart guard.

@@ -57,9 +57,12 @@ func (p *redisPool) warm() {
 		if p.w.closed {
 			return
 		}
-		// The set-up's budget, and as much again for the PING's round
-		// trip after it.
-		ctx, cancel := context.WithTimeout(context.Background(), 2*p.cs.setup)
+		// No deadline of the context's own: a wall-clock deadline would
+		// pass while the process stood still, and go-redis would close
+		// the connection. The set-up has its budget (the Dialer's), and
+		// the PING the read and write timeouts, which do not count a
+		// stand-still (conn); Close cancels it.
+		ctx, cancel := context.WithCancel(context.Background())
 		p.w.cancel = cancel
 		p.w.wg.Go(func() {
 			defer cancel()

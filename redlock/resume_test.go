@@ -160,6 +160,12 @@ func TestResumedLockIsTheLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// TryLock returns once a quorum said yes. A SET still on its way to the
+	// last node could land after the resumed handle's release, which another
+	// Client cannot know of: it lives its TTL there (the first handle's own
+	// Release would remove it: TestLateYesCountsForWonLock). This test is
+	// about the two handles, so it starts once every SET has landed.
+	e.waitHolders(rkey("job"), l.Token(), 5)
 	r, err := second.Resume(ctx, "job", l.Token(), WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)

@@ -313,16 +313,18 @@ func (l *Lock) landingNow() []bool {
 
 // chain sends rd's command to each node it held back (hold[i] and asked)
 // once that node's acquire command has answered: now if it has meanwhile,
-// else from late.
-func (l *Lock) chain(rd *round, hold []bool) {
+// else from late. It returns hold, true where late will.
+func (l *Lock) chain(rd *round, hold []bool) []bool {
 	var now []int
 	l.mu.Lock()
 	for i, h := range hold {
 		switch {
 		case !h || !rd.out[i]:
+			hold[i] = false
 		case l.landing[i]:
 			l.chained = append(l.chained, chainedSend{node: i, r: rd.r, release: rd.spec == opRelease || rd.spec == opReleaseAll || rd.spec == opReleaseShared})
 		default:
+			hold[i] = false
 			now = append(now, i)
 		}
 	}
@@ -330,6 +332,7 @@ func (l *Lock) chain(rd *round, hold []bool) {
 	for _, i := range now {
 		rd.r.Send(i)
 	}
+	return hold
 }
 
 // usable returns why the lock can no longer be used at now, if it cannot: it
@@ -402,11 +405,17 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	l.settleRelease(rd)
 	// A delete that failed without the node's refusal (it may not have
 	// reached the node, or was never written) is sent again in the
-	// background; so is one that found nothing where our acquire's fate is
-	// unknown (its SET may still land).
+	// background until the node answers; where our acquire's fate is
+	// unknown (its SET may still land), also while it finds nothing. A
+	// delete held back behind a SET that answered after the round ended
+	// was never sent: late, which saw that answer, deletes if it was yes.
 	retry := func(rep quorum.Reply) {
 		switch {
+		case rd.lateOwns(rep):
 		case rep.Err != nil && !refused(rep.Err):
+			if unsure == nil || !unsure[rep.Node] {
+				rep.Err = errDeleteFailed // the acquire answered: nothing of ours lands later
+			}
 			c.releaseUnsure(cfg, rep.Node, l.ref(), rep.Err)
 		case rep.Err == nil && rep.Int == 0 && unsure != nil && unsure[rep.Node]:
 			c.releaseUnsure(cfg, rep.Node, l.ref(), errUnknownFate)

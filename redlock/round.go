@@ -95,6 +95,10 @@ type round struct {
 	no    int  // replies that did not (spec.no)
 	fail  int  // errors
 	cut   bool // the caller's deadline comes before the node timeout's
+	// chained[i]: the command to node i waits for the lock's acquire there
+	// to answer, and Lock.late sends it then, or, once the round has ended,
+	// takes over what it was for (nil: no node waits).
+	chained []bool
 }
 
 // follow is how long a command is followed after its round stopped
@@ -139,9 +143,16 @@ func (c *Client) runWith(ctx context.Context, cfg *config, spec *opSpec, l *Lock
 	}
 	rd.r = quorum.StartHeld(ctx, &c.wg, cfg.nodeTimeout, len(c.pools), rd.asking(ask), hold, c.senders, op, call)
 	if hold != nil {
-		l.chain(rd, hold)
+		rd.chained = l.chain(rd, hold)
 	}
 	return rd
+}
+
+// lateOwns reports whether rep is a held-back node's command that was
+// never sent because the round had ended (see chained): Lock.late, which
+// saw the acquire's answer there, took over what the command was for.
+func (rd *round) lateOwns(rep quorum.Reply) bool {
+	return rd.chained != nil && rd.chained[rep.Node] && errors.Is(rep.Err, quorum.ErrHeldBack)
 }
 
 // asking combines ask with the identity check (unverified nodes are not

@@ -100,16 +100,28 @@ func StartHeld(parent context.Context, wg *sync.WaitGroup, timeout time.Duration
 	return r
 }
 
+// ErrHeldBack is the result Send delivers for a node it did not send to:
+// the command was never written (it matches node.ErrNotSent).
+var ErrHeldBack error = heldBack{}
+
+type heldBack struct{}
+
+func (heldBack) Error() string {
+	return "not sent: held back until an earlier command answered, and the round had ended by then"
+}
+
+func (heldBack) Is(target error) bool { return target == node.ErrNotSent }
+
 // Send sends op to node i, held back by StartHeld, now and reports true; or,
 // once the round's deadline has passed or Finish was called (nobody waits
-// for the reply any more), delivers node.ErrNotSent for it without sending
-// and reports false.
+// for the reply any more), delivers ErrHeldBack for it without sending and
+// reports false.
 func (r *Round) Send(i int) bool {
 	r.mu.Lock()
 	finished := r.finished
 	r.mu.Unlock()
 	if finished || !time.Now().Before(stall.Extend(r.deadline, r.mark)) {
-		r.Deliver(i, node.Result{Err: node.ErrNotSent})
+		r.Deliver(i, node.Result{Err: ErrHeldBack})
 		return false
 	}
 	r.send(i)

@@ -64,6 +64,9 @@ type Lock struct {
 	landing, unsure []bool
 	landingv        [8]bool // landing's storage for up to 8 nodes
 	chained         []chainedSend
+	// resumed: the lock came from Resume, whose command sets no key, so
+	// none of its answers leaves a key of unknown fate. Set before shared.
+	resumed bool
 
 	// sess is the session of a session lock (nil for the others); gens[i]
 	// the session's generation the lock holds on node i (0: not held
@@ -411,9 +414,9 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	// was never sent: late, which saw that answer, deletes if it was yes.
 	retry := func(rep quorum.Reply) {
 		switch {
-		case rd.lateOwns(rep):
+		case !releaseResendsAll && rd.lateOwns(rep):
 		case rep.Err != nil && !refused(rep.Err):
-			if unsure == nil || !unsure[rep.Node] {
+			if !releaseResendsAll && (unsure == nil || !unsure[rep.Node]) {
 				rep.Err = errDeleteFailed // the acquire answered: nothing of ours lands later
 			}
 			c.releaseUnsure(cfg, rep.Node, l.ref(), rep.Err)
@@ -537,7 +540,7 @@ func (l *Lock) late(rep quorum.Reply) {
 	}
 	l.mu.Lock()
 	l.landing[rep.Node] = false
-	if mayHaveWritten(rep.Err) {
+	if mayHaveWritten(rep.Err) && !l.resumed { // a SET may land yet
 		if l.unsure == nil {
 			l.unsure = make([]bool, len(l.landing))
 		}
@@ -573,10 +576,26 @@ func (l *Lock) late(rep quorum.Reply) {
 	if waited {
 		l.c.leaveLine(l.cfg, l.rkey, l.waiter, false, func(i int) bool { return i == rep.Node }, false)
 	}
-	// A definite yes is covered by a chained release sent now; an unknown
-	// fate needs the release that re-checks.
-	if free && (rep.Int > 0 && !releasing || mayHaveWritten(rep.Err)) {
+	if free {
+		l.releaseLate(rep, releasing)
+	}
+}
+
+// releaseLate deletes the lock's key on the node of a late answer to its
+// acquiring round, once nobody can count on the token there. A yes is
+// deleted once, unless a chained release, sent now, covers it. An acquire
+// of unknown fate may land yet: its delete re-checks. A resume of unknown
+// fate sets no key, so the key it may have found is deleted like a yes.
+func (l *Lock) releaseLate(rep quorum.Reply, releasing bool) {
+	unknown := mayHaveWritten(rep.Err)
+	switch {
+	case unknown && !l.resumed:
 		l.c.releaseUnsure(l.cfg, rep.Node, l.ref(), rep.Err)
+	case releasing:
+	case rep.Int > 0:
+		l.c.releaseUnsure(l.cfg, rep.Node, l.ref(), nil)
+	case unknown: // re-sent until the node answers, like a failed delete
+		l.c.releaseUnsure(l.cfg, rep.Node, l.ref(), errDeleteFailed)
 	}
 }
 
@@ -632,7 +651,7 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 	if a.keys != nil {
 		l.keys, l.keyArgs = a.keys, op.Keys
 	}
-	l.shared = op.Kind == node.AcquireShared
+	l.shared, l.resumed = op.Kind == node.AcquireShared, op.Kind == node.Resume
 	if a.permit != nil {
 		l.permit = &permitOf{count: op.Keys[0].(string), permits: op.Permits, slot: op.Slot}
 	}

@@ -333,3 +333,52 @@ func TestResumedLockAutoExtends(t *testing.T) {
 		}
 	})
 }
+
+// TestResumeOfUnansweredNodeDeletesOnce: a Resume whose command to node 4
+// never answers (its fate unknown), then a Release of the resumed lock. A
+// resume sets no key, so nothing of it can land later: node 4 gets one
+// delete, whether the lock's key was there or not, and it is gone after
+// Close. Before, the resumed lock took the unanswered node for one whose
+// SET may land yet, and re-sent its delete while it found nothing, for TTL
+// + the cleanup budget.
+func TestResumeOfUnansweredNodeDeletesOnce(t *testing.T) {
+	for _, there := range []bool{true, false} {
+		t.Run(fmt.Sprintf("key-there=%v", there), func(t *testing.T) {
+			e := newEnv(t, 5)
+			ctx := context.Background()
+			l, err := e.client(WithTTL(time.Hour)).TryLock(ctx, "ru")
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.waitHolders(rkey("ru"), l.Token(), 5)
+			if !there {
+				e.nodes[4].m.Del(rkey("ru"))
+			}
+			c := e.client(WithNodeTimeout(100*time.Millisecond), WithTTL(time.Hour))
+			verifyAll(t, c)
+			e.nodes[4].fault.hold(false, "get") // node 4's resume never runs
+			r, err := c.Resume(ctx, "ru", l.Token())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			calls := e.nodes[4].fault.calls.Load()
+			for deadline := time.Now().Add(10 * time.Second); e.nodes[4].fault.inflight.Load() != 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("node 4's resume still waits after 10s")
+				}
+			}
+			if err := c.Close(); err != nil { // sends what is pending, once more
+				t.Fatal(err)
+			}
+			if n := e.nodes[4].fault.calls.Load() - calls; n != 1 {
+				t.Errorf("node 4 got %d deletes, want 1", n)
+			}
+			if v := e.value(4, rkey("ru")); v != "" {
+				t.Errorf("node 4 still holds %q", v)
+			}
+		})
+	}
+}

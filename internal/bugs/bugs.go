@@ -25,10 +25,15 @@ var (
 	// the lock leaves its line in the background, without waiting, so the
 	// caller's next commands can overtake the leave.
 	LeaveLate bool
+	// HeldResend (quorumlock_bug_heldresend): a Release's delete held back
+	// behind a SET that answered after the release round ended, never sent,
+	// and every failed delete of a Release, are re-sent while they find
+	// nothing, for TTL + the cleanup budget.
+	HeldResend bool
 )
 
 // Restored reports whether the defect named (the tag's suffix: "resumemark",
-// "linegrowth", "linelapse", "latedrop", "leavelate") is put back.
+// "linegrowth", "linelapse", "latedrop", "leavelate", "heldresend") is put back.
 func Restored(name string) bool {
 	switch name {
 	case "resumemark":
@@ -41,6 +46,8 @@ func Restored(name string) bool {
 		return LateDrop
 	case "leavelate":
 		return LeaveLate
+	case "heldresend":
+		return HeldResend
 	}
 	return false
 }

@@ -112,6 +112,7 @@ func (c *call) deliver(r node.Result) bool {
 		t.Stop()
 	}
 	c.p.n.disconnect(c)
+	c.p.net.rd.delivered(c.p.client, c.p.n.id, c.op, r)
 	c.rcv.Deliver(c.tag, r)
 	return true
 }

@@ -51,6 +51,7 @@ func (timeoutError) Timeout() bool { return true }
 // instant's sends are dispatched (dispatcher), in an order that does not
 // depend on which goroutine sent first.
 func (p *simPool) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag int) {
+	p.net.rd.sent(p.client, p.n.id, op)
 	p.net.d.add(&call{p: p, op: op, rcv: rcv, tag: tag, deadline: deadline})
 }
 
@@ -235,6 +236,8 @@ type network struct {
 	// gates hold what the clients that stall send and receive, by client
 	// index (stall.go).
 	gates map[int]*stallGate
+	// rd follows the plain locks' acquires and deletes (RD, deletes.go).
+	rd deleteLog
 
 	mu    sync.Mutex
 	links map[link]*linkState

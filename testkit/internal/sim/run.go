@@ -25,6 +25,8 @@ type outcome struct {
 	commands int      // commands the nodes ran
 	// st is what ST found (stcheck.go): the stall workload's cases.
 	st stResult
+	// rd are RD's violations (deletes.go).
+	rd []string
 	// stalls counts the schedule's stalls.
 	stalls int
 	// resumed and resumeFailed count the Resume calls of abandoned locks
@@ -46,7 +48,7 @@ type outcome struct {
 // violated reports whether the checker found a violation or the simulator
 // failed.
 func (o outcome) violated() bool {
-	return o.report.Total() > 0 || len(o.failures) > 0 || len(o.st.violations) > 0
+	return o.report.Total() > 0 || len(o.failures) > 0 || len(o.st.violations) > 0 || len(o.rd) > 0
 }
 
 // run plays s: it must be called inside a testing/synctest bubble, whose
@@ -122,7 +124,7 @@ func (s schedule) run(trace bool) outcome {
 		h.AddSetSizes(n.setSizes(redlock.DefaultKeyPrefix, h.Now())...)
 	}
 	rep := history.Check(h, s.checkConfig())
-	o := outcome{report: rep, trace: tr, failures: tr.failures(), work: s.work, st: st.check(s), stalls: len(s.stalls)}
+	o := outcome{report: rep, trace: tr, failures: tr.failures(), work: s.work, st: st.check(s), rd: nw.rd.found(), stalls: len(s.stalls)}
 	o.count(nodes, ws)
 	return o
 }

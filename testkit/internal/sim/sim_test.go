@@ -95,7 +95,7 @@ func TestSimulate(t *testing.T) {
 		c = workControl(workload(*work))
 	}
 	found, played := sweepAll(t, *first, *seeds, c, func(seed uint64, o outcome) bool {
-		t.Errorf("seed %d: %d violations, %d of ST, simulator failures %q:\n%s%s\nreplay: %s", seed, o.report.Total(), len(o.st.violations), o.failures, o.report, stLines(o.st), replayLine(seed, c))
+		t.Errorf("seed %d: %d violations, %d of ST, %d of RD, simulator failures %q:\n%s%s%s\nreplay: %s", seed, o.report.Total(), len(o.st.violations), len(o.rd), o.failures, o.report, stLines(o.st), violationLines(o.rd), replayLine(seed, c))
 		return false
 	}, sum.add)
 	d := time.Since(start)
@@ -190,9 +190,12 @@ func (s *totals) String() string {
 }
 
 // stLines lists ST's violations, one a line.
-func stLines(r stResult) string {
+func stLines(r stResult) string { return violationLines(r.violations) }
+
+// violationLines lists violations, one a line.
+func violationLines(vs []string) string {
 	var b strings.Builder
-	for _, v := range r.violations {
+	for _, v := range vs {
 		fmt.Fprintf(&b, "  VIOLATION %s\n", v)
 	}
 	return b.String()
@@ -231,6 +234,6 @@ func TestReplay(t *testing.T) {
 	t.Logf("trace:\n%s", o.trace)
 	t.Logf("%s", o.report)
 	if o.violated() {
-		t.Errorf("seed %d violates: %d violations, simulator failures %q", *replay, o.report.Total(), o.failures)
+		t.Errorf("seed %d violates: %d violations, %d of ST, %d of RD, simulator failures %q:\n%s%s", *replay, o.report.Total(), len(o.st.violations), len(o.rd), o.failures, stLines(o.st), violationLines(o.rd))
 	}
 }

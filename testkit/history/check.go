@@ -467,12 +467,15 @@ func checkS1(byKey map[string][]*holding, r *Report) {
 // was given.
 func checkS2(s snapshot, cfg Config, r *Report) {
 	sc := newSessionConfs(s)
+	stalled := 0
 	for _, op := range s.ops {
 		if op.Outcome != OK || (op.Kind != Acquire && op.Kind != Extend) {
 			continue
 		}
 		r.Checked[S2]++
-		if op.Deadline <= op.End {
+		if op.Deadline <= op.End && stalledPast(s.stalls, op) {
+			stalled++
+		} else if op.Deadline <= op.End {
 			r.add(S2, op.Key, "%s %s by %s (token %s) returned success with no validity left: deadline %v, returned at %v", op.Kind, op.Key, op.Client, op.Token, op.Deadline, op.End)
 		}
 		if op.TTL <= 0 { // TTL unknown: the window cannot be judged
@@ -512,6 +515,17 @@ func checkS2(s snapshot, cfg Config, r *Report) {
 	if !cfg.Replies {
 		r.note("S2: node replies were not recorded: quorums not counted, validity checked")
 	}
+	if stalled > 0 {
+		r.note("S2: %d successes returned after their deadline because the recording process stood still across it (History.AddStall): their return not judged", stalled)
+	}
+}
+
+// stalledPast reports whether op was under way when a stall began, its
+// deadline fell within that stall, and it returned after it (see AddStall).
+func stalledPast(stalls []Stall, op Op) bool {
+	return slices.ContainsFunc(stalls, func(st Stall) bool {
+		return op.Start <= st.Start && st.Start < op.Deadline && op.Deadline <= st.End && st.End <= op.End
+	})
 }
 
 // checkQuorum: op (a success) had a quorum of yes of kind k, sent after it

@@ -182,12 +182,14 @@ func TestS2(t *testing.T) {
 		n     int
 	}{
 		{"two yes to SET", func(b *builder) { b.acquire("a", "k", "ta", 1, 0, 0, 5, 0, 1) }, 2}, // SET and write-back
-		{"no validity left", func(b *builder) {
-			b.h.Add(Op{Client: "a", Key: "k", Kind: Acquire, Start: 0, End: ttl, Outcome: OK, Token: "ta", Fence: 1, TTL: ttl, Deadline: ttl - allow})
-			for n := range 3 {
-				b.h.AddReply(Reply{Node: n, Kind: ReplyAcquire, Token: "ta", Start: 0, End: ms(5)})
-				b.h.AddReply(Reply{Node: n, Kind: ReplyRaise, Token: "ta", Start: ms(5), End: ms(6)})
-			}
+		{"no validity left", noValidityLeft, 1},
+		{"no validity left: its deadline passed while the process stood still", func(b *builder) {
+			noValidityLeft(b)
+			b.h.AddStall(Stall{Start: ms(7), End: ttl}) // decided before it, returned after
+		}, 0},
+		{"no validity left: a stall ended before its deadline", func(b *builder) {
+			noValidityLeft(b)
+			b.h.AddStall(Stall{Start: ms(7), End: ms(20)})
 		}, 1},
 		{"deadline not anchored at the round's start", func(b *builder) {
 			// the deadline counts the TTL from 20 ms, the first SET left at 3 ms
@@ -219,6 +221,16 @@ func TestS2(t *testing.T) {
 				t.Errorf("S2: %d violations, want %d", r.Count(S2), tc.n)
 			}
 		})
+	}
+}
+
+// noValidityLeft records an acquire that returned at its TTL, past its
+// deadline, after a quorum of yes in its first 6 ms.
+func noValidityLeft(b *builder) {
+	b.h.Add(Op{Client: "a", Key: "k", Kind: Acquire, Start: 0, End: ttl, Outcome: OK, Token: "ta", Fence: 1, TTL: ttl, Deadline: ttl - allow})
+	for n := range 3 {
+		b.h.AddReply(Reply{Node: n, Kind: ReplyAcquire, Token: "ta", Start: 0, End: ms(5)})
+		b.h.AddReply(Reply{Node: n, Kind: ReplyRaise, Token: "ta", Start: ms(5), End: ms(6)})
 	}
 }
 

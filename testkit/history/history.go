@@ -349,7 +349,22 @@ type History struct {
 	answers   atomic.Int64 // every answer RecordReplies delivered (ERR's cases)
 	sizes     []SetSize    // the sizes of the nodes' sets, as sampled (LB)
 	samples   int          // the calls of AddSetSizes
+	stalls    []Stall      // spans in which the recording process stood still (S2)
 }
+
+// Stall is a span, on the History's clock, in which the process that runs
+// the clients and records the History stood still (stopped by SIGSTOP, a
+// paused VM): it must contain the whole stand-still.
+type Stall struct {
+	Start, End time.Duration
+}
+
+// AddStall records a stall of the recording process. S2 does not count an
+// acquire or extend that returned after its deadline because of it: one
+// that was under way when the stall began, whose deadline fell within the
+// stall, and that returned after it; the library decided before the stall,
+// and no code of the process could run to see the deadline pass.
+func (h *History) AddStall(s Stall) { add(h, &h.stalls, s) }
 
 // New returns an empty History whose clock starts now.
 func New() *History {
@@ -486,6 +501,7 @@ type snapshot struct {
 	answers   int
 	sizes     []SetSize
 	samples   int
+	stalls    []Stall
 }
 
 func (h *History) snapshot() snapshot {
@@ -508,6 +524,7 @@ func (h *History) snapshot() snapshot {
 		answers: int(h.answers.Load()),
 		sizes:   slices.Clip(h.sizes),
 		samples: h.samples,
+		stalls:  append([]Stall(nil), h.stalls...),
 	}
 	for k, v := range h.replies {
 		s.replies[k] = append([]Reply(nil), v...)

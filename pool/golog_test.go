@@ -1,44 +1,25 @@
 package pool
 
 import (
-	"bytes"
 	"context"
 	"log"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/golog"
+	"github.com/quorumlock/quorumlock/internal/testlog"
 )
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestGoRedisQuietForPools: a Pool whose node is down does not make
 // go-redis log a line per failed dial (it logged "failed to dial after 1
 // attempts" for every command, ~60 lines in a 2 s Do); a go-redis client of
 // the program's own still does, through the logger the package installed.
 func TestGoRedisQuietForPools(t *testing.T) {
-	var out syncBuffer
+	var out testlog.Buffer
 	prev := golog.Out.Swap(log.New(&out, "redis: ", log.LstdFlags))
 	defer golog.Out.Store(prev)
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -1,7 +1,6 @@
 package pool_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -14,29 +13,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/redisproc"
+	"github.com/quorumlock/quorumlock/internal/testlog"
 	"github.com/quorumlock/quorumlock/pool"
 )
 
-// syncBuffer is a log destination safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func logger() (*slog.Logger, *syncBuffer) {
-	buf := &syncBuffer{}
+func logger() (*slog.Logger, *testlog.Buffer) {
+	buf := &testlog.Buffer{}
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
 }
 

@@ -1,37 +1,19 @@
 package golog_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log"
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/golog"
 	"github.com/quorumlock/quorumlock/internal/redisproc"
+	"github.com/quorumlock/quorumlock/internal/testlog"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestMarkKeepsTheError: a marked dial error has the text of the error it
 // marks and matches what that error matches, a timeout included.
@@ -51,7 +33,7 @@ func TestMarkKeepsTheError(t *testing.T) {
 // testkit.NewClient) do not make go-redis log their failed dials to a node
 // the test stopped (a test-kit test logged 66 such lines in 1.6 s).
 func TestKitClientQuiet(t *testing.T) {
-	var out syncBuffer
+	var out testlog.Buffer
 	prev := golog.Out.Swap(log.New(&out, "redis: ", log.LstdFlags))
 	defer golog.Out.Store(prev)
 	l, err := net.Listen("tcp", "127.0.0.1:0")

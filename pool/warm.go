@@ -18,6 +18,7 @@ const warmAfter = time.Second
 // value is ready; the Pool's Close stops it (stop) and joins it (wg).
 type warmer struct {
 	first  atomic.Int64 // UnixNano of the first answered batch; 0 before
+	begun  atomic.Bool  // warm was called: later answers need no clock
 	once   sync.Once
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -28,11 +29,15 @@ type warmer struct {
 // sawAnswer notes that the server answered a batch, and warms the Pool up
 // once warmAfter has passed since the first answer.
 func (p *redisPool) sawAnswer() {
+	if p.w.begun.Load() {
+		return
+	}
 	now := time.Now().UnixNano()
 	if p.w.first.CompareAndSwap(0, now) {
 		return
 	}
 	if now-p.w.first.Load() >= int64(warmAfter) {
+		p.w.begun.Store(true)
 		p.warm()
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/testlog"
 	"github.com/quorumlock/quorumlock/pool"
 )
 
@@ -98,7 +99,7 @@ func TestAuthRefusedByMinority(t *testing.T) {
 	e := newEnv(t, 5)
 	e.nodes[3].m.SetError(authReplies[0].reply)
 	e.nodes[4].m.SetError(authReplies[3].reply)
-	var buf lockedBuffer
+	var buf testlog.Buffer
 	c := e.client(WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 	ctx := context.Background()
 	for i := range 6 {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/testlog"
 )
 
 // TestCampaignHandsOverWithGrowingTerms: one candidate leads at a time, the
@@ -130,7 +132,7 @@ func TestElectionBadInput(t *testing.T) {
 // once, logs it.
 func TestObserveRefusesEmptyName(t *testing.T) {
 	e := newEnv(t, 5)
-	var buf lockedBuffer
+	var buf testlog.Buffer
 	c := e.client(WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 	ctx := context.Background()
 	_, _, want := c.Leader(ctx, "")

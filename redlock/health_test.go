@@ -1,42 +1,23 @@
 package redlock
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/testlog"
 )
-
-// lockedBuffer is a bytes.Buffer for a slog handler written from several
-// goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestNodeOutageLoggedOnce: a node that fails every command is logged once
 // when it begins failing and once when it answers again, with the failures
 // in between counted, however many operations ran.
 func TestNodeOutageLoggedOnce(t *testing.T) {
 	e := newEnv(t, 3)
-	var buf lockedBuffer
+	var buf testlog.Buffer
 	c := e.client(WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 	ctx := context.Background()
 	e.nodes[2].fault.setErr(errors.New("connection refused"))
@@ -83,7 +64,7 @@ func TestNodeOutageLoggedOnce(t *testing.T) {
 // second review: 14 pairs in 100 operations).
 func TestFlappingNodeLogsOnce(t *testing.T) {
 	e := newEnv(t, 3)
-	var buf lockedBuffer
+	var buf testlog.Buffer
 	c := e.client(WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 	ctx := context.Background()
 	for i := range 50 {
@@ -112,7 +93,7 @@ func TestFlappingNodeLogsOnce(t *testing.T) {
 // recovery, though no round waits for them.
 func TestStalledNodeSeenLate(t *testing.T) {
 	e := newEnv(t, 5)
-	var buf lockedBuffer
+	var buf testlog.Buffer
 	c := e.client(WithLogger(slog.New(slog.NewTextHandler(&buf, nil))), WithNodeTimeout(100*time.Millisecond))
 	ctx := context.Background()
 	verifyAll(t, c)
@@ -156,7 +137,7 @@ func TestNoLoggerNoHealth(t *testing.T) {
 // flapped once per cycle).
 func TestNodeRefusingOneKeyIsNoOutage(t *testing.T) {
 	e := newEnv(t, 3)
-	var buf lockedBuffer
+	var buf testlog.Buffer
 	c := e.client(WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 	ctx := context.Background()
 	if _, err := e.nodes[2].m.Lpush(rkey("bad"), "x"); err != nil {
@@ -182,7 +163,7 @@ func TestNodeRefusingOneKeyIsNoOutage(t *testing.T) {
 // unreachable, and are not ErrUnavailable (found by the adversarial
 // review).
 func TestCallersShortDeadlineIsNoOutage(t *testing.T) {
-	var buf lockedBuffer
+	var buf testlog.Buffer
 	c := newEnv(t, 3).scriptClient(WithLogger(slog.New(slog.NewTextHandler(&buf, nil)))) // queued Pools: commands can miss their deadline in the queue
 	held, err := c.TryLock(context.Background(), "held")
 	if err != nil {

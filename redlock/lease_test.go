@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/testlog"
 )
 
 // leaseEnv is a Client over 5 in-memory pools, for tests in a synctest
@@ -418,7 +420,7 @@ func TestRenewEveryMustFit(t *testing.T) {
 // names them.
 func TestLossNamesFailingNodes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var buf lockedBuffer
+		var buf testlog.Buffer
 		ps, c, _ := leaseEnv(t, WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 		l, err := c.TryLock(t.Context(), "named", WithAutoExtend(true))
 		if err != nil {

@@ -1,4 +1,4 @@
-//go:build quorumlock_bug_resumemark || quorumlock_bug_linegrowth || quorumlock_bug_linelapse || quorumlock_bug_latedrop || quorumlock_bug_leavelate
+//go:build quorumlock_bug_resumemark || quorumlock_bug_linegrowth || quorumlock_bug_linelapse || quorumlock_bug_latedrop || quorumlock_bug_leavelate || quorumlock_bug_stalldrop || quorumlock_bug_heldresend
 
 package sim
 
@@ -32,4 +32,26 @@ func findRestored(t *testing.T, tag string, w workload, budget int, props ...his
 	}
 	t.Logf("-tags %s: %v found at seed %d, within %d schedules of the %s workload (%v; replay with the tag: %s):\n%s",
 		tag, props, first, played, w, time.Since(start).Round(time.Millisecond), replayLine(first, c), what)
+}
+
+// findListed is the search of a TestFindsBug… whose property the
+// simulator judges itself (listed returns its violations in an outcome): it
+// plays up to budget schedules under control c from seed 1, requires one
+// with a violation of property (named for the messages) and logs the first
+// seed that has one, with the line that replays it under tag.
+func findListed(t *testing.T, tag, property string, c control, budget int, listed func(outcome) []string) {
+	start := time.Now()
+	var first uint64
+	var what string
+	found, played := sweep(t, 1, budget, c, func(seed uint64, o outcome) bool {
+		if vs := listed(o); len(vs) > 0 && (first == 0 || seed < first) {
+			first, what = seed, violationLines(vs)
+		}
+		return first != 0
+	})
+	if first == 0 {
+		t.Fatalf("no %s violation in %d schedules (%d violated otherwise) with -tags %s", property, played, found, tag)
+	}
+	t.Logf("-tags %s: %s found at seed %d, within %d schedules (%v; replay with the tag: %s):\n%s",
+		tag, property, first, played, time.Since(start).Round(time.Millisecond), replayLine(first, c), what)
 }

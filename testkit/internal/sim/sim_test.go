@@ -189,28 +189,6 @@ func (s *totals) String() string {
 	return b.String()
 }
 
-// findListed is the search of a TestFindsBug… whose property the
-// simulator judges itself (listed returns its violations in an outcome): it
-// plays up to budget schedules under control c from seed 1, requires one
-// with a violation of property (named for the messages) and logs the first
-// seed that has one, with the line that replays it under tag.
-func findListed(t *testing.T, tag, property string, c control, budget int, listed func(outcome) []string) {
-	start := time.Now()
-	var first uint64
-	var what string
-	found, played := sweep(t, 1, budget, c, func(seed uint64, o outcome) bool {
-		if vs := listed(o); len(vs) > 0 && (first == 0 || seed < first) {
-			first, what = seed, violationLines(vs)
-		}
-		return first != 0
-	})
-	if first == 0 {
-		t.Fatalf("no %s violation in %d schedules (%d violated otherwise) with -tags %s", property, played, found, tag)
-	}
-	t.Logf("-tags %s: %s found at seed %d, within %d schedules (%v; replay with the tag: %s):\n%s",
-		tag, property, first, played, time.Since(start).Round(time.Millisecond), replayLine(first, c), what)
-}
-
 // stLines lists ST's violations, one a line.
 func stLines(r stResult) string { return violationLines(r.violations) }
 

@@ -65,6 +65,14 @@ func lineTTL(cfg *config) time.Duration {
 	return 2 * (cfg.retryMax + cfg.nodeTimeout)
 }
 
+// stayOut is how long a waiter that left the line for good (its Lock call
+// ended) stays out of it on the nodes, and how long its leave is sent
+// again while it fails: its attempts are followed, and may land, up to the
+// cleanup budget after they were sent, longer than lineTTL with the
+// defaults (2 s against 0.6 s); one that lands later puts it back, for
+// lineTTL at most.
+func stayOut(cfg *config) time.Duration { return max(lineTTL(cfg), cleanupTimeout(cfg)) }
+
 // handGrace is how long a key handed to a waiter stays free for it alone:
 // the time for the release's message to reach it and its round to run, at
 // most the node timeout and the first retry delay. A waiter that does not
@@ -94,16 +102,17 @@ func (c *Client) grace(cfg *config) time.Duration {
 // answers up to the node timeout, so that a shared holder that asks next,
 // from any Client, no longer finds it in the line; a waiter that took the
 // lock leaves in the background. Close waits for the
-// leaves. An entry it misses lapses by itself (lineTTL).
+// leaves. A leave that fails is sent again (leaving); an entry it still
+// misses lapses by itself (lineTTL).
 func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func(int) bool, wait bool) {
 	if c.enter() != nil {
 		return
 	}
 	defer c.wg.Done()
 	wait = wait && leaveInOrder
-	o := node.Op{Kind: node.Leave, Key: rkey, Waiter: waiter, Grace: handGrace(cfg), LineTTL: lineTTL(cfg), Tell: tell, Background: true, Values: ownWork}
+	o := node.Op{Kind: node.Leave, Key: rkey, Waiter: waiter, Grace: handGrace(cfg), LineTTL: stayOut(cfg), Tell: tell, Background: true, Values: ownWork}
 	deadline := c.bgDeadline(cfg)
-	lv := leaving{c: c}
+	lv := leaving{c: c, cfg: cfg, o: o, horizon: time.Now().Add(stayOut(cfg))}
 	if wait { // with the rounds' commands, bounded like one of them
 		o.Background, o.Follow = false, follow(cfg)
 		if d := time.Now().Add(cfg.nodeTimeout); d.Before(deadline) {
@@ -126,17 +135,40 @@ func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func
 }
 
 // leaving receives the results of a Leave; done, when not nil, hears of
-// each.
+// each. A leave that failed but for the node's refusal (never written, or
+// no reply) is sent again in the background, every recheckDelay, until
+// the node answers or horizon: missed, it would leave the waiter's entry
+// to lapse by itself and no mark that keeps its late attempts out.
 type leaving struct {
-	c    *Client
-	done chan struct{}
+	c       *Client
+	cfg     *config
+	o       node.Op
+	horizon time.Time
+	done    chan struct{}
 }
 
-func (l leaving) Deliver(int, node.Result) {
-	l.c.wg.Done()
+func (l leaving) Deliver(i int, r node.Result) {
+	defer l.c.wg.Done()
 	if l.done != nil {
 		l.done <- struct{}{} // buffered for every node
 	}
+	wait := min(recheckDelay(l.cfg), time.Until(l.horizon))
+	if r.Err == nil || refused(r.Err) || wait <= 0 {
+		return
+	}
+	again := leaving{c: l.c, cfg: l.cfg, o: l.o, horizon: l.horizon}
+	if !l.c.rechecks.after(&l.c.wg, wait, func() { again.send(i) }) {
+		again.horizon = time.Time{} // Close has begun: once more, now, and no more
+		again.send(i)
+	}
+}
+
+// send sends the leave to node i in the background.
+func (l leaving) send(i int) {
+	o := l.o
+	o.Background, o.Follow = true, 0
+	l.c.wg.Add(1)
+	l.c.senders[i].Send(node.New(o), l.c.bgDeadline(l.cfg), l, i)
 }
 
 // await waits for n results, at most d.

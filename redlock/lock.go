@@ -452,7 +452,7 @@ func (l *Lock) releaseOp() node.Op {
 	o := node.Op{Key: l.rkey, Keys: l.keyArgs, Token: l.token, KeyArg: l.keyArg, TokenArg: l.tokenArg, Grace: c.grace(cfg)}
 	l.mu.Lock()
 	if l.inLine {
-		o.Waiter, o.LineTTL = l.waiter, lineTTL(cfg)
+		o.Waiter, o.LineTTL = l.waiter, stayOut(cfg)
 	}
 	l.mu.Unlock()
 	return o

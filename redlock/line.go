@@ -135,15 +135,18 @@ func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func
 }
 
 // leaving receives the results of a Leave; done, when not nil, hears of
-// each. A leave that failed but for the node's refusal (never written, or
-// no reply) is sent again in the background, every recheckDelay, until
-// the node answers or horizon: missed, it would leave the waiter's entry
-// to lapse by itself and no mark that keeps its late attempts out.
+// each. A leave that was never written (queued past its deadline, no
+// connection) is sent again in the background, after recheckDelay and then
+// twice as long each time up to maxRecheck, until horizon: missed, it
+// would leave the waiter's entry to lapse by itself, and no mark to keep
+// its late attempts out. One that got no reply is not: it may have run,
+// and after a stall every waiter's leave times out at once.
 type leaving struct {
 	c       *Client
 	cfg     *config
 	o       node.Op
 	horizon time.Time
+	wait    time.Duration // before the next re-send; 0: recheckDelay
 	done    chan struct{}
 }
 
@@ -152,11 +155,14 @@ func (l leaving) Deliver(i int, r node.Result) {
 	if l.done != nil {
 		l.done <- struct{}{} // buffered for every node
 	}
-	wait := min(recheckDelay(l.cfg), time.Until(l.horizon))
-	if r.Err == nil || refused(r.Err) || wait <= 0 {
+	if l.wait == 0 {
+		l.wait = recheckDelay(l.cfg)
+	}
+	wait := min(l.wait, time.Until(l.horizon))
+	if r.Err == nil || mayHaveWritten(r.Err) || refused(r.Err) || wait <= 0 {
 		return
 	}
-	again := leaving{c: l.c, cfg: l.cfg, o: l.o, horizon: l.horizon}
+	again := leaving{c: l.c, cfg: l.cfg, o: l.o, horizon: l.horizon, wait: min(2*l.wait, maxRecheck)}
 	if !l.c.rechecks.after(&l.c.wg, wait, func() { again.send(i) }) {
 		again.horizon = time.Time{} // Close has begun: once more, now, and no more
 		again.send(i)

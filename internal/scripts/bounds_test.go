@@ -104,10 +104,13 @@ func TestFullLineTakesNoNewcomer(t *testing.T) {
 func TestPollingKeepsThePlace(t *testing.T) {
 	e := newLineEnv(t)
 	e.acquire("h", "", 0, 0, false)
-	const entry = 100 // ms
+	// 4 entry TTLs, polling every half of one: the other half is slack for
+	// a loaded machine (at 100 ms and every 0.6, a poll 40 ms late under
+	// make test found the line lapsed).
+	const entry = 500 // ms
 	e.acquire("w0", "W", 1, entry, false)
-	for i := range 6 { // 3.6 entry TTLs, polling every 0.6
-		time.Sleep(entry * 6 / 10 * time.Millisecond)
+	for i := range 8 {
+		time.Sleep(entry / 2 * time.Millisecond)
 		if got := e.waiters(); len(got) != 1 || got[0] != "W" {
 			t.Fatalf("after %d polls the line is %q; want [W]", i, got)
 		}

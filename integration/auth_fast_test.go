@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/testwait"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -46,7 +47,7 @@ func TestAuthRefusalReturnsAtOnce(t *testing.T) {
 			}
 			for _, cl := range calls {
 				start := time.Now()
-				err := returnsWithin(t, 10*time.Second, cl.call)
+				err := testwait.ReturnsWithin(t, 10*time.Second, "it retried the refusal", cl.call)
 				took := time.Since(start)
 				t.Logf("%s (%v): %v", cl.name, took.Round(time.Millisecond), err)
 				if !errors.Is(err, redlock.ErrAuth) {
@@ -60,24 +61,5 @@ func TestAuthRefusalReturnsAtOnce(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// returnsWithin runs call with a context that never ends and returns its
-// error; it fails the test if call takes longer than d.
-func returnsWithin(t *testing.T, d time.Duration, call func(context.Context) error) error {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	got := make(chan error, 1)
-	go func() { got <- call(ctx) }()
-	select {
-	case err := <-got:
-		return err
-	case <-time.After(d):
-		cancel()
-		err := <-got
-		t.Fatalf("the call had not returned after %v (it retried the refusal); cancelled: %v", d, err)
-		return err
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/testlog"
+	"github.com/quorumlock/quorumlock/internal/testwait"
 	"github.com/quorumlock/quorumlock/pool"
 )
 
@@ -57,7 +58,7 @@ func TestAuthRefusedByQuorum(t *testing.T) {
 				"Acquire": func(ctx context.Context) error { _, err := sem.Acquire(ctx); return err },
 			}
 			for name, call := range calls {
-				err := returnsWithin(t, 5*time.Second, call)
+				err := testwait.ReturnsWithin(t, 5*time.Second, "it retries a refusal", call)
 				if !errors.Is(err, ErrAuth) || !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrUnavailable) {
 					t.Fatalf("%s = %v, want an error matching ErrAuth and ErrNotAcquired, not ErrUnavailable (the nodes answered)", name, err)
 				}
@@ -70,24 +71,6 @@ func TestAuthRefusedByQuorum(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// returnsWithin runs call with a context that never ends and returns its
-// error, failing the test if it takes longer than d.
-func returnsWithin(t *testing.T, d time.Duration, call func(context.Context) error) error {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	got := make(chan error, 1)
-	go func() { got <- call(ctx) }()
-	select {
-	case err := <-got:
-		return err
-	case <-time.After(d):
-		cancel()
-		t.Fatalf("the call did not return within %v (it retries a refusal)", d)
-		return <-got
 	}
 }
 

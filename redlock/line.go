@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"cmp"
 	"encoding/base64"
 	"strconv"
 	"sync/atomic"
@@ -112,8 +113,8 @@ func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func
 	wait = wait && leaveInOrder
 	o := node.Op{Kind: node.Leave, Key: rkey, Waiter: waiter, Grace: handGrace(cfg), LineTTL: stayOut(cfg), Tell: tell, Background: true, Values: ownWork}
 	deadline := c.bgDeadline(cfg)
-	lv := leaving{c: c, cfg: cfg, o: o, horizon: time.Now().Add(stayOut(cfg))}
-	if wait { // with the rounds' commands, bounded like one of them
+	lv := &leaving{c: c, cfg: cfg, o: o, horizon: time.Now().Add(stayOut(cfg))} // one allocation, not one per node
+	if wait {                                                                   // with the rounds' commands, bounded like one of them
 		o.Background, o.Follow = false, follow(cfg)
 		if d := time.Now().Add(cfg.nodeTimeout); d.Before(deadline) {
 			deadline = d
@@ -150,19 +151,19 @@ type leaving struct {
 	done    chan struct{}
 }
 
-func (l leaving) Deliver(i int, r node.Result) {
+// Deliver takes node i's answer; it may run for several nodes at once, and
+// changes nothing in l.
+func (l *leaving) Deliver(i int, r node.Result) {
 	defer l.c.wg.Done()
 	if l.done != nil {
 		l.done <- struct{}{} // buffered for every node
 	}
-	if l.wait == 0 {
-		l.wait = recheckDelay(l.cfg)
-	}
-	wait := min(l.wait, time.Until(l.horizon))
+	next := cmp.Or(l.wait, recheckDelay(l.cfg))
+	wait := min(next, time.Until(l.horizon))
 	if r.Err == nil || mayHaveWritten(r.Err) || refused(r.Err) || wait <= 0 {
 		return
 	}
-	again := leaving{c: l.c, cfg: l.cfg, o: l.o, horizon: l.horizon, wait: min(2*l.wait, maxRecheck)}
+	again := &leaving{c: l.c, cfg: l.cfg, o: l.o, horizon: l.horizon, wait: min(2*next, maxRecheck)}
 	if !l.c.rechecks.after(&l.c.wg, wait, func() { again.send(i) }) {
 		again.horizon = time.Time{} // Close has begun: once more, now, and no more
 		again.send(i)
@@ -170,7 +171,7 @@ func (l leaving) Deliver(i int, r node.Result) {
 }
 
 // send sends the leave to node i in the background.
-func (l leaving) send(i int) {
+func (l *leaving) send(i int) {
 	o := l.o
 	o.Background, o.Follow = true, 0
 	l.c.wg.Add(1)
@@ -178,7 +179,7 @@ func (l leaving) send(i int) {
 }
 
 // await waits for n results, at most d.
-func (l leaving) await(n int, d time.Duration) {
+func (l *leaving) await(n int, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for range n {

@@ -113,8 +113,9 @@ func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func
 	wait = wait && leaveInOrder
 	o := node.Op{Kind: node.Leave, Key: rkey, Waiter: waiter, Grace: handGrace(cfg), LineTTL: stayOut(cfg), Tell: tell, Background: true, Values: ownWork}
 	deadline := c.bgDeadline(cfg)
-	lv := &leaving{c: c, cfg: cfg, o: o, horizon: time.Now().Add(stayOut(cfg))} // one allocation, not one per node
-	if wait {                                                                   // with the rounds' commands, bounded like one of them
+	// One receiver for every node (by value, it would be boxed per node).
+	lv := &leaving{c: c, cfg: cfg, o: o, horizon: time.Now().Add(stayOut(cfg))}
+	if wait { // with the rounds' commands, bounded like one of them
 		o.Background, o.Follow = false, follow(cfg)
 		if d := time.Now().Add(cfg.nodeTimeout); d.Before(deadline) {
 			deadline = d

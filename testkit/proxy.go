@@ -1,7 +1,9 @@
 package testkit
 
 import (
+	"bytes"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,9 +97,9 @@ func (s HoldScope) String() string {
 // hold is one late-delivery fault: the data read from the client on the
 // connections it applies to, in the order it was read, until Deliver.
 type hold struct {
-	all        bool // new connections are held too (HoldAll)
-	next       int  // connections still to be held at their next write (HoldNext)
-	delivering bool // Deliver has started: data read now is not held
+	all        bool     // new connections are held too (HoldAll)
+	next       [][]byte // per connection still to be held: what its first held write contains (nil: anything)
+	delivering bool     // Deliver has started: data read now is not held
 	queue      []*heldChunk
 	bytes      int
 }
@@ -182,12 +184,44 @@ func (p *Proxy) Hold(scope HoldScope) {
 	case HoldAll:
 		h.all = true
 	case HoldNext:
-		h.next++
+		h.next = append(h.next, nil)
 		return
 	}
 	for pc := range p.conns {
 		if pc.hold == nil || pc.hold.delivering {
 			pc.hold = h
+		}
+	}
+}
+
+// HoldWrite holds one connection as Hold(HoldNext) does, but from the
+// first write that contains pattern (as one read of the proxy: a command
+// of a few hundred bytes, written whole, is), so that a test holds the
+// command it means and not a health check or a set-up command the client
+// happens to write first. Writes without pattern, on any connection, pass
+// until then. Each call while a hold is in force holds one connection more.
+// An empty pattern is Hold(HoldNext).
+func (p *Proxy) HoldWrite(pattern string) {
+	if pattern == "" {
+		p.Hold(HoldNext)
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hold == nil {
+		p.hold = &hold{}
+	}
+	p.hold.next = append(p.hold.next, []byte(pattern))
+}
+
+// holdNext puts pc under h if a connection is still to be held at a write
+// such as data (HoldNext, HoldWrite). The caller holds p.mu.
+func (h *hold) holdNext(pc *proxyConn, data []byte) {
+	for i, m := range h.next {
+		if m == nil || bytes.Contains(data, m) {
+			h.next = slices.Delete(h.next, i, i+1)
+			pc.hold = h
+			return
 		}
 	}
 }
@@ -411,9 +445,8 @@ func (p *Proxy) chunkOf(pc *proxyConn, data []byte, up bool) chunk {
 	c := chunk{data: append([]byte(nil), data...), due: time.Now().Add(time.Duration(p.latency.Load()))}
 	if up {
 		p.mu.Lock()
-		if h := p.hold; h != nil && h.next > 0 && pc.hold == nil {
-			h.next--
-			pc.hold = h
+		if h := p.hold; h != nil && pc.hold == nil {
+			h.holdNext(pc, data)
 		}
 		if h := pc.hold; h != nil && !h.delivering {
 			c.held = &heldChunk{pc: pc, n: len(data), ready: make(chan struct{}), done: make(chan struct{})}

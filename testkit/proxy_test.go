@@ -211,11 +211,13 @@ const quiet = 150 * time.Millisecond
 // TestProxyHold checks late delivery: while held, what the client writes is
 // kept and reaches the node only on Deliver, also after the client closed
 // the connection; replies flow; HoldOpen lets new connections through,
-// HoldAll does not; HoldNext holds the first connection written on.
+// HoldAll does not; HoldNext holds the first connection written on,
+// HoldWrite the first written on with its pattern.
 func TestProxyHold(t *testing.T) {
 	t.Run("open", testHoldOpen)
 	t.Run("all", testHoldAll)
 	t.Run("next", testHoldNext)
+	t.Run("write", testHoldWrite)
 	t.Run("reset-discards", testHoldResetDiscards)
 	t.Run("close-while-held", testCloseWhileHeld)
 }
@@ -316,6 +318,26 @@ func testHoldNext(t *testing.T) {
 	s.want(1, "b1b2", false)
 	write(t, b, "b3") // the hold is over
 	s.want(1, "b1b2b3", false)
+}
+
+func testHoldWrite(t *testing.T) {
+	s, p, a := linked(t)
+	b := dial(t, p)
+	if !s.waitFor(2*time.Second, func() bool { return len(s.conns) == 2 }) {
+		t.Fatal("the proxy did not connect the second connection to the node")
+	}
+	p.HoldWrite("key")
+	write(t, a, "ping") // without the pattern: passes, a is not held
+	s.want(0, "a1ping", false)
+	write(t, b, "set key") // the first write with it: b is held
+	waitHeld(t, p, 7)
+	write(t, a, "get key") // a was passed over: the one hold is taken
+	s.want(0, "a1pingget key", false)
+	s.stays(1, "", false, quiet)
+	if n := p.Deliver(); n != 7 {
+		t.Fatalf("Deliver wrote %d bytes, want 7", n)
+	}
+	s.want(1, "set key", false)
 }
 
 func testHoldResetDiscards(t *testing.T) {

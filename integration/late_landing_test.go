@@ -552,7 +552,7 @@ func TestLateRenewalAfterRelease(t *testing.T) {
 
 // TestLateAttemptOfDepartedWaiter (a waiter comes back after it left): a
 // Lock call waits for a key another client holds; its next attempt is held
-// in the links (HoldNext: the connection it is written on) and never
+// in the links (HoldWrite: the connection it is written on) and never
 // answered, and the call gives up. It leaves the key's line on every node
 // (in the background, on connections that are not held). Then the held
 // attempts land: on each node they find the key taken and would put the waiter back in the line, where the next
@@ -605,7 +605,7 @@ func TestLateAttemptOfDepartedWaiter(t *testing.T) {
 		return true
 	})
 	for _, p := range ps {
-		p.Hold(testkit.HoldNext)
+		p.HoldWrite(rkey(key)) // an attempt, not a health check
 	}
 	eventually(t, 5*time.Second, 5*time.Millisecond, "a's next attempt held on every link", func() bool {
 		return !slices.ContainsFunc(ps, func(p *testkit.Proxy) bool { return p.Held() == 0 })

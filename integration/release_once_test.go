@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/redlock"
-	"github.com/quorumlock/quorumlock/testkit"
 )
 
 // TestReleaseAheadOfLateSetDeletesOnce: a Release that ends while node4's
@@ -24,15 +23,15 @@ func TestReleaseAheadOfLateSetDeletesOnce(t *testing.T) {
 	ps, via := c.proxyEach(t)
 	a := c.newLockClient(t, "a", via, redlock.WithTTL(lateTTL), redlock.WithNodeTimeout(time.Second), redlock.WithAutoExtend(false))
 	warm(t, ctx, a)
-	time.Sleep(1500 * time.Millisecond) // the Pools set their connections up a second after the first answer (pool/warm.go)
-	warm(t, ctx, a)                     // so that the hold catches the SET, not that set-up
-	ps[4].Hold(testkit.HoldNext)
+	ps[4].HoldWrite(rkey(key)) // the SET, not a health check or a pool's set-up written first
 	l, err := a.TryLock(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ps[4].Held() == 0 || get(t, admins[4], rkey(key)) != "" {
-		t.Fatalf("node4: the SET was not held in its link (%d bytes held, %s = %q)", ps[4].Held(), key, get(t, admins[4], rkey(key)))
+	// TryLock returns at a quorum: node4's SET may not be written yet.
+	eventually(t, 5*time.Second, 5*time.Millisecond, "node4's SET held in its link", func() bool { return ps[4].Held() > 0 })
+	if v := get(t, admins[4], rkey(key)); v != "" {
+		t.Fatalf("node4: %s = %q while its SET is held", key, v)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -253,10 +253,10 @@ func TestSessionLateAcquireCleanedUp(t *testing.T) {
 	r, x := newSessionRig(t, ttl, "late-x") // x keeps the session renewed
 	c, ctx, admins, proxies, a := r.c, r.ctx, r.admins, r.proxies, r.a
 	quietLinks(t, ctx, x, ttl)
-	// HoldNext: only the connection late-y's acquire goes out on is held;
+	// HoldWrite: only the connection late-y's acquire goes out on is held;
 	// x's renewals go on over the others.
 	for _, px := range proxies[:3] {
-		px.Hold(testkit.HoldNext)
+		px.HoldWrite(rkey("late-y"))
 	}
 	if _, err := a.TryLock(ctx, "late-y"); !errors.Is(err, redlock.ErrNotAcquired) {
 		t.Fatalf("TryLock with 3 of 5 links holding: %v", err)
@@ -293,7 +293,7 @@ func TestSessionLateAcquireCleanedUp(t *testing.T) {
 
 // quietLinks returns once no command of session lock x's Client is in
 // flight, and none is due for about a renewal interval, so that a hold
-// applied now (HoldNext) catches the next round's commands on the
+// applied now (HoldWrite) catches the next round's commands on the
 // connections they are written on, and not a renewal of x's. With a
 // command of x's acquire round still on its way (TryLock returns at a
 // quorum) or a session renewal in flight, held with the link (HoldOpen),

@@ -487,6 +487,10 @@ func TestWarmUpAfterASecond(t *testing.T) {
 	}
 	time.Sleep(warmAfter)
 	warm(t, p)
+	// The set-up runs on a goroutine of its own, after the answer.
+	for end := time.Now().Add(5 * time.Second); s.dials.Load() < 2*maxExecutors && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
 	if n := s.dials.Load(); n < 2*maxExecutors {
 		t.Fatalf("%d dials after warmAfter; want the %d connections the queues can use", n, 2*maxExecutors)
 	}

@@ -71,13 +71,19 @@ func (p *redisPool) warm() {
 		p.w.cancel = cancel
 		p.w.wg.Go(func() {
 			defer cancel()
+			// Each PING on a connection of its own, held until every one
+			// has answered: a connection given back early would be taken
+			// again by the next PING instead of a new one set up.
+			held := make([]*redis.Conn, 2*maxExecutors)
 			var wg sync.WaitGroup
-			for range 2 * maxExecutors {
-				// At once, on a pool with no connection yet: each dials
-				// one of its own, sets it up and leaves it idle.
-				wg.Go(func() { _ = rc.Ping(ctx).Err() })
+			for i := range held {
+				held[i] = rc.Conn()
+				wg.Go(func() { _ = held[i].Ping(ctx).Err() })
 			}
 			wg.Wait()
+			for _, cn := range held {
+				_ = cn.Close() // back to the pool, idle
+			}
 		})
 	})
 }

@@ -314,7 +314,7 @@ func (w *writer) run(batch []request) {
 	w.reqs, w.cmds = w.reqs[:0], w.cmds[:0]
 	var deadline time.Time
 	for _, r := range batch {
-		if !now.Before(stall.Extend(r.deadline, r.mark)) { // its round waits as long
+		if !now.Before(stall.Extend(node.WriteBy(r.op, r.deadline), r.mark)) { // its round waits as long
 			r.rcv.Deliver(r.tag, node.Result{Err: node.ErrNotSent})
 			continue
 		}

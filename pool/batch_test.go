@@ -144,7 +144,8 @@ func TestSendNoScript(t *testing.T) {
 }
 
 // TestSendDeadlines: a command whose deadline has passed is not written
-// (ErrNotSent); one to a server that never answers fails by its deadline,
+// (ErrNotSent), unless it is harmless whenever it lands (WriteLate) and
+// its Follow has not passed; one to a server that never answers fails by its deadline,
 // or, as here, where it waits for its connection's set-up, when the set-up
 // budget (DialTimeout) ends.
 func TestSendDeadlines(t *testing.T) {
@@ -154,6 +155,19 @@ func TestSendDeadlines(t *testing.T) {
 	p.(node.Sender).Send(node.New(node.Op{Kind: node.Get, Key: "k"}), time.Now().Add(-time.Millisecond), box, 0)
 	if r := box.wait(t)[0]; !errors.Is(r.Err, node.ErrNotSent) {
 		t.Fatalf("expired command: %+v, want ErrNotSent", r)
+	}
+
+	// A command harmless whenever it lands is still written within its
+	// Follow: a release queued past its round's deadline runs.
+	_, rdb, lp := newPool(t)
+	defer lp.Close()
+	if err := rdb.Set(context.Background(), "late", "tok", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	box = newInbox(1)
+	lp.(node.Sender).Send(node.New(node.Op{Kind: node.Release, Key: "late", Token: "tok", Follow: 5 * time.Second, WriteLate: true}), time.Now().Add(-time.Millisecond), box, 0)
+	if r := box.wait(t)[0]; r.Err != nil || r.Int != 1 {
+		t.Fatalf("release queued past its deadline, within its Follow: %+v, want written and answered 1", r)
 	}
 
 	silent, err := Dial(&redis.Options{Addr: newSilentServer(t), DialTimeout: 300 * time.Millisecond})

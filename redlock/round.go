@@ -35,6 +35,11 @@ type opSpec struct {
 	// its command harmless whenever it lands (renewals), so it is not
 	// waited for past the deadline.
 	unfollowed bool
+	// writeLate: the command is harmless whenever it lands (releases:
+	// they delete only a key that still holds the token), so a Pool that
+	// queues it writes it until the deadline + Follow (node.Op.WriteLate)
+	// rather than leave it unwritten to be sent again.
+	writeLate bool
 }
 
 var (
@@ -43,7 +48,7 @@ var (
 	opSession    = &opSpec{name: "acquire", kind: node.AcquireSession, yes: intPositive, no: OutcomeTaken}
 	opRaise      = &opSpec{name: "acquire", kind: node.RaiseFence, yes: intPositive, no: OutcomeNotHeld}
 	opExtend     = &opSpec{name: "extend", kind: node.Extend, yes: intPositive, no: OutcomeNotHeld, decisive: true}
-	opRelease    = &opSpec{name: "release", kind: node.Release, yes: intPositive, no: OutcomeNotHeld, decisive: true}
+	opRelease    = &opSpec{name: "release", kind: node.Release, yes: intPositive, no: OutcomeNotHeld, decisive: true, writeLate: true}
 	opHeld       = &opSpec{name: "held", kind: node.Get, yes: holdsToken, no: OutcomeNotHeld, decisive: true}
 	opPeek       = &opSpec{name: "held", kind: node.Peek, yes: holdsToken, no: OutcomeNotHeld, decisive: true}
 	opLocked     = &opSpec{name: "locked", kind: node.Get}                          // voted by round.tallyTokens
@@ -53,13 +58,13 @@ var (
 	// A lock of several keys (TryLockAll): one command covers every key.
 	opAcquireAll = &opSpec{name: "acquire", kind: node.AcquireAll, yes: intPositive, no: OutcomeTaken}
 	opExtendAll  = &opSpec{name: "extend", kind: node.ExtendMany, yes: everyKey, no: OutcomeNotHeld, decisive: true}
-	opReleaseAll = &opSpec{name: "release", kind: node.ReleaseAll, yes: intPositive, no: OutcomeNotHeld, decisive: true}
+	opReleaseAll = &opSpec{name: "release", kind: node.ReleaseAll, yes: intPositive, no: OutcomeNotHeld, decisive: true, writeLate: true}
 	opHeldAll    = &opSpec{name: "held", kind: node.HeldAll, yes: intPositive, no: OutcomeNotHeld, decisive: true}
 
 	// A shared holder (Shared).
 	opAcquireShared = &opSpec{name: "acquire", kind: node.AcquireShared, yes: intPositive, no: OutcomeTaken}
 	opExtendShared  = &opSpec{name: "extend", kind: node.ExtendShared, yes: intPositive, no: OutcomeNotHeld, decisive: true}
-	opReleaseShared = &opSpec{name: "release", kind: node.ReleaseShared, yes: intPositive, no: OutcomeNotHeld, decisive: true}
+	opReleaseShared = &opSpec{name: "release", kind: node.ReleaseShared, yes: intPositive, no: OutcomeNotHeld, decisive: true, writeLate: true}
 	opHeldShared    = &opSpec{name: "held", kind: node.HeldShared, yes: intPositive, no: OutcomeNotHeld, decisive: true}
 
 	// A semaphore's permit (Client.Semaphore): released and checked as a
@@ -127,7 +132,7 @@ func (c *Client) runWith(ctx context.Context, cfg *config, spec *opSpec, l *Lock
 	} else {
 		rd.out = make([]bool, n)
 	}
-	o.Kind, o.Follow, o.Values = spec.kind, follow(cfg), ctx
+	o.Kind, o.Follow, o.Values, o.WriteLate = spec.kind, follow(cfg), ctx, spec.writeLate
 	if spec.unfollowed {
 		o.Follow = 0
 	}

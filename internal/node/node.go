@@ -71,6 +71,13 @@ type Op struct {
 	// did (see Sender). 0: until the deadline only.
 	Follow time.Duration
 
+	// WriteLate marks a command that is harmless whenever it lands (a
+	// release: it deletes only a key that still holds Token): a Pool that
+	// queues commands writes it until deadline + Follow, not only until
+	// deadline. Left unwritten, it would have to be sent again; written
+	// late, its reply, which is followed, tells its fate.
+	WriteLate bool
+
 	// Keys and Tokens are the locks of an ExtendMany, as command
 	// arguments (Key and Token are unused). For the multi-key kinds
 	// (AcquireAll, ReleaseAll, HeldAll, and a RaiseFence of a multi-key
@@ -199,14 +206,24 @@ type Sender interface {
 	// Send queues op and returns at once. The node's answer goes to
 	// rcv.Deliver(tag, ...) exactly once: the reply, an error (the node
 	// failed, the connection broke, no reply came by deadline + op.Follow,
-	// the Pool was closed), or ErrNotSent when the deadline passed before op
-	// was written. A command that was written is followed on its own
+	// the Pool was closed), or ErrNotSent when the deadline (deadline +
+	// op.Follow for an op.WriteLate) passed before op was written. A command that was written is followed on its own
 	// connection until deadline + op.Follow: its reply is delivered even
 	// after deadline, and the commands queued behind it are not held up.
 	// That bound does not count the time the process stood still
 	// (internal/stall), and a command that waits for its connection's
 	// set-up waits until the Pool's set-up budget ends if that is later.
 	Send(op *Op, deadline time.Time, rcv Receiver, tag int)
+}
+
+// WriteBy returns until when a Pool that queues commands may write op,
+// sent with deadline: deadline, or deadline + op.Follow for an
+// op.WriteLate.
+func WriteBy(op *Op, deadline time.Time) time.Time {
+	if op.WriteLate {
+		return deadline.Add(op.Follow)
+	}
+	return deadline
 }
 
 // ErrNotSent is the error of an Op whose deadline passed while it waited in

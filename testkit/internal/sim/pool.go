@@ -62,7 +62,7 @@ func (p *simPool) start(c *call) {
 		p.unwritten(c)
 		return
 	}
-	wait := time.Until(c.deadline)
+	wait := time.Until(node.WriteBy(c.op, c.deadline))
 	if c.fate.queue >= wait {
 		p.tr.add("%s: not sent (queued past its deadline)", c)
 		time.AfterFunc(max(wait, 0), func() { c.finish(node.Result{Err: node.ErrNotSent}) })
@@ -91,7 +91,7 @@ func (p *simPool) write(c *call, deadline time.Time) {
 // writing it, as a Pool of package pool does with a command queued past
 // its deadline.
 func (p *simPool) writeLate(c *call, deadline time.Time) {
-	if !time.Now().Before(c.deadline) {
+	if !time.Now().Before(node.WriteBy(c.op, c.deadline)) {
 		p.tr.add("%s: not sent (its deadline passed while its client stood still)", c)
 		c.deliver(node.Result{Err: node.ErrNotSent})
 		return

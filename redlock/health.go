@@ -2,12 +2,15 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/quorumlock/pool"
 )
 
 // health logs each node's outages once: the first failed command after the
@@ -60,7 +63,7 @@ func (h *health) failed(i int, name string, err error) {
 	if h == nil {
 		return
 	}
-	if refused(err) {
+	if refused(err) || errors.Is(err, pool.ErrRestarted) {
 		h.refused(i, name, err)
 		return
 	}
@@ -108,8 +111,11 @@ func (n *nodeHealth) begin(now time.Time) (log bool, quiet int) {
 func (h *health) refused(i int, name string, err error) {
 	kind, _, _ := strings.Cut(err.Error(), " ")
 	what := authRefusal(err)
-	if what != "" {
+	switch {
+	case what != "":
 		kind = "auth"
+	case errors.Is(err, pool.ErrRestarted):
+		kind = "restarted"
 	}
 	n := &h.nodes[i]
 	now := time.Now()
@@ -125,6 +131,9 @@ func (h *health) refused(i int, name string, err error) {
 	n.mu.Unlock()
 	switch {
 	case !log:
+	case kind == "restarted": // it answers; its Pool keeps it out of votes
+		h.log.Warn(fmt.Sprintf("redlock: node %s is kept out of votes for now: %v; operations go on while the other nodes can make a quorum; logged once per %v", name, err, refusalEvery),
+			"pool", name, "err", err)
 	case what != "": // the command wrote nothing
 		h.log.Warn(fmt.Sprintf("redlock: node %s refuses this Client: %s (%v); operations go on while the other nodes can make a quorum; check the pool's password, user and ACL rules; logged once per %v", name, what, err, refusalEvery),
 			"pool", name, "err", err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/testlog"
+	"github.com/quorumlock/quorumlock/pool"
 )
 
 // TestNodeOutageLoggedOnce: a node that fails every command is logged once
@@ -180,5 +181,37 @@ func TestCallersShortDeadlineIsNoOutage(t *testing.T) {
 	}
 	if out := buf.String(); strings.Contains(out, "unreachable since") {
 		t.Fatalf("healthy nodes logged unreachable after callers' short deadlines:\n%s", out)
+	}
+}
+
+// TestRestartGuardIsNoOutage: a node its Pool keeps out of votes (the
+// restart guard's refusal) answers: it is logged once as kept out, not as
+// unreachable, and not as "answers again" once the guard lets it vote
+// (issue 36: the command line said "answers again after 28s unreachable"
+// of nodes that had only just started).
+func TestRestartGuardIsNoOutage(t *testing.T) {
+	e := newEnv(t, 3)
+	var buf testlog.Buffer
+	c := e.client(WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	ctx := context.Background()
+	e.nodes[2].fault.setErr(&pool.RestartError{Pool: "node2", RunID: "r", Uptime: time.Second, Guard: 30 * time.Second})
+	for i := range 10 {
+		l, err := c.TryLock(ctx, fmt.Sprintf("k%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = l.Release(ctx)
+	}
+	e.nodes[2].fault.setErr(nil)
+	for i := range 10 {
+		l, err := c.TryLock(ctx, fmt.Sprintf("after%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = l.Release(ctx)
+	}
+	out := buf.String()
+	if strings.Contains(out, "unreachable") || strings.Contains(out, "answers again") || strings.Count(out, "node2 is kept out of votes") != 1 {
+		t.Fatalf("want one line that node2 is kept out of votes, and no outage; got:\n%s", out)
 	}
 }

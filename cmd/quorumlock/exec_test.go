@@ -231,7 +231,7 @@ func TestExec(t *testing.T) {
 			if !strings.Contains(p.stderr.String(), tc.stderr) {
 				t.Errorf("%s: stderr lacks %q:\n%s", tc.name, tc.stderr, p.stderr.String())
 			}
-			if goName := regexp.MustCompile(`\bWith[A-Z]\w+|\bpool\.`).FindString(p.stderr.String()); goName != "" {
+			if goName := goNames.FindString(p.stderr.String()); goName != "" {
 				t.Errorf("%s: stderr names the library's %s, not the command's flag:\n%s", tc.name, goName, p.stderr.String())
 			}
 			if strings.Contains(p.stdout.String(), "ran") {

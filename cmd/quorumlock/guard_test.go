@@ -81,3 +81,35 @@ func TestFreshServersSayRestartGuard(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitSaysRestartGuard: exec --wait on servers that have just started
+// says at once, once per node, that the restart guard keeps it out and when
+// it votes, waits the guard out, and runs the command; no node is called
+// unreachable, nor said to answer again (issue 36, major 1: 28 s of
+// silence, then "answers again after 28.174s unreachable" per node).
+func TestWaitSaysRestartGuard(t *testing.T) {
+	c := redisproc.Start(t, 3)
+	p := startCLI(t, nil, "exec", nodeTimeout, "--restart-guard", "4s", "--wait", "30s", "--addrs", strings.Join(c.Addrs(), ","), "guard-wait", "--", "echo", "ran")
+	code := p.wait(t)
+	stderr := p.stderr.String()
+	if code != 0 || !strings.Contains(p.stdout.String(), "ran") {
+		t.Fatalf("exec --wait on fresh servers: exit %d, want 0 and the command run\n%s", code, stderr)
+	}
+	said := regexp.MustCompile(`(?m)^quorumlock exec: node (127\.0\.0\.1:\d+) started \d+(\.\d+)?m?s ago; it votes in \d+(\.\d+)?m?s \(--restart-guard 4s; use --restart-guard 0 for test servers\)$`)
+	for _, addr := range c.Addrs() {
+		n := 0
+		for _, m := range said.FindAllStringSubmatch(stderr, -1) {
+			if m[1] == addr {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("node %s said %d times to be kept out by the restart guard, want once:\n%s", addr, n, stderr)
+		}
+	}
+	for _, noise := range []string{"unreachable", "answers again", "pool.WithRestartGuard"} {
+		if strings.Contains(stderr, noise) {
+			t.Errorf("exec --wait on fresh servers says %q:\n%s", noise, stderr)
+		}
+	}
+}

@@ -92,7 +92,7 @@ func (f *lockFlags) client(e *env, name string, opts ...redlock.Option) (*redloc
 		return nil, 0, nil, err
 	}
 	redis.SetLogger(quiet{}) // go-redis would log every failed dial into stderr
-	logger := slog.New(newLineHandler(e.stderr, "quorumlock "+name+": "))
+	logger := slog.New(newLineHandler(e.stderr, "quorumlock "+name+": ", &e.guards))
 	pools, err := dial(nodes, append(guard, pool.WithLogger(logger))...) // restarts noticed, eviction policies
 	if err != nil {
 		return nil, 0, nil, err

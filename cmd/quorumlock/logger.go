@@ -19,22 +19,32 @@ type lineHandler struct {
 	mu     *sync.Mutex
 	w      io.Writer
 	prefix string
+	guards *guardNotes // nil: restart guard refusals are dropped
 	attrs  []slog.Attr
 }
 
-func newLineHandler(w io.Writer, prefix string) *lineHandler {
-	return &lineHandler{mu: new(sync.Mutex), w: w, prefix: prefix}
+func newLineHandler(w io.Writer, prefix string, guards *guardNotes) *lineHandler {
+	return &lineHandler{mu: new(sync.Mutex), w: w, prefix: prefix, guards: guards}
 }
 
 func (h *lineHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
 
 // Handle writes r as one line in the command's terms (see libraryTerms).
-// It drops a record about a node the restart guard refuses: the command
-// says that itself, in its terms, when the node's vote is missed
-// (reportUnavailable), and the library would log it as unreachable; and
-// one about a connection closed without an error (retired).
+// A record about a node the restart guard refuses becomes the command's
+// own line for it, once per node (guardNotes.say: the node, when it votes,
+// --restart-guard), so that a --wait is not silent while it waits the
+// guard out. It drops one about a connection closed without an error
+// (retired).
 func (h *lineHandler) Handle(_ context.Context, r slog.Record) error {
-	if guardRefusal(r) || retired(r) {
+	if re := guardRefusal(r); re != nil {
+		if h.guards != nil {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.guards.say(h.w, h.prefix, re.Pool, re, true)
+		}
+		return nil
+	}
+	if retired(r) {
 		return nil
 	}
 	var b strings.Builder
@@ -74,15 +84,14 @@ func retired(r slog.Record) bool {
 	return found
 }
 
-// guardRefusal reports whether r carries an error of the restart guard.
-func guardRefusal(r slog.Record) bool {
-	found := false
+// guardRefusal returns the restart guard's refusal r carries, or nil.
+func guardRefusal(r slog.Record) *pool.RestartError {
+	var re *pool.RestartError
 	r.Attrs(func(a slog.Attr) bool {
 		err, ok := a.Value.Resolve().Any().(error)
-		found = ok && errors.Is(err, pool.ErrRestarted)
-		return !found
+		return !ok || !errors.As(err, &re)
 	})
-	return found
+	return re
 }
 
 func (h *lineHandler) WithAttrs(attrs []slog.Attr) slog.Handler {

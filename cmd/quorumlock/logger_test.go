@@ -9,7 +9,7 @@ import (
 
 func TestLineHandler(t *testing.T) {
 	var b bytes.Buffer
-	l := slog.New(newLineHandler(&b, "quorumlock exec: ")).With("key", "deploy")
+	l := slog.New(newLineHandler(&b, "quorumlock exec: ", nil)).With("key", "deploy")
 	l.Info("not shown")
 	l.Warn("redlock: renewal failed", "err", `2 of 5 "nodes"`, "n", 3, "empty", "")
 	want := `quorumlock exec: redlock: renewal failed key=deploy err="2 of 5 \"nodes\"" n=3 empty=""` + "\n"
@@ -24,7 +24,7 @@ func TestLineHandler(t *testing.T) {
 // report of the guard; a close after an error still is.
 func TestLineHandlerDropsRetiredConnections(t *testing.T) {
 	var b strings.Builder
-	l := slog.New(newLineHandler(&b, "quorumlock exec: "))
+	l := slog.New(newLineHandler(&b, "quorumlock exec: ", nil))
 	l.Warn("quorumlock: closed a connection to the Redis server; the next command dials again", "after", "no error: go-redis retired it (idle or too old)")
 	if b.Len() != 0 {
 		t.Fatalf("a retired connection was logged: %q", b.String())

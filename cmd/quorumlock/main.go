@@ -84,6 +84,7 @@ const (
 
 const exitCodes = `Exit status:
   0..255  exec: the command's own status (128+N if a signal N killed it)
+  1       status: the lock is free; release: the token does not hold the lock
   2       bad usage: unknown flag, missing KEY or COMMAND, no or malformed nodes
   3       not acquired: another holder kept the lock for all of --wait
   4       lock lost while the command ran; the command was terminated
@@ -117,6 +118,7 @@ type env struct {
 	stdout, stderr io.Writer
 	environ        []string         // KEY=value, as os.Environ
 	signals        <-chan os.Signal // signals to pass on (exec) or to stop at; nil: none
+	guards         guardNotes       // the nodes said to be kept out by the restart guard
 }
 
 // getenv returns the value of name in e.environ ("" if absent).

@@ -49,6 +49,7 @@ func TestUsage(t *testing.T) {
 		{"exec", "--addrs", "localhost", "key", "--", "true"},
 		{"exec", "--addrs", "a:1,a:1", "key", "--", "true"},
 		{"exec", "--addrs", "127.0.0.1:1", "--ttl", "10ms", "key", "--", "true"},
+		{"exec", "--addrs", "127.0.0.1:1", "--ttl", "100000h", "key", "--", "true"},
 		{"status"},
 		{"status", "a", "b"},
 		{"hold"},
@@ -71,8 +72,15 @@ func TestUsage(t *testing.T) {
 		if strings.Contains(errs.String(), "hunter2") {
 			t.Errorf("%q: the password shows in the error: %s", args, errs.String())
 		}
+		if goName := goNames.FindString(errs.String()); goName != "" {
+			t.Errorf("%q: the error speaks of the library's %s, not of the command's flags: %s", args, goName, errs.String())
+		}
 	}
 }
+
+// goNames are the library's Go names, which the command's messages must
+// not use.
+var goNames = regexp.MustCompile(`\bWith[A-Z]\w+|\bpool\.|\bMaxTTL\b`)
 
 // TestExecMissingKey: "exec -- COMMAND" lacks the KEY, not the COMMAND:
 // after "--" comes the command (issue 36).

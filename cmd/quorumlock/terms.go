@@ -18,6 +18,8 @@ var libraryTerms = strings.NewReplacer(
 	"WithMetadata", "--metadata",
 	"WithKeyPrefix", "--prefix",
 	"WithFencing", "--fencing",
+	"the TTL must be at most MaxTTL (", "the TTL must be at most ",
+	"); hold a lock longer by renewing it (WithAutoExtend, Do)", "; exec and hold renew the lock while it is held",
 	"give the Client one pool per independent master", "list each independent master once in --addrs or "+envAddrs,
 	"redlock: pools ", "redlock: nodes ",
 )

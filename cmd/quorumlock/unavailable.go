@@ -3,10 +3,41 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
+	"sync"
 
 	"github.com/quorumlock/quorumlock/pool"
 	"github.com/quorumlock/quorumlock/redlock"
 )
+
+// guardNotes are the nodes a command has said the restart guard keeps
+// out, so that it says so once per node: when the library first logs the
+// refusal (a --wait then waits it out), or when the command gives up
+// (reportUnavailable). Safe for concurrent use; the zero value is ready.
+type guardNotes struct {
+	mu   sync.Mutex
+	said map[string]bool
+}
+
+// say writes to w, after prefix, that the restart guard keeps node out
+// (re) and when it votes, naming the flag that sets the guard (withFlag:
+// the command has --restart-guard), unless it was said of node before.
+func (g *guardNotes) say(w io.Writer, prefix, node string, re *pool.RestartError, withFlag bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.said[node] {
+		return
+	}
+	if g.said == nil {
+		g.said = map[string]bool{}
+	}
+	g.said[node] = true
+	how := fmt.Sprintf("the restart guard of %v keeps a freshly restarted server out", re.Guard)
+	if withFlag {
+		how = fmt.Sprintf("--restart-guard %v; use --restart-guard 0 for test servers", re.Guard)
+	}
+	fmt.Fprintf(w, "%snode %s started %v ago; it votes in %v (%s)\n", prefix, node, re.Uptime, re.Remaining(), how)
+}
 
 // nodeFailure is one node that did not answer an operation, and why.
 type nodeFailure struct {
@@ -31,8 +62,9 @@ func failures(qe *redlock.QuorumError) []nodeFailure {
 // name's operation (answered of total, quorum needed), and returns
 // exitUnavailable. The nodes the restart guard keeps out come first, each
 // with when it votes and the flag that sets the guard (withFlag: the
-// command has --restart-guard); then the other failed nodes and what to
-// check, only when there are any.
+// command has --restart-guard), unless the command said so already
+// (e.guards); then the other failed nodes and what to check, only when
+// there are any.
 func reportUnavailable(e *env, name string, answered, total, quorum int, failed []nodeFailure, withFlag bool) int {
 	var others []nodeFailure
 	for _, f := range failed {
@@ -41,11 +73,7 @@ func reportUnavailable(e *env, name string, answered, total, quorum int, failed 
 			others = append(others, f)
 			continue
 		}
-		how := fmt.Sprintf("the restart guard of %v keeps a freshly restarted server out", re.Guard)
-		if withFlag {
-			how = fmt.Sprintf("--restart-guard %v; use --restart-guard 0 for test servers", re.Guard)
-		}
-		fmt.Fprintf(e.stderr, "quorumlock %s: node %s started %v ago; it votes in %v (%s)\n", name, f.node, re.Uptime, re.Remaining(), how)
+		e.guards.say(e.stderr, "quorumlock "+name+": ", f.node, re, withFlag)
 	}
 	kept := ""
 	if n := len(failed) - len(others); n > 0 {

@@ -28,6 +28,15 @@ const (
 	// process went through: a wait for a server that is really gone
 	// ends at most this much later than its bound.
 	MaxCredit = time.Minute
+	// Recover is the most a wait gets on top of the stand-still it
+	// spanned. When a stand-still ends, the process (and the goroutines
+	// it shares the CPU with, a test's in-process proxies included) runs
+	// the backlog of everything that fell due meanwhile, all at once, so
+	// a wait that had little time left when the stand-still began would
+	// end for the stand-still's sake, its reply a few milliseconds away
+	// (the chaos suite's 2.5–4 s stops: up to 124 ms). A wait that
+	// spanned a stand-still of s gets min(s, Recover) more.
+	Recover = 250 * time.Millisecond
 )
 
 // reading is what the goroutine last saw, swapped whole so that Now reads
@@ -111,9 +120,13 @@ func (r *reading) at(now time.Time) time.Duration {
 // late is how much of a gap between two wakes the process stood still.
 func late(gap time.Duration) time.Duration { return max(0, gap-Pulse-Slack) }
 
-// Since returns how long the process stood still since mark (a value of
-// Now), at most MaxCredit.
-func Since(mark time.Duration) time.Duration { return min(max(Now()-mark, 0), MaxCredit) }
+// Since returns what a wait that began at mark (a value of Now) gets on
+// top of its bound: how long the process stood still since, s, and
+// min(s, Recover) to catch up after it; at most MaxCredit.
+func Since(mark time.Duration) time.Duration {
+	s := max(Now()-mark, 0)
+	return min(s+min(s, Recover), MaxCredit)
+}
 
 // Extend returns deadline moved later by what the process stood still
 // since mark: the deadline a wait that began at mark should keep.

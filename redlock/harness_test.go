@@ -112,8 +112,10 @@ type faultPool struct {
 type gate struct {
 	open     chan struct{}
 	after    bool          // run the call first and hold back its reply
+	entered  chan struct{} // closed when the first call reaches the gate
 	returned chan struct{} // closed when the first call through the gate returns
 	once     sync.Once
+	in       sync.Once
 }
 
 // hold makes the given ops ("acquire", "extend", "release", "get") wait until
@@ -121,7 +123,7 @@ type gate struct {
 func (f *faultPool) hold(after bool, ops ...string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.gate = &gate{open: make(chan struct{}), after: after, returned: make(chan struct{})}
+	f.gate = &gate{open: make(chan struct{}), after: after, entered: make(chan struct{}), returned: make(chan struct{})}
 	f.gated = map[string]bool{}
 	for _, op := range ops {
 		f.gated[op] = true
@@ -135,6 +137,15 @@ func (f *faultPool) open() <-chan struct{} {
 	defer f.mu.Unlock()
 	close(f.gate.open)
 	return f.gate.returned
+}
+
+// entered returns a channel closed once a held call has reached the gate:
+// a call a round started may reach its Pool after the round returned, and
+// one that comes after setErr fails with that error instead.
+func (f *faultPool) entered() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gate.entered
 }
 
 func (f *faultPool) setErr(err error) {
@@ -159,6 +170,7 @@ func (f *faultPool) do(ctx context.Context, op string, call func() (bool, error)
 	if g == nil {
 		return call()
 	}
+	g.in.Do(func() { close(g.entered) })
 	defer g.once.Do(func() { close(g.returned) })
 	if g.after {
 		ok, err := call()

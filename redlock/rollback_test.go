@@ -135,6 +135,7 @@ func TestLateYesReleaseRetriedAfterNotSent(t *testing.T) {
 			if _, err := c.TryLock(context.Background(), "ly"); !errors.Is(err, ErrNotAcquired) {
 				t.Fatalf("TryLock with the key taken on 3 nodes = %v, want ErrNotAcquired", err)
 			}
+			<-e.nodes[4].fault.entered() // TryLock returned at 3 "taken": node 4's SET may not have reached it yet
 			calls := e.nodes[4].fault.calls.Load()
 			e.nodes[4].fault.setErr(never) // the release of the late yes is never written
 			<-e.nodes[4].fault.open()

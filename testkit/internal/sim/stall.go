@@ -15,9 +15,10 @@ import (
 // on the Client's side of every link (its Pools, stallGate):
 //
 //   - its commands are not written: each waits, in order, and is written
-//     when the stall ends, or, when its deadline passed meanwhile, never,
-//     and is answered node.ErrNotSent then, as a Pool of package pool
-//     answers a command queued past its deadline;
+//     when the stall ends, or, when its deadline (a delete's: deadline +
+//     Follow, node.WriteBy) passed meanwhile, never, and is answered
+//     node.ErrNotSent then, as a Pool of package pool answers a command
+//     queued past its deadline;
 //   - nothing reaches it: the nodes' replies, the errors of its
 //     connections (resets, refusals, "not sent") and the events of its
 //     subscriptions wait, in order, and are delivered when the stall ends

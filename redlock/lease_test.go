@@ -430,6 +430,7 @@ func TestLossNamesFailingNodes(t *testing.T) {
 			p.setErr(errConnRefused)
 		}
 		<-l.Done()
+		synctest.Wait() // Done closes before the loss is logged
 		err = l.Err()
 		if !errors.Is(err, ErrLockLost) {
 			t.Fatalf("Err = %v, want ErrLockLost", err)
@@ -442,6 +443,9 @@ func TestLossNamesFailingNodes(t *testing.T) {
 		}
 		out := buf.String()
 		lost := strings.Index(out, "lock lost")
+		if lost < 0 {
+			t.Fatalf("the loss was not logged:\n%s", out)
+		}
 		for _, p := range ps[2:] {
 			if i := strings.Index(out, p.name+" unreachable since"); i < 0 || i > lost {
 				t.Errorf("%s's failed renewals were not logged before the loss:\n%s", p.name, out)

@@ -353,10 +353,18 @@ func (c *Client) acquireConfig(key string, opts []Option) (*config, error) {
 // counter, a semaphore's permits) extend it or share its hash slot, so
 // checkTag must have accepted key.
 func (c *Client) redisKey(cfg *config, key string) string {
-	return redisKeyOf(cfg.prefix, key)
+	return node.RedisKey(cfg.prefix, key)
 }
 
-func redisKeyOf(prefix, key string) string { return prefix + "{" + key + "}" }
+// fenceKey is the fencing counter of the lock key rkey for cfg: the key's
+// own for an election (docs/safety.md, "Leader election": its term is read
+// back from it), else the Client's (node.FenceKey).
+func (c *Client) fenceKey(cfg *config, rkey string) string {
+	if cfg.ownFence {
+		return node.OwnFence(rkey)
+	}
+	return node.FenceKey(cfg.prefix, rkey, c.slotted)
+}
 
 // checkTag returns an error when the Redis key of key under cfg's prefix
 // has no hash tag: a key that begins with '}' (prefix{}...}), or a prefix
@@ -371,8 +379,8 @@ func checkTag(cfg *config, key string) error {
 	if i := strings.IndexByte(cfg.prefix, '{'); i >= 0 && strings.IndexByte(cfg.prefix[i+1:], '}') < 0 {
 		return fmt.Errorf("the key prefix %q opens a Redis Cluster hash tag that it does not close, so the lock's keys could land in different slots; close it in the prefix (WithKeyPrefix(\"{app}:\")) or use a prefix without '{'", cfg.prefix)
 	}
-	rkey := redisKeyOf(cfg.prefix, key)
-	if _, ok := hashTag(rkey); ok {
+	rkey := node.RedisKey(cfg.prefix, key)
+	if _, ok := node.HashTag(rkey); ok {
 		return nil
 	}
 	if strings.HasPrefix(key, "}") && !strings.ContainsAny(cfg.prefix, "{}") {

@@ -228,7 +228,7 @@ func (in *Inspection) summarise() {
 // fencing counters, without their TTL.
 func inspectOn(ctx context.Context, p pool.Pool, op *node.Op) node.Result {
 	var vs [3]string
-	for i, k := range []string{op.Key, op.FenceKey, op.Key + ":fence"} {
+	for i, k := range []string{op.Key, op.FenceKey, node.OwnFence(op.Key)} {
 		v, err := p.Get(ctx, k)
 		if err != nil {
 			return node.Result{Err: err}

@@ -2,11 +2,12 @@ package redlock
 
 import (
 	"context"
+	"github.com/quorumlock/quorumlock/internal/node"
 	"strings"
 	"testing"
 )
 
-// TestHashTag: hashTag follows Redis Cluster's rule (the first '{', the next
+// TestHashTag: node.HashTag follows Redis Cluster's rule (the first '{', the next
 // '}', and something between them).
 func TestHashTag(t *testing.T) {
 	for _, tc := range []struct {
@@ -22,9 +23,9 @@ func TestHashTag(t *testing.T) {
 		{"{}{k}", "", false},
 		{"p}{k}", "k", true},
 	} {
-		tag, ok := hashTag(tc.key)
+		tag, ok := node.HashTag(tc.key)
 		if tag != tc.tag || ok != tc.ok {
-			t.Errorf("hashTag(%q) = %q, %v; want %q, %v", tc.key, tag, ok, tc.tag, tc.ok)
+			t.Errorf("node.HashTag(%q) = %q, %v; want %q, %v", tc.key, tag, ok, tc.tag, tc.ok)
 		}
 	}
 }
@@ -104,9 +105,9 @@ func TestPrefixThatOpensATagRefused(t *testing.T) {
 			if checkTag(cfg, key) != nil {
 				continue
 			}
-			rk := redisKeyOf(prefix, key)
-			if s, want := keySlot(fenceKeyOf(prefix, rk, true)), keySlot(rk); s != want {
-				t.Errorf("prefix %q, key %q accepted, but its counter %q is in slot %d, the lock key %q in %d", prefix, key, fenceKeyOf(prefix, rk, true), s, rk, want)
+			rk := node.RedisKey(prefix, key)
+			if s, want := node.Slot(node.FenceKey(prefix, rk, true)), node.Slot(rk); s != want {
+				t.Errorf("prefix %q, key %q accepted, but its counter %q is in slot %d, the lock key %q in %d", prefix, key, node.FenceKey(prefix, rk, true), s, rk, want)
 			}
 		}
 	}
@@ -122,9 +123,9 @@ func TestKeysWithBracesElsewhere(t *testing.T) {
 	ctx := context.Background()
 	for _, key := range []string{"a}b", "{x}", "a{b", "x}", "{", "a}}"} {
 		rk := rkey(key)
-		slot := keySlot(rk)
-		for _, other := range []string{rk + ":fence", rk + "\x1fq", fenceKeyOf(DefaultKeyPrefix, rk, true)} {
-			if s := keySlot(other); s != slot {
+		slot := node.Slot(rk)
+		for _, other := range []string{rk + ":fence", rk + "\x1fq", node.FenceKey(DefaultKeyPrefix, rk, true)} {
+			if s := node.Slot(other); s != slot {
 				t.Errorf("key %q: %q is in slot %d, the lock key %q in %d", key, other, s, rk, slot)
 			}
 		}

@@ -3,7 +3,6 @@ package redlock
 import (
 	"cmp"
 	"encoding/base64"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -26,11 +25,11 @@ type line struct {
 
 // lines names the waiters of one Client: "<client>.<n>", where <client> is
 // random and the same for all of them. The release script publishes a
-// hand-off to a waiter on the channel of its key and Client (handChannel),
+// hand-off to a waiter on the channel of its key and Client (node.HandChannel),
 // so that only that Client reads it.
 type lines struct {
 	client string
-	suffix string // handChannel's suffix for this Client
+	suffix string // node.HandChannel's suffix for this Client
 	n      atomic.Uint64
 }
 
@@ -38,19 +37,13 @@ func (ls *lines) init(rnd *random) {
 	var b [12]byte
 	rnd.read(b[:])
 	ls.client = base64.RawURLEncoding.EncodeToString(b[:])
-	ls.suffix = handChannel("", ls.client)
+	ls.suffix = node.HandChannel("", ls.client)
 }
 
 // next returns a new waiter's place, ranked now.
 func (ls *lines) next() *line {
-	id := ls.client + "." + strconv.FormatUint(ls.n.Add(1), 36)
+	id := node.WaiterName(ls.client, ls.n.Add(1))
 	return &line{id: id, rank: time.Now().UnixMicro()}
-}
-
-// handChannel is the channel on which the nodes tell the Client named
-// client that they handed rkey to one of its waiters (lib.lua, tell).
-func handChannel(rkey, client string) string {
-	return rkey + string(node.Sep) + "w" + client
 }
 
 // fill makes o, an acquire, this waiter's.

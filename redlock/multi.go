@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"github.com/quorumlock/quorumlock/internal/node"
 	"slices"
 	"strings"
 )
@@ -178,9 +179,9 @@ func (c *Client) several(op string, keys []string, opts []Option) (*target, *con
 // oneSlot checks that t's keys are in one Redis Cluster hash slot: a script
 // may only touch keys of one slot (docs/design.md, "Several keys").
 func oneSlot(t *target) error {
-	first := keySlot(t.rkey)
+	first := node.Slot(t.rkey)
 	for i, k := range t.rkeys {
-		if s := keySlot(k.(string)); s != first {
+		if s := node.Slot(k.(string)); s != first {
 			return fmt.Errorf("on a Redis Cluster every key of a lock must hash to one slot, and %q (slot %d) and %q (slot %d) do not: give the keys one hash tag, with WithKeyPrefix(\"{tag}:\") or by starting each key with the same \"{tag}\"", t.keys[0], first, t.keys[i], s)
 		}
 	}

@@ -385,7 +385,7 @@ func (n *notifier) channels(rkey string) []string {
 	if !n.c.handoff {
 		return []string{rkey}
 	}
-	return []string{rkey, handChannel(rkey, n.c.lines.client)}
+	return []string{rkey, node.HandChannel(rkey, n.c.lines.client)}
 }
 
 // keyOf returns the key channel is about, and whether it is the key's

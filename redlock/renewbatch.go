@@ -41,7 +41,7 @@ func (r *renewer) renew(batch []*Lock) {
 		default:
 			k := renewKey{ttl: ttl, timeout: l.cfg.nodeTimeout, quorum: l.cfg.quorum, keys: l.sess != nil, slot: -1}
 			if c.slotted { // one command's keys must share a slot on a Cluster
-				k.slot = keySlot(l.rkey)
+				k.slot = node.Slot(l.rkey)
 			}
 			groups[k] = append(groups[k], l)
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -82,10 +81,10 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) (*Semaphore
 	own.permit = true
 	s := &Semaphore{c: c, name: name, permits: permits, cfg: &own, keys: make([]any, 1+permits)}
 	base := c.redisKey(&own, name)
-	s.keys[0] = base + semCountSuffix
+	s.keys[0] = base + node.CountSuffix
 	s.all = &target{key: name, keys: make([]string, permits), rkeys: s.keys[1:], sorted: make([]string, permits)}
 	for i := range permits {
-		k := base + "\x1fp" + strconv.Itoa(i)
+		k := node.PermitKey(base, i)
 		s.keys[1+i], s.all.keys[i], s.all.sorted[i] = k, k, k
 	}
 	s.all.rkey = s.all.sorted[0]

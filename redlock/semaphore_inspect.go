@@ -35,10 +35,6 @@ func (s *Semaphore) Inspect(ctx context.Context) ([]*Inspection, error) {
 	return out, nil
 }
 
-// semCountSuffix follows a semaphore's name's key in the key of its
-// declared count.
-const semCountSuffix = "\x1fk"
-
 // opDeclared reads the permit count a semaphore's name declares on a node.
 var opDeclared = &opSpec{name: "inspect", kind: node.Get}
 
@@ -50,7 +46,7 @@ func (c *Client) semaphoreName(ctx context.Context, cfg *config, key string) err
 		return err
 	}
 	defer c.wg.Done()
-	rd := c.run(ctx, cfg, opDeclared, nil, node.Op{Key: c.redisKey(cfg, key) + semCountSuffix}, nil, nil)
+	rd := c.run(ctx, cfg, opDeclared, nil, node.Op{Key: c.redisKey(cfg, key) + node.CountSuffix}, nil, nil)
 	defer rd.finish(nil)
 	count, nodes := 0, []string(nil)
 	for {

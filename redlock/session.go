@@ -89,7 +89,7 @@ func (c *Client) sessionFor(cfg *config) *session {
 	var b [12]byte
 	cfg.rnd.read(b[:])
 	sid := base64.RawURLEncoding.EncodeToString(b[:])
-	s := &session{c: c, cfg: cfg, sid: sid, skey: cfg.prefix + "s:" + sid, seq: cfg.prefix + "s:seq",
+	s := &session{c: c, cfg: cfg, sid: sid, skey: node.SessionKey(cfg.prefix, sid), seq: node.SessionSeq(cfg.prefix),
 		nodes: make([]sessionNode, len(c.pools)), locks: map[*Lock]struct{}{}}
 	if c.sessions == nil {
 		c.sessions = map[sessionKey]*session{}

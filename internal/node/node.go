@@ -11,8 +11,6 @@ package node
 import (
 	"context"
 	"errors"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -124,66 +122,6 @@ type Op struct {
 	Args []any
 	argv [14]any // Args' storage
 }
-
-// SessionValue reports whether v, a lock key's value, is a session lock's,
-// which only a script can tell held or free.
-func SessionValue(v string) bool { return strings.IndexByte(v, Sep) >= 0 }
-
-// ParseSession reads v, the value of lock key k, as a session lock's:
-// token Sep incarnation Sep prefix length (internal/scripts/lib.lua). It
-// returns the token, the incarnation and the session key (the prefix of k,
-// "s:" and the token's first 16 bytes), or ok false for any other value.
-func ParseSession(k, v string) (token, inc, sessionKey string, ok bool) {
-	token, rest, ok1 := strings.Cut(v, string(Sep))
-	inc, plen, ok2 := strings.Cut(rest, string(Sep))
-	n, err := strconv.Atoi(plen)
-	digits := plen != "" && strings.Trim(plen, "0123456789") == ""
-	if !ok1 || !ok2 || !digits || err != nil || n > len(k) || len(token) < 16 || inc == "" {
-		return "", "", "", false
-	}
-	return token, inc, k[:n] + "s:" + token[:16], true
-}
-
-// Sep separates a session lock's token from its incarnation in the key's
-// value; no token contains it.
-const Sep = '\x1f'
-
-// Meta separates a token from the holder's description (redlock's
-// WithMetadata), which travels in the token: no generated token contains it.
-const Meta = '\x1d'
-
-// SplitToken returns a token's own part and the description it carries
-// ("" when none).
-func SplitToken(token string) (own, meta string) {
-	own, meta, _ = strings.Cut(token, string(Meta))
-	return own, meta
-}
-
-// SharedMark starts the value of a key with shared holders: the holders
-// are kept beside it (internal/scripts/acquire_shared.lua), and no token
-// starts with it, so every script reads the key as taken.
-const SharedMark = '\x1c'
-
-// SharedValue reports whether v, a lock key's value, is a key with shared
-// holders.
-func SharedValue(v string) bool { return v != "" && v[0] == SharedMark }
-
-// Handed starts the value of a key a release handed to the first waiter of
-// its line (internal/scripts/lib.lua): no token contains it, and such a
-// key is free for that waiter only, for a short grace.
-const Handed = '\x1e'
-
-// HandedValue reports whether v, a lock key's value, is a key handed to a
-// waiter: held by no lock.
-func HandedValue(v string) bool { return v != "" && v[0] == Handed }
-
-// Marks are the bytes that mark values the nodes keep (SharedMark, Handed,
-// Sep): no token contains one, and every script refuses a token that does
-// (internal/scripts/lib.lua, mark).
-const Marks = string(SharedMark) + string(Handed) + string(Sep)
-
-// MarkIn returns the index of the first mark byte (Marks) in s, or -1.
-func MarkIn(s string) int { return strings.IndexAny(s, Marks) }
 
 // Result is one node's answer to an Op.
 type Result struct {

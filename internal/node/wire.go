@@ -29,7 +29,7 @@ var wires = [...]wire{
 		return o.waiter(o.script(1, o.KeyArg, o.TokenArg, o.TTL.Milliseconds()))
 	}, reply: intCmd, read: readInt},
 	AcquireFenced: {script: scripts.AcquireFenced, args: func(o *Op) []any {
-		return o.waiter(o.script(3, o.KeyArg, o.FenceKey, o.Key+":fence", o.TokenArg, o.TTL.Milliseconds()))
+		return o.waiter(o.script(3, o.KeyArg, o.FenceKey, OwnFence(o.Key), o.TokenArg, o.TTL.Milliseconds()))
 	}, reply: intCmd, read: readCounter},
 	RaiseFence: {script: scripts.RaiseFence, args: func(o *Op) []any {
 		if len(o.Keys) > 1 { // a multi-key lock's: its other keys follow the counter
@@ -78,7 +78,7 @@ var wires = [...]wire{
 		return o.script(1, o.KeyArg, o.TokenArg, o.TTL.Milliseconds())
 	}, reply: intCmd, read: readInt},
 	Inspect: {script: scripts.Inspect, args: func(o *Op) []any {
-		return o.script(3, o.KeyArg, o.FenceKey, o.Key+":fence")
+		return o.script(3, o.KeyArg, o.FenceKey, OwnFence(o.Key))
 	}, reply: stringCmd, read: readGet},
 	AcquireAll: {script: scripts.AcquireAll, args: func(o *Op) []any {
 		n := len(o.Keys)
@@ -86,7 +86,7 @@ var wires = [...]wire{
 		if o.FenceKey != "" {
 			a = append(a, o.FenceKey)
 			for _, k := range o.Keys {
-				a = append(a, k.(string)+":fence")
+				a = append(a, OwnFence(k.(string)))
 			}
 			a[2] = 2*n + 1
 		}

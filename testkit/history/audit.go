@@ -263,10 +263,10 @@ func (a *Audit) isCountKey(k string) bool {
 // and of its shared holders' set (acquire_shared.lua): beside the key,
 // not lock keys. Only the lock key says whether the key is shared.
 const (
-	lineSuffix    = string(node.Sep) + "q"
-	lapseSuffix   = string(node.Sep) + "x"
-	holdersSuffix = string(node.Sep) + "r"
-	countSuffix   = string(node.Sep) + "k" // a semaphore's count key (redlock.Semaphore)
+	lineSuffix    = node.LineSuffix
+	lapseSuffix   = node.LapseSuffix
+	holdersSuffix = node.HoldersSuffix
+	countSuffix   = node.CountSuffix // a semaphore's count key (redlock.Semaphore)
 )
 
 // isSessionKey reports whether k is a renewal session's key (not the

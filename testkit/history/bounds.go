@@ -1,6 +1,8 @@
 package history
 
 import (
+	"github.com/quorumlock/quorumlock/internal/node"
+
 	"strings"
 	"time"
 )
@@ -43,6 +45,6 @@ func background(ttl, nodeTimeout time.Duration) time.Duration {
 // the prefix. The end-of-run scan reads only lock keys.
 func LockKey(prefix, k string) bool {
 	counter := strings.HasSuffix(k, ":fence") || k == prefix+"s:seq"
-	line := strings.HasSuffix(k, "\x1fq") || strings.HasSuffix(k, "\x1fx") || strings.HasSuffix(k, "\x1fg")
+	line := strings.HasSuffix(k, node.LineSuffix) || strings.HasSuffix(k, node.LapseSuffix) || strings.HasSuffix(k, node.LeftSuffix)
 	return strings.HasPrefix(k, prefix) && !counter && !line
 }

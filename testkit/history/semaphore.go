@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
 )
 
 // PermitKey is the key Check judges permit i of the semaphore name by: a
@@ -16,7 +18,7 @@ import (
 func PermitKey(name string, i int) string { return name + permitSuffix + strconv.Itoa(i) }
 
 // permitSuffix starts the suffix of a permit's key (redlock.Semaphore).
-const permitSuffix = "\x1fp"
+const permitSuffix = node.PermitSuffix
 
 // permitOf returns the permit a key made by PermitKey names, or ok false.
 func permitOf(key string) (name string, i int, ok bool) {

@@ -1,6 +1,8 @@
 package history
 
 import (
+	"github.com/quorumlock/quorumlock/internal/node"
+
 	"fmt"
 	"strings"
 	"time"
@@ -33,11 +35,11 @@ func (h *History) AddSetSizes(ss ...SetSize) {
 // the set is, by its suffix; ok false for a key that is no such set.
 func setBound(key string, cfg Config) (bound int, what string, ok bool) {
 	switch {
-	case strings.HasSuffix(key, "\x1fq"), strings.HasSuffix(key, "\x1fx"):
+	case strings.HasSuffix(key, node.LineSuffix), strings.HasSuffix(key, node.LapseSuffix):
 		return cfg.LineMax, "line of waiters", true
-	case strings.HasSuffix(key, "\x1fg"):
+	case strings.HasSuffix(key, node.LeftSuffix):
 		return cfg.LineMax, "set of waiters that left for good", true
-	case strings.HasSuffix(key, "\x1fr"):
+	case strings.HasSuffix(key, node.HoldersSuffix):
 		return cfg.SharedMax, "set of shared holders", true
 	}
 	return 0, "", false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/quorumlock/quorumlock/internal/wake"
 	"strings"
 	"time"
 
@@ -74,7 +75,7 @@ func (c *Client) waitFor(ctx context.Context, t *target, cfg *config, cl *call) 
 	begin := time.Now()
 	s := &sleeper{c: c, cfg: cfg, t: *t}
 	if c.handoff && t.keys == nil && !cfg.shared {
-		s.ln = c.lines.next()
+		s.ln = c.names.Next()
 	}
 	defer s.stop()
 	var last error // the previous attempt's error
@@ -116,7 +117,7 @@ func (c *Client) waitFor(ctx context.Context, t *target, cfg *config, cl *call) 
 
 // try is one attempt of wait: one round for t, or for a semaphore, a sweep
 // of its permits.
-func (c *Client) try(ctx context.Context, t *target, cfg *config, ln *line, cl *call) (*Lock, error) {
+func (c *Client) try(ctx context.Context, t *target, cfg *config, ln *wake.Place, cl *call) (*Lock, error) {
 	if t.sem != nil {
 		return t.sem.sweep(ctx, cfg, cl)
 	}
@@ -129,7 +130,7 @@ func (s *sleeper) delay(attempt int, err error) time.Duration {
 	var qe *QuorumError
 	split := errors.As(err, &qe) && qe.Agreed() > 0
 	if split {
-		s.c.notes.splitAttempts.Add(1)
+		s.c.notes.Stats.SplitAttempts.Add(1)
 	}
 	split = split && time.Since(s.quick) >= s.cfg.retryMax
 	if split {
@@ -148,7 +149,7 @@ func (s *sleeper) delay(attempt int, err error) time.Duration {
 		return s.cfg.jitter(handGrace(s.cfg))
 	case s.woken:
 		return s.cfg.retryDelay(0)
-	case s.ln != nil && s.ln.joined:
+	case s.ln != nil && s.ln.Joined:
 		// In the line, a release names this waiter when its turn
 		// comes: polling only covers lost messages, and keeps its
 		// entry from lapsing (lineTTL).
@@ -163,12 +164,12 @@ func (s *sleeper) delay(attempt int, err error) time.Duration {
 type sleeper struct {
 	c     *Client
 	cfg   *config
-	t     target // the key or keys waited for (a copy: the caller's stays on its stack)
-	ln    *line  // the waiter's place in the key's line, when the Client keeps lines
+	t     target      // the key or keys waited for (a copy: the caller's stays on its stack)
+	ln    *wake.Place // the waiter's place in the key's line, when the Client keeps lines
 	won   bool
 	woken bool      // the last sleep was cut short by a release
 	quick time.Time // the last quick retry after a split
-	w     *waiter
+	w     *wake.Waiter
 	timer *time.Timer
 }
 
@@ -177,12 +178,12 @@ func (s *sleeper) sleep(ctx context.Context, delay time.Duration) {
 	if s.w == nil {
 		id := ""
 		if s.ln != nil {
-			id = s.ln.id
+			id = s.ln.ID
 		}
-		s.w = s.c.notes.add(s.t.first(), id, s.cfg.shared)
+		s.w = s.c.notes.Add(s.t.first(), id, s.cfg.shared)
 		s.t.each(func(rkey string) {
 			if rkey != s.t.first() {
-				s.c.notes.also(rkey, s.w)
+				s.c.notes.Also(rkey, s.w)
 			}
 		})
 	}
@@ -191,23 +192,23 @@ func (s *sleeper) sleep(ctx context.Context, delay time.Duration) {
 	} else {
 		s.timer.Reset(delay)
 	}
-	s.c.notes.rest(s.t.first(), s.w, s.ln)
+	s.c.notes.Rest(s.t.first(), s.w, s.ln)
 	s.woken = false
 	select {
 	case <-s.timer.C:
-		s.c.notes.sleep(s.w, false)
-	case d := <-s.w.wake: // the key was released
+		s.c.notes.Sleep(s.w, false)
+	case d := <-s.w.Wake(): // the key was released
 		s.woken = true
 		if d > 0 { // after d, unless another wake-up comes sooner
 			s.timer.Reset(d)
 			select {
 			case <-s.timer.C:
-			case <-s.w.wake:
+			case <-s.w.Wake():
 			case <-ctx.Done():
 			}
 		}
 	case <-ctx.Done():
-		s.c.notes.sleep(s.w, false)
+		s.c.notes.Sleep(s.w, false)
 	}
 }
 
@@ -215,10 +216,10 @@ func (s *sleeper) sleep(ctx context.Context, delay time.Duration) {
 // the lock leaves the key's line; one that did leaves it with its release.
 func (s *sleeper) stop() {
 	if s.w != nil {
-		s.t.each(func(rkey string) { s.c.notes.remove(rkey, s.w) })
+		s.t.each(func(rkey string) { s.c.notes.Remove(rkey, s.w) })
 	}
-	if ln := s.ln; ln != nil && ln.joined && !s.won {
-		s.c.leaveLine(s.cfg, s.t.rkey, ln.id, true, nil, true)
+	if ln := s.ln; ln != nil && ln.Joined && !s.won {
+		s.c.leaveLine(s.cfg, s.t.rkey, ln.ID, true, nil, true)
 	}
 	if s.timer != nil {
 		s.timer.Stop()
@@ -227,7 +228,7 @@ func (s *sleeper) stop() {
 
 // attempt is one acquisition round for t, of the waiter ln when it is not
 // nil.
-func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *line, cl *call) (*Lock, error) {
+func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *wake.Place, cl *call) (*Lock, error) {
 	key := t.key
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: not attempted: %w (%w)", key, err, ErrNotAcquired)
@@ -236,10 +237,10 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *line, 
 		return nil, err
 	}
 	defer c.wg.Done()
-	if err := c.gates.enterAll(ctx, t); err != nil {
+	if err := t.enter(ctx, &c.gates); err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: not attempted: waiting for this Client's round on the key: %w (%w)", key, err, ErrNotAcquired)
 	}
-	defer c.gates.exitAll(t)
+	defer t.exit(&c.gates)
 	if cl != nil {
 		cl.attempts++
 	}
@@ -352,7 +353,7 @@ func withMetadata(token string, cfg *config) string {
 // said yes and validity is left. A node whose call failed in a way that may
 // still have set the key is released in the background at once (it does
 // not count for the lock). The error is the token generator's.
-func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session, ln *line) (*acquisition, error) {
+func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session, ln *wake.Place) (*acquisition, error) {
 	token, err := newToken(cfg, s)
 	if err != nil {
 		return nil, err
@@ -381,7 +382,7 @@ func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session, l
 		o.Session, o.Seq, o.KeyTTL, o.PrefixLen = s.skey, s.seq, keyTTL(cfg), len(cfg.prefix)
 	}
 	if ln != nil {
-		ln.fill(&o, cfg)
+		fillPlace(&o, ln, cfg)
 	}
 	a.rd = c.runWith(ctx, cfg, spec, nil, o, nil, nil, call)
 	a.rd.settle(a)
@@ -389,9 +390,9 @@ func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session, l
 	a.validity = drift.Validity(cfg.ttl, a.elapsed, cfg.driftFactor)
 	a.won = a.rd.won() && a.validity > 0
 	if ln != nil {
-		ln.joined = ln.joined || !a.won || a.refused
-		ln.seen = a.lineLen
-		a.waiter, a.inLine = ln.id, ln.joined
+		ln.Joined = ln.Joined || !a.won || a.refused
+		ln.Seen = a.lineLen
+		a.waiter, a.inLine = ln.ID, ln.Joined
 	}
 	return a, nil
 }

@@ -604,3 +604,36 @@ func (p closeAfterAcquire) Acquire(ctx context.Context, key, token string, ttl t
 	close(p.done)
 	return ok, err
 }
+
+// TestDelayedWakeCutShort: a waiter woken to try after a delay (a split's
+// late yes) tries at once when a release wakes it during that delay.
+func TestDelayedWakeCutShort(t *testing.T) {
+	c, err := New(asPools(newMemPools(5)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	n := c.notes
+	s := &sleeper{c: c, cfg: c.cfg, t: target{key: "k", rkey: "k"}}
+	defer s.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.sleep(ctx, time.Hour)
+	}()
+	for n.Stats.WokenBySplit.Load() == 0 { // the waiter, asleep, is woken to try in an hour
+		n.SplitLate("k", "", time.Hour)
+		time.Sleep(time.Millisecond)
+	}
+	n.Released("k", "t") // a release of this Client's: at once
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("a release during the delay of a delayed wake-up did not cut it short")
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the sleep ended with its context, not with the release")
+	}
+}

@@ -31,7 +31,7 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 			c.releaseUnsure(cfg, rep.Node, ref, rep.Err)
 		}
 		if rep.Int > 0 && rd.op.Waiter != "" {
-			c.notes.splitLate(rkey, rd.op.Waiter, cfg.jitter(handGrace(cfg)))
+			c.notes.SplitLate(rkey, rd.op.Waiter, cfg.jitter(handGrace(cfg)))
 		}
 	})
 	rel := c.run(context.WithoutCancel(ctx), cfg, ref.spec, nil, node.Op{Key: rkey, Keys: ref.keys, Token: ref.token, KeyArg: rd.op.KeyArg, TokenArg: rd.op.TokenArg, Grace: c.grace(cfg)}, nil, func(i int) bool { return said[i] })

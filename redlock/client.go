@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/quorumlock/quorumlock/internal/wake"
 	"net"
 	"reflect"
 	"strconv"
@@ -41,12 +42,12 @@ type Client struct {
 	closeBy atomic.Int64                     // once Close began: when its bound ends (Unix ns); no background command outlives it
 
 	ids      identities
-	gates    gates    // one acquisition round per key at a time
-	notes    notifier // wakes waiting Lock calls on releases
-	lines    lines    // names this Client's waiters, where handoff
-	rechecks rechecks // releases to send again; Close sends them at once
-	renew    renewer  // renews auto-extended locks
-	health   *health  // logs nodes' outages once each (nil: no logger)
+	gates    wake.Gates     // one acquisition round per key at a time
+	notes    *wake.Notifier // wakes waiting Lock calls on releases
+	names    *wake.Names    // names this Client's waiters, where handoff (else nil)
+	rechecks rechecks       // releases to send again; Close sends them at once
+	renew    renewer        // renews auto-extended locks
+	health   *health        // logs nodes' outages once each (nil: no logger)
 
 	sessMu   sync.Mutex
 	sessions map[sessionKey]*session // renewal sessions, made on first use
@@ -90,11 +91,8 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 		}
 	}
 	c.handoff = c.queued && !c.slotted
-	if c.handoff {
-		c.lines.init(cfg.rnd)
-	}
 	c.call = c.callPool
-	c.notes.c, c.notes.linger = c, subscriptionLinger
+	c.names, c.notes = newNotifier(cfg, pools, c.handoff)
 	c.renew.c = c
 	c.renew.ctx, c.renew.cancel = context.WithCancel(context.Background())
 	c.ids.init(len(pools))
@@ -268,7 +266,7 @@ func (c *Client) Close() error {
 	c.wg.Add(1) // Close's own share: the releases below add to wg
 	c.mu.Unlock()
 	var notes sync.WaitGroup
-	notes.Go(c.notes.close) // beside the releases: a subscription's set-up may take a budget
+	notes.Go(c.notes.Close) // beside the releases: a subscription's set-up may take a budget
 	c.renew.close()         // renewals under way end before their locks are released
 	errs := c.releaseAll(locks)
 	c.rechecks.stop(&c.wg) // pending rechecks go now, once

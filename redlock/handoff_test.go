@@ -88,8 +88,8 @@ func heldK(t *testing.T) (redisproc.Servers, *Lock, []*Client, context.Context) 
 // subscription confirmations.
 func wakes(cs []*Client) (byRelease, bySubscription int64) {
 	for _, c := range cs {
-		byRelease += c.notes.wokenByRelease.Load()
-		bySubscription += c.notes.wokenBySubscription.Load()
+		byRelease += c.notes.Stats.WokenByRelease.Load()
+		bySubscription += c.notes.Stats.WokenBySubscription.Load()
 	}
 	return byRelease, bySubscription
 }
@@ -97,19 +97,7 @@ func wakes(cs []*Client) (byRelease, bySubscription int64) {
 // settled reports whether c has want waiters of rkey, all asleep, and every
 // node confirmed its subscription to the key.
 func settled(c *Client, rkey string, want int) bool {
-	n := &c.notes
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	k := n.keys[rkey]
-	if k == nil || len(k.waiters) != want || k.confirmed < len(c.pools) || k.confirmedHand < len(c.pools) {
-		return false
-	}
-	for _, w := range k.waiters {
-		if !w.asleep {
-			return false
-		}
-	}
-	return true
+	return c.notes.Settled(rkey, want, len(c.pools))
 }
 
 // dumpLine describes rkey and its line on every node of cl.
@@ -209,9 +197,9 @@ func TestHandOffMessageReachesOnlyTheNamedClient(t *testing.T) {
 	for turn, next := range waiters {
 		before := make([]int64, len(waiters))
 		for i, c := range waiters {
-			before[i] = c.notes.messages.Load()
+			before[i] = c.notes.Stats.Messages.Load()
 		}
-		splits := next.notes.splitAttempts.Load()
+		splits := next.notes.Stats.SplitAttempts.Load()
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -225,20 +213,20 @@ func TestHandOffMessageReachesOnlyTheNamedClient(t *testing.T) {
 		// lock released may hold fewer than all nodes: an attempt that
 		// came to a node before the release there is told "taken".)
 		q := int64(c0.cfg.quorumOf(len(cl.Addrs())))
-		waitFor(t, "the named Client's messages", func() bool { return next.notes.messages.Load()-before[turn] >= q })
+		waitFor(t, "the named Client's messages", func() bool { return next.notes.Stats.Messages.Load()-before[turn] >= q })
 		time.Sleep(50 * time.Millisecond)
 		// An attempt of the named waiter that failed with some nodes' yes
 		// (woken by the first nodes' messages, it reached the others
 		// before their release) rolled back: those nodes handed the key
 		// to the next in line, rightly. Such a turn is not judged.
-		clean := next.notes.splitAttempts.Load() == splits
+		clean := next.notes.Stats.SplitAttempts.Load() == splits
 		if clean {
 			judged++
 		} else {
 			t.Logf("turn %d: the named waiter's first attempt split and rolled back; not judged", turn)
 		}
 		for i, c := range waiters {
-			n := c.notes.messages.Load() - before[i]
+			n := c.notes.Stats.Messages.Load() - before[i]
 			switch {
 			case i == turn && (n < q || n > int64(len(cl.Addrs()))):
 				t.Errorf("turn %d: the named Client received %d messages; want one per node that released, at least %d", turn, n, q)
@@ -294,7 +282,7 @@ func TestOwnWaiterTriesBehindTheRelease(t *testing.T) {
 	if held == nil {
 		t.FailNow()
 	}
-	if early, all := a.notes.wokenEarly.Load(), a.notes.wokenByRelease.Load(); early != 1 || all != 1 {
+	if early, all := a.notes.Stats.WokenEarly.Load(), a.notes.Stats.WokenByRelease.Load(); early != 1 || all != 1 {
 		t.Errorf("alone in the line: %d early wake-ups, %d in all; want 1 and 1", early, all)
 	}
 
@@ -309,7 +297,7 @@ func TestOwnWaiterTriesBehindTheRelease(t *testing.T) {
 	if l := <-own; l != nil {
 		release(l)
 	}
-	if early := a.notes.wokenEarly.Load(); early != 1 {
+	if early := a.notes.Stats.WokenEarly.Load(); early != 1 {
 		t.Errorf("behind another Client's waiter: %d early wake-ups in all; want still 1", early)
 	}
 	if rel, _ := wakes(cs); rel != 3 {
@@ -341,7 +329,7 @@ func TestSplitLateYesRetries(t *testing.T) {
 		t.Fatalf("Lock after the old holder's keys expired: %v", err)
 	}
 	defer l.Release(ctx)
-	if got := c.notes.wokenBySplit.Load(); got < 1 {
+	if got := c.notes.Stats.WokenBySplit.Load(); got < 1 {
 		t.Errorf("the Lock call got the key without a late yes waking it (%d)", got)
 	}
 }

@@ -3,52 +3,42 @@ package redlock
 import (
 	"cmp"
 	"encoding/base64"
-	"sync/atomic"
+	"github.com/quorumlock/quorumlock/internal/wake"
+	"github.com/quorumlock/quorumlock/pool"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
-	"github.com/quorumlock/quorumlock/internal/quorum"
 )
 
-// line is a Lock call's place in the key's line of waiters on the nodes
-// (docs/design.md, "Hand-off"): each attempt told "taken" puts the waiter
-// in the line, ranked by its first attempt; a release hands the key to the
-// first waiter, and names it to the waiting Clients, whose notifier wakes
-// exactly that waiter. Only Clients whose Pools all queue and are not
-// Cluster clients keep lines (Client.handoff).
-type line struct {
-	id     string // the waiter, as the nodes and the release messages name it
-	rank   int64  // the first attempt, in µs since the Unix epoch
-	joined bool   // an attempt was told "taken" or failed: the waiter may be in the line
-	seen   int    // the longest line of waiters the last attempt was told of (0: none)
+// newNotifier returns the namer of a Client's waiters (nil unless the
+// nodes keep lines: handoff) and its Notifier, which subscribes through
+// the Pools that are node.Subscribers.
+func newNotifier(cfg *config, pools []pool.Pool, handoff bool) (*wake.Names, *wake.Notifier) {
+	var names *wake.Names
+	client := ""
+	if handoff {
+		var b [12]byte
+		cfg.rnd.read(b[:])
+		client = base64.RawURLEncoding.EncodeToString(b[:])
+		names = wake.NewNames(client)
+	}
+	subs := make([]node.Subscriber, len(pools))
+	for i, p := range pools {
+		subs[i], _ = p.(node.Subscriber)
+	}
+	return names, wake.New(wake.Config{
+		Quorum: cfg.quorumOf(len(pools)), Client: client, RetryMax: cfg.retryMax,
+		Random: cfg.rnd.duration, Subscribers: subs,
+		// A connection set-up gets the time of a background command, which
+		// also dials anew: Close stays within its stated bound even where
+		// a Pool cannot end a set-up early.
+		Setup: cleanupTimeout(cfg), Timeout: cfg.nodeTimeout,
+	})
 }
 
-// lines names the waiters of one Client: "<client>.<n>", where <client> is
-// random and the same for all of them. The release script publishes a
-// hand-off to a waiter on the channel of its key and Client (node.HandChannel),
-// so that only that Client reads it.
-type lines struct {
-	client string
-	suffix string // node.HandChannel's suffix for this Client
-	n      atomic.Uint64
-}
-
-func (ls *lines) init(rnd *random) {
-	var b [12]byte
-	rnd.read(b[:])
-	ls.client = base64.RawURLEncoding.EncodeToString(b[:])
-	ls.suffix = node.HandChannel("", ls.client)
-}
-
-// next returns a new waiter's place, ranked now.
-func (ls *lines) next() *line {
-	id := node.WaiterName(ls.client, ls.n.Add(1))
-	return &line{id: id, rank: time.Now().UnixMicro()}
-}
-
-// fill makes o, an acquire, this waiter's.
-func (ln *line) fill(o *node.Op, cfg *config) {
-	o.Waiter, o.Rank, o.LineTTL, o.InLine = ln.id, ln.rank, lineTTL(cfg), ln.joined
+// fillPlace makes o, an acquire, the waiter's at place ln.
+func fillPlace(o *node.Op, ln *wake.Place, cfg *config) {
+	o.Waiter, o.Rank, o.LineTTL, o.InLine = ln.ID, ln.Rank, lineTTL(cfg), ln.Joined
 }
 
 // lineTTL is how long a waiter's entry lives after its last attempt: the
@@ -183,42 +173,4 @@ func (l *leaving) await(n int, d time.Duration) {
 			return
 		}
 	}
-}
-
-// handTally counts, over a release round's yes replies, the waiters the
-// nodes handed the key to. It allocates nothing for the usual few names.
-type handTally struct {
-	names  [5]string
-	counts [5]int
-	n      int
-}
-
-func (h *handTally) vote(rep quorum.Reply, yes bool) {
-	if !yes || rep.Str == "" {
-		return
-	}
-	for i := range h.n {
-		if h.names[i] == rep.Str {
-			h.counts[i]++
-			return
-		}
-	}
-	if h.n < len(h.names) {
-		h.names[h.n], h.counts[h.n] = rep.Str, 1
-		h.n++
-	}
-}
-
-// most returns the waiter the most nodes handed the key to, or "".
-func (h *handTally) most() string {
-	best := -1
-	for i := range h.n {
-		if best < 0 || h.counts[i] > h.counts[best] {
-			best = i
-		}
-	}
-	if best < 0 {
-		return ""
-	}
-	return h.names[best]
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/quorumlock/quorumlock/internal/wake"
 	"maps"
 	"slices"
 	"sync"
@@ -466,24 +467,26 @@ func (l *Lock) settleRelease(rd *round) {
 	case c.handoff:
 		// The nodes hand the key to the first waiter and name it; if it
 		// is a waiter of this Client, it tries now.
-		l.eachKey(func(rkey string) { c.notes.releasing(rkey, l.token) })
-		var handed handTally
+		l.eachKey(func(rkey string) { c.notes.Releasing(rkey, l.token) })
+		var handed wake.Tally
 		for rep, yes, ok := rd.next(); ok; rep, yes, ok = rd.next() {
-			handed.vote(rep, yes)
+			if yes {
+				handed.Vote(rep.Str)
+			}
 		}
-		if w := handed.most(); w != "" {
-			c.notes.handedTo(l.rkey, l.token, w)
+		if w := handed.Most(); w != "" {
+			c.notes.HandedTo(l.rkey, l.token, w)
 		}
 	case c.queued:
 		// Each node runs the commands of a batch in order: a waiter's SET
 		// sent now most likely lands behind our delete, so it may try at
 		// once (if it does not, it is told "taken" and waits again).
-		l.eachKey(func(rkey string) { c.notes.released(rkey, l.token) })
+		l.eachKey(func(rkey string) { c.notes.Released(rkey, l.token) })
 		rd.settle(nil)
 	default:
 		rd.settle(nil)
 		if rd.won() {
-			l.eachKey(func(rkey string) { c.notes.released(rkey, l.token) }) // a waiter of this Client tries now
+			l.eachKey(func(rkey string) { c.notes.Released(rkey, l.token) }) // a waiter of this Client tries now
 		}
 	}
 }

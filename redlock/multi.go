@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/wake"
 	"slices"
 	"strings"
 )
@@ -48,14 +49,14 @@ func (t *target) each(f func(rkey string)) {
 // enter takes this Client's turn on every key of t (gates), in sorted
 // order, so that two attempts never wait for each other's turns. It
 // returns ctx's error, holding no turn, when ctx ends first.
-func (g *gates) enterAll(ctx context.Context, t *target) error {
+func (t *target) enter(ctx context.Context, g *wake.Gates) error {
 	if t.keys == nil {
-		return g.enter(ctx, t.rkey)
+		return g.Enter(ctx, t.rkey)
 	}
 	for i, k := range t.sorted {
-		if err := g.enter(ctx, k); err != nil {
+		if err := g.Enter(ctx, k); err != nil {
 			for _, k := range t.sorted[:i] {
-				g.exit(k)
+				g.Exit(k)
 			}
 			return err
 		}
@@ -63,8 +64,8 @@ func (g *gates) enterAll(ctx context.Context, t *target) error {
 	return nil
 }
 
-// exitAll ends the turns of a successful enterAll.
-func (g *gates) exitAll(t *target) { t.each(g.exit) }
+// exit ends the turns of a successful enter.
+func (t *target) exit(g *wake.Gates) { t.each(g.Exit) }
 
 // TryLockAll makes one attempt to acquire every one of keys as a single
 // lock, without waiting for them to be free. On each node a script takes

@@ -22,13 +22,12 @@ func TestSimhookRandomRepeats(t *testing.T) {
 		for a := range 8 {
 			delays = append(delays, c.cfg.retryDelay(a))
 		}
-		var ls lines // as a Client over queued Pools names its waiters
-		ls.init(c.cfg.rnd)
+		names, _ := newNotifier(c.cfg, c.pools, true) // as a Client over queued Pools names its waiters
 		tok, err := c.cfg.token()
 		if err != nil || len(tok) != 22 {
 			t.Fatalf("token %q, %v: want 22 characters, as randomToken's", tok, err)
 		}
-		return delays, ls.client + " " + tok
+		return delays, names.Client() + " " + tok
 	}
 	d1, w1 := draw(7)
 	d2, w2 := draw(7)

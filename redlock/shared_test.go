@@ -432,12 +432,9 @@ func TestSharedLastReleaseWakesWriter(t *testing.T) {
 		return true
 	})
 	waitFor(t, "the writer's Client is subscribed on every node, and the writer asleep", func() bool {
-		writer.notes.mu.Lock()
-		defer writer.notes.mu.Unlock()
-		kw := writer.notes.keys[k] // the confirmations woke it once: its attempt must be over
-		return kw != nil && kw.confirmed == 5 && kw.confirmedHand == 5 && len(kw.waiters) == 1 && kw.waiters[0].asleep
+		return writer.notes.Settled(k, 1, 5) // the confirmations woke it once: its attempt must be over
 	})
-	woken := writer.notes.wokenByRelease.Load()
+	woken := writer.notes.Stats.WokenByRelease.Load()
 	for _, r := range readers {
 		if err := r.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -446,9 +443,9 @@ func TestSharedLastReleaseWakesWriter(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatalf("the writer: %v", err)
 	}
-	woken = writer.notes.wokenByRelease.Load() - woken
+	woken = writer.notes.Stats.WokenByRelease.Load() - woken
 	if woken == 0 {
-		t.Fatalf("the writer got the key by polling: no release woke it (by subscription %d, again %d, messages %d)", writer.notes.wokenBySubscription.Load(), writer.notes.wokenAgain.Load(), writer.notes.messages.Load())
+		t.Fatalf("the writer got the key by polling: no release woke it (by subscription %d, again %d, messages %d)", writer.notes.Stats.WokenBySubscription.Load(), writer.notes.Stats.WokenAgain.Load(), writer.notes.Stats.Messages.Load())
 	}
 }
 

@@ -1,25 +1,26 @@
-package redlock
+package wake
 
 import (
 	"context"
 	"sync"
 )
 
-// gates lets one acquisition round per key and Client run at a time. Rounds
+// Gates lets one acquisition round per key and Client run at a time. Rounds
 // of one Client for one key that overlap would split the nodes' votes between
 // them (node A says yes to one, node B to the other), so that often neither
 // wins and both roll back; one after the other, the first takes the lock or
 // learns it is taken and the second learns it is held. Uncontended keys cost
 // a map entry and no allocation; a channel exists only while rounds wait.
-type gates struct {
+// The zero Gates is ready; safe for concurrent use.
+type Gates struct {
 	mu    sync.Mutex
 	refs  map[string]int           // the round in progress plus those waiting
 	turns map[string]chan struct{} // capacity 1: the turn, handed to one waiter
 }
 
-// enter waits for key's turn. It returns ctx's error, without the turn, when
+// Enter waits for key's turn. It returns ctx's error, without the turn, when
 // ctx ends first.
-func (g *gates) enter(ctx context.Context, key string) error {
+func (g *Gates) Enter(ctx context.Context, key string) error {
 	g.mu.Lock()
 	if g.refs == nil {
 		g.refs, g.turns = map[string]int{}, map[string]chan struct{}{}
@@ -52,8 +53,8 @@ func (g *gates) enter(ctx context.Context, key string) error {
 	return ctx.Err()
 }
 
-// exit ends the turn of a successful enter and hands it to one waiter.
-func (g *gates) exit(key string) {
+// Exit ends the turn of a successful Enter and hands it to one waiter.
+func (g *Gates) Exit(key string) {
 	g.mu.Lock()
 	g.leaveLocked(key, g.turns[key])
 	g.mu.Unlock()
@@ -62,7 +63,7 @@ func (g *gates) exit(key string) {
 // leaveLocked gives up the turn: to the next waiter if there is one (the
 // channel is then empty, so the send cannot block), else the key's entry
 // goes. g.mu must be held.
-func (g *gates) leaveLocked(key string, turn chan struct{}) {
+func (g *Gates) leaveLocked(key string, turn chan struct{}) {
 	n := g.refs[key] - 1
 	if n == 0 {
 		delete(g.refs, key)

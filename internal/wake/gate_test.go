@@ -1,4 +1,4 @@
-package redlock
+package wake
 
 import (
 	"context"
@@ -13,25 +13,25 @@ import (
 // TestGatesOneAtATime: rounds for one key never overlap; other keys do not
 // wait; the entries go when the last round leaves.
 func TestGatesOneAtATime(t *testing.T) {
-	var g gates
+	var g Gates
 	var in, most atomic.Int32
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
 			for range 200 {
-				if err := g.enter(context.Background(), "k"); err != nil {
+				if err := g.Enter(context.Background(), "k"); err != nil {
 					t.Error(err)
 					return
 				}
 				if n := in.Add(1); n > most.Load() {
 					most.Store(n)
 				}
-				if err := g.enter(context.Background(), "other"); err != nil { // another key: no wait
+				if err := g.Enter(context.Background(), "other"); err != nil { // another key: no wait
 					t.Error(err)
 				}
-				g.exit("other")
+				g.Exit("other")
 				in.Add(-1)
-				g.exit("k")
+				g.Exit("k")
 			}
 		})
 	}
@@ -48,17 +48,17 @@ func TestGatesOneAtATime(t *testing.T) {
 // not take the turn from the next waiter.
 func TestGatesCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var g gates
-		if err := g.enter(t.Context(), "k"); err != nil {
+		var g Gates
+		if err := g.Enter(t.Context(), "k"); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		errc := make(chan error, 1)
-		go func() { errc <- g.enter(ctx, "k") }()
+		go func() { errc <- g.Enter(ctx, "k") }()
 		got := make(chan struct{})
 		go func() {
-			if err := g.enter(t.Context(), "k"); err != nil {
+			if err := g.Enter(t.Context(), "k"); err != nil {
 				t.Error(err)
 			}
 			close(got)
@@ -72,9 +72,9 @@ func TestGatesCancel(t *testing.T) {
 			t.Fatal("a waiter got the turn while it was held")
 		default:
 		}
-		g.exit("k")
+		g.Exit("k")
 		<-got
-		g.exit("k")
+		g.Exit("k")
 		if len(g.refs) != 0 || len(g.turns) != 0 {
 			t.Fatalf("entries left: %v %v", g.refs, g.turns)
 		}

@@ -1,9 +1,11 @@
-package redlock
+package wake
 
 import (
-	"context"
+	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
 )
 
 // TestNotifier: a waiter is woken by its Client's own release at once, by
@@ -12,17 +14,16 @@ import (
 // woken for already.
 func TestNotifier(t *testing.T) {
 	n := memNotifier(t)
-	n.linger = 0 // a key goes with its last waiter
-	woken := func(w *waiter) (d int64, ok bool) {
+		woken := func(w *Waiter) (d int64, ok bool) {
 		select {
-		case d := <-w.wake:
+		case d := <-w.Wake():
 			return int64(d), true
 		default:
 			return 0, false
 		}
 	}
-	w := n.add("k", "", false)
-	n.sleep(w, true)
+	w := n.Add("k", "", false)
+	n.Sleep(w, true)
 	n.published("k", "a")
 	n.published("k", "a")
 	n.published("k", "b") // another release: not counted with a's
@@ -30,16 +31,16 @@ func TestNotifier(t *testing.T) {
 		t.Fatal("woken before a quorum published")
 	}
 	n.published("k", "a")
-	if d, ok := woken(w); !ok || d <= 0 || d > int64(notifySpread) {
-		t.Fatalf("after a quorum: woken %v, delay %v; want a delay in (0, %v]", ok, d, notifySpread)
+	if d, ok := woken(w); !ok || d <= 0 || d > int64(Spread) {
+		t.Fatalf("after a quorum: woken %v, delay %v; want a delay in (0, %v]", ok, d, Spread)
 	}
 	n.published("k", "a")
 	n.published("k", "a")
 	if _, ok := woken(w); ok {
 		t.Fatal("woken twice for one release")
 	}
-	n.sleep(w, true)
-	n.released("k", "c")
+	n.Sleep(w, true)
+	n.Released("k", "c")
 	if d, ok := woken(w); !ok || d != 0 {
 		t.Fatalf("own release: woken %v, delay %v; want at once", ok, d)
 	}
@@ -49,13 +50,13 @@ func TestNotifier(t *testing.T) {
 	if _, ok := woken(w); ok {
 		t.Fatal("woken by the messages of an own release")
 	}
-	other := n.add("other", "", false)
-	n.remove("k", w)
-	n.released("k", "d") // no waiter: nothing to do
+	other := n.Add("other", "", false)
+	n.Remove("k", w)
+	n.Released("k", "d") // no waiter: nothing to do
 	if _, ok := woken(other); ok {
 		t.Fatal("a release of k woke a waiter of another key")
 	}
-	n.remove("other", other)
+	n.Remove("other", other)
 	if len(n.keys) != 0 {
 		t.Fatalf("keys left: %v", n.keys)
 	}
@@ -67,96 +68,57 @@ func TestNotifier(t *testing.T) {
 // not wake it again (a lock held on a bare quorum would make it spin).
 func TestSplitLateWakesTheAsleepWaiter(t *testing.T) {
 	n := memNotifier(t)
-	a, b := n.add("k", "a.1", false), n.add("k", "b.1", false)
-	n.rest("k", a, nil)
-	n.rest("k", b, nil)
-	n.splitLate("k", "a.1", time.Millisecond)
+	a, b := n.Add("k", "a.1", false), n.Add("k", "b.1", false)
+	n.Rest("k", a, nil)
+	n.Rest("k", b, nil)
+	n.SplitLate("k", "a.1", time.Millisecond)
 	select {
-	case d := <-a.wake:
+	case d := <-a.Wake():
 		if d != time.Millisecond {
 			t.Fatalf("woken to try after %v; want after the delay, 1ms", d)
 		}
 	default:
 		t.Fatal("the waiter whose attempt took a node late was not woken")
 	}
-	if got := n.wokenBySplit.Load(); got != 1 {
+	if got := n.Stats.WokenBySplit.Load(); got != 1 {
 		t.Fatalf("%d split wake-ups; want 1", got)
 	}
-	n.rest("k", a, nil)
-	n.splitLate("k", "a.1", time.Millisecond)
+	n.Rest("k", a, nil)
+	n.SplitLate("k", "a.1", time.Millisecond)
 	select {
-	case <-a.wake:
+	case <-a.Wake():
 		t.Fatal("woken again by a late yes within the retry max")
-	case <-b.wake:
+	case <-b.Wake():
 		t.Fatal("another waiter was woken")
 	default:
 	}
 }
 
-// memNotifier returns the notifier of a Client over in-memory pools.
-func memNotifier(t *testing.T) *notifier {
+// memNotifier returns the Notifier of a Client of 5 nodes without
+// subscriptions whose keys go with their last waiter.
+func memNotifier(t *testing.T) *Notifier {
 	t.Helper()
-	c, err := New(asPools(newMemPools(5)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return &c.notes
-}
-
-// TestDelayedWakeCutShort: a waiter woken to try after a delay (a split's
-// late yes) tries at once when a release wakes it during that delay.
-func TestDelayedWakeCutShort(t *testing.T) {
-	n := memNotifier(t)
-	s := &sleeper{c: n.c, cfg: n.c.cfg, t: target{key: "k", rkey: "k"}}
-	defer s.stop()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.sleep(ctx, time.Hour)
-	}()
-	for registered := false; !registered; time.Sleep(time.Millisecond) {
-		n.mu.Lock()
-		k := n.keys["k"]
-		registered = k != nil && len(k.waiters) == 1 && k.waiters[0].asleep
-		if registered {
-			n.wake(k.waiters[0], time.Hour, &n.wokenBySplit) // as splitLate does
-		}
-		n.mu.Unlock()
-	}
-	n.released("k", "t") // a release of this Client's: at once
-	select {
-	case <-done:
-	case <-ctx.Done():
-		t.Fatal("a release during the delay of a delayed wake-up did not cut it short")
-	}
-	if ctx.Err() != nil {
-		t.Fatal("the sleep ended with its context, not with the release")
-	}
+	n := New(Config{Quorum: 3, RetryMax: 100 * time.Millisecond, Random: rand.N[time.Duration],
+		Subscribers: make([]node.Subscriber, 5), Timeout: time.Second, Setup: time.Second, Linger: -1})
+	t.Cleanup(n.Close)
+	return n
 }
 
 // TestLingerTimersEndWithClose: the timer that keeps a key subscribed after
 // its last waiter left is stopped when a waiter comes back, and Close stops
 // those still running: nothing of a closed Client waits to run.
 func TestLingerTimersEndWithClose(t *testing.T) {
-	c, err := New(asPools(newMemPools(5)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &c.notes
-	n.remove("k", n.add("k", "", false))
+	n := New(Config{Quorum: 3, RetryMax: 100 * time.Millisecond, Random: rand.N[time.Duration],
+		Subscribers: make([]node.Subscriber, 5), Timeout: time.Second, Setup: time.Second})
+	n.Remove("k", n.Add("k", "", false))
 	first := n.keys["k"].linger
-	n.remove("k", n.add("k", "", false)) // a waiter came back, and left again
+	n.Remove("k", n.Add("k", "", false)) // a waiter came back, and left again
 	if first == nil || first.Stop() {
 		t.Fatal("the first linger timer was still running after a waiter came back")
 	}
-	n.remove("j", n.add("j", "", false))
+	n.Remove("j", n.Add("j", "", false))
 	timers := []*time.Timer{n.keys["k"].linger, n.keys["j"].linger}
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
+	n.Close()
 	for i, tm := range timers {
 		if tm.Stop() {
 			t.Errorf("linger timer %d still running after Close", i)

@@ -14,7 +14,7 @@ import (
 // woken for already.
 func TestNotifier(t *testing.T) {
 	n := memNotifier(t)
-		woken := func(w *Waiter) (d int64, ok bool) {
+	woken := func(w *Waiter) (d int64, ok bool) {
 		select {
 		case d := <-w.Wake():
 			return int64(d), true

@@ -414,7 +414,7 @@ func (a *acquisition) vote(rep quorum.Reply, yes bool) {
 		if a.sess != nil {
 			a.gens[rep.Node] = a.sess.accepted(rep.Node, rep.Int, a.start)
 		}
-	case mayHaveWritten(rep.Err):
+	case node.MayHaveWritten(rep.Err):
 		if a.unsure == nil {
 			a.unsure = make([]bool, len(a.said))
 		}

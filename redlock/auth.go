@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/quorumlock/quorumlock/internal/node"
+
 	"errors"
 	"fmt"
 	"slices"
@@ -9,34 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Refusals of the Client's credentials or rights (ErrAuth): a node that
-// answers WRONGPASS, NOAUTH, NOPERM (or its form inside a script) or the
-// "unauthenticated" protocol errors will answer so again until its password, user or ACL rules change, so
-// retrying cannot help once such nodes leave no quorum possible.
-
-// authRefusal returns what err means, in the user's terms, when it is a
-// node's refusal of the Client's credentials or rights; "" otherwise.
-func authRefusal(err error) string {
-	var rerr redis.Error
-	if err == nil || !errors.As(err, &rerr) {
-		return ""
-	}
-	msg := rerr.Error()
-	switch {
-	case strings.HasPrefix(msg, "WRONGPASS"):
-		return "wrong password or user"
-	case strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "ERR Protocol error: unauthenticated"):
-		return "authentication required"
-	case strings.HasPrefix(msg, "NOPERM"), strings.HasPrefix(msg, "ERR The user executing the script can't run"):
-		return "permission denied"
-	}
-	return ""
-}
-
 // nodeErrText is a node's error as an error message shows it: a refusal
 // of the Client's credentials or rights says what it means first.
 func nodeErrText(err error) string {
-	if what := authRefusal(err); what != "" {
+	if what := node.AuthRefusal(err); what != "" {
 		return what + " (" + replyText(err) + ")"
 	}
 	return err.Error()
@@ -56,7 +34,7 @@ func replyText(err error) string {
 // rights, and what each refusal means (distinct, in the nodes' order).
 func (e *QuorumError) refusers() (nodes, kinds []string) {
 	for _, r := range e.Nodes {
-		if what := authRefusal(r.Err); what != "" {
+		if what := node.AuthRefusal(r.Err); what != "" {
 			nodes = append(nodes, r.Node)
 			if !slices.Contains(kinds, what) {
 				kinds = append(kinds, what)

@@ -27,7 +27,7 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 	ref := refOf(rd.op)
 	rkey := ref.rkey
 	rd.finish(func(rep quorum.Reply) {
-		if rep.Int > 0 || mayHaveWritten(rep.Err) {
+		if rep.Int > 0 || node.MayHaveWritten(rep.Err) {
 			c.releaseUnsure(cfg, rep.Node, ref, rep.Err)
 		}
 		if rep.Int > 0 && rd.op.Waiter != "" {
@@ -38,8 +38,8 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 	retry := func(rep quorum.Reply) {
 		switch {
 		case rep.Err == nil:
-		case refused(rep.Err): // sent again, it would be refused again; the key expires with its TTL
-			c.health.failed(rep.Node, c.pools[rep.Node].Name(), rep.Err)
+		case node.Refused(rep.Err): // sent again, it would be refused again; the key expires with its TTL
+			c.health.Failed(rep.Node, rep.Err)
 		default:
 			// Of unknown fate, or never written (no connection, queued
 			// past its deadline): the node said yes, so the key was there,
@@ -178,7 +178,7 @@ type background struct {
 
 func (b *background) Deliver(i int, r node.Result) {
 	defer b.c.wg.Done()
-	again := b.unsure && r.Err == nil && r.Int == 0 || r.Err != nil && !refused(r.Err)
+	again := b.unsure && r.Err == nil && r.Int == 0 || r.Err != nil && !node.Refused(r.Err)
 	if wait := min(b.recheck, time.Until(b.horizon)); again && b.recheck > 0 && wait > 0 {
 		next := &background{c: b.c, cfg: b.cfg, ref: b.ref, recheck: min(2*b.recheck, maxRecheck), horizon: b.horizon, unsure: b.unsure}
 		if !b.c.rechecks.after(&b.c.wg, wait, func() { b.c.sendRelease(next, i) }) {
@@ -188,9 +188,9 @@ func (b *background) Deliver(i int, r node.Result) {
 		return
 	}
 	if r.Err != nil { // the key expires with its TTL
-		b.c.health.failed(i, b.c.pools[i].Name(), r.Err)
+		b.c.health.Failed(i, r.Err)
 	} else {
-		b.c.health.answered(i, b.c.pools[i].Name())
+		b.c.health.Answered(i)
 	}
 }
 

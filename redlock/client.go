@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/quorumlock/quorumlock/internal/health"
 	"github.com/quorumlock/quorumlock/internal/wake"
 	"net"
 	"reflect"
@@ -47,7 +48,7 @@ type Client struct {
 	names    *wake.Names    // names this Client's waiters, where handoff (else nil)
 	rechecks rechecks       // releases to send again; Close sends them at once
 	renew    renewer        // renews auto-extended locks
-	health   *health        // logs nodes' outages once each (nil: no logger)
+	health   *health.Log    // logs nodes' outages once each (nil: no logger)
 
 	sessMu   sync.Mutex
 	sessions map[sessionKey]*session // renewal sessions, made on first use
@@ -96,7 +97,7 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	c.renew.c = c
 	c.renew.ctx, c.renew.cancel = context.WithCancel(context.Background())
 	c.ids.init(len(pools))
-	c.health = newHealth(cfg.logger, len(pools))
+	c.health = health.New(cfg.logger, poolNames(pools))
 	return c, nil
 }
 
@@ -453,4 +454,13 @@ func (rd *round) tallyTokens() (best, answered int, sessions bool) {
 		}
 	}
 	return best, answered, false
+}
+
+// poolNames returns the names of pools, by index.
+func poolNames(pools []pool.Pool) []string {
+	names := make([]string, len(pools))
+	for i, p := range pools {
+		names[i] = p.Name()
+	}
+	return names
 }

@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"github.com/quorumlock/quorumlock/internal/node"
+
 	"errors"
 	"fmt"
 	"strings"
@@ -148,7 +150,7 @@ func (e *QuorumError) Error() string {
 			b.WriteString(" not waited for: the round was decided without it")
 		case r.Outcome == OutcomeTimeout:
 			fmt.Fprintf(&b, " timeout after %v", r.Latency.Round(time.Microsecond))
-		case r.Err != nil && refusal && authRefusal(r.Err) != "": // said above
+		case r.Err != nil && refusal && node.AuthRefusal(r.Err) != "": // said above
 			fmt.Fprintf(&b, " %s: %s", r.Outcome, replyText(r.Err))
 		case r.Err != nil:
 			fmt.Fprintf(&b, " %s: %s", r.Outcome, nodeErrText(r.Err))

@@ -154,9 +154,9 @@ func (v *identities) run(ctx context.Context, c *Client, cfg *config, todo []int
 		a := <-answers
 		ids[a.k], errs[a.k] = a.id, a.err
 		if i := todo[a.k]; a.err != nil {
-			c.health.failed(i, c.pools[i].Name(), a.err)
+			c.health.Failed(i, a.err)
 		} else {
-			c.health.answered(i, c.pools[i].Name())
+			c.health.Answered(i)
 		}
 		if stream { // a first check: each node counts as it answers
 			v.mu.Lock()

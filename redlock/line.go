@@ -144,7 +144,7 @@ func (l *leaving) Deliver(i int, r node.Result) {
 	}
 	next := cmp.Or(l.wait, recheckDelay(l.cfg))
 	wait := min(next, time.Until(l.horizon))
-	if r.Err == nil || mayHaveWritten(r.Err) || refused(r.Err) || wait <= 0 {
+	if r.Err == nil || node.MayHaveWritten(r.Err) || node.Refused(r.Err) || wait <= 0 {
 		return
 	}
 	again := &leaving{c: l.c, cfg: l.cfg, o: l.o, horizon: l.horizon, wait: min(2*next, maxRecheck)}

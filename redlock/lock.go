@@ -416,7 +416,7 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	retry := func(rep quorum.Reply) {
 		switch {
 		case !releaseResendsAll && rd.lateOwns(rep):
-		case rep.Err != nil && !refused(rep.Err):
+		case rep.Err != nil && !node.Refused(rep.Err):
 			if !releaseResendsAll && (unsure == nil || !unsure[rep.Node]) {
 				rep.Err = errDeleteFailed // the acquire answered: nothing of ours lands later
 			}
@@ -543,7 +543,7 @@ func (l *Lock) late(rep quorum.Reply) {
 	}
 	l.mu.Lock()
 	l.landing[rep.Node] = false
-	if mayHaveWritten(rep.Err) && !l.resumed { // a SET may land yet
+	if node.MayHaveWritten(rep.Err) && !l.resumed { // a SET may land yet
 		if l.unsure == nil {
 			l.unsure = make([]bool, len(l.landing))
 		}
@@ -590,7 +590,7 @@ func (l *Lock) late(rep quorum.Reply) {
 // of unknown fate may land yet: its delete re-checks. A resume of unknown
 // fate sets no key, so the key it may have found is deleted like a yes.
 func (l *Lock) releaseLate(rep quorum.Reply, releasing bool) {
-	unknown := mayHaveWritten(rep.Err)
+	unknown := node.MayHaveWritten(rep.Err)
 	switch {
 	case unknown && !l.resumed:
 		l.c.releaseUnsure(l.cfg, rep.Node, l.ref(), rep.Err)

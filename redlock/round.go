@@ -3,11 +3,8 @@ package redlock
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
@@ -239,12 +236,11 @@ func (rd *round) note(rep quorum.Reply) {
 	if h == nil {
 		return
 	}
-	name := rd.c.pools[rep.Node].Name()
 	switch {
 	case rep.Err == nil:
-		h.answered(rep.Node, name)
-	case !rd.cut || !timedOut(rep.Err):
-		h.failed(rep.Node, name, rep.Err)
+		h.Answered(rep.Node)
+	case !rd.cut || !node.TimedOut(rep.Err):
+		h.Failed(rep.Node, rep.Err)
 	}
 }
 
@@ -296,28 +292,6 @@ func callerErr(ctx context.Context) error {
 	return nil
 }
 
-// mayHaveWritten reports whether a call that failed with err may still have
-// changed the node: true unless the node itself answered with an error reply
-// (READONLY, OOM, NOPERM, WRONGTYPE...), which our scripts send only before
-// they write anything, or the command was never written: it waited in a
-// queue until its deadline (node.ErrNotSent), or no connection could be
-// made (a dial error).
-func mayHaveWritten(err error) bool {
-	if err == nil || errors.Is(err, node.ErrNotSent) || refused(err) {
-		return false
-	}
-	var op *net.OpError
-	return !errors.As(err, &op) || op.Op != "dial"
-}
-
-// refused reports whether err is the node's error reply (READONLY, OOM,
-// NOPERM, WRONGTYPE...): the command ran and changed nothing, and sent
-// again it would be refused again.
-func refused(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr)
-}
-
 // newResults returns one NodeResult per pool, named and pending.
 func (c *Client) newResults() []NodeResult {
 	res := make([]NodeResult, len(c.pools))
@@ -333,21 +307,10 @@ func (c *Client) newResults() []NodeResult {
 // either: a timeout.
 func failed(i int, c *Client, err error, latency time.Duration) NodeResult {
 	o := OutcomeError
-	if timedOut(err) {
+	if node.TimedOut(err) {
 		o = OutcomeTimeout
 	}
 	return NodeResult{Node: c.pools[i].Name(), Outcome: o, Err: err, Latency: latency}
-}
-
-// timedOut reports whether err is a node's timeout (OutcomeTimeout): its
-// deadline passed, before the command was written or after.
-func timedOut(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, node.ErrNotSent) || isTimeout(err)
-}
-
-func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
 }
 
 // markUnanswered sets the outcome of nodes still pending when the round ended:

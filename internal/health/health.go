@@ -1,4 +1,7 @@
-package redlock
+// Package health logs each node's outages once, and its error replies once
+// per kind and period, so that a dead node does not make every operation
+// log (docs/design.md, "Logging").
+package health
 
 import (
 	"context"
@@ -10,10 +13,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/pool"
 )
 
-// health logs each node's outages once: the first failed command after the
+// Log logs each node's outages once: the first failed command after the
 // node answered ("node X unreachable since ..."), and its first answer
 // after that ("node X answers again"), with the failed commands counted in
 // between rather than logged one by one. A dead node makes every operation
@@ -24,9 +28,10 @@ import (
 // and so is its end. Error replies (NOPERM, OOM,
 // READONLY, WRONGTYPE...) are no outage, since the node answers: each kind
 // is logged at most once per node per refusalEvery. Safe for concurrent
-// use; a nil *health (the Client logs nothing) does nothing.
-type health struct {
+// use; a nil *Log (the Client logs nothing) does nothing.
+type Log struct {
 	log   *slog.Logger
+	names []string
 	nodes []nodeHealth
 }
 
@@ -47,23 +52,24 @@ const (
 	outageEvery  = time.Minute
 )
 
-// newHealth returns the health log of nodes on log, or nil when log
-// discards warnings.
-func newHealth(log *slog.Logger, nodes int) *health {
+// New returns the health log, on log, of the nodes named names (by
+// index), or nil when log discards warnings.
+func New(log *slog.Logger, names []string) *Log {
 	if !log.Enabled(context.Background(), slog.LevelWarn) {
 		return nil
 	}
-	return &health{log: log, nodes: make([]nodeHealth, nodes)}
+	return &Log{log: log, names: names, nodes: make([]nodeHealth, len(names))}
 }
 
-// failed records a command on node name (index i) that failed with err: it
-// logs when this begins an outage, or when err is an error reply of a kind
-// not logged for refusalEvery.
-func (h *health) failed(i int, name string, err error) {
+// Failed records a command on node i that failed with err: it logs when
+// this begins an outage, or when err is an error reply of a kind not logged
+// for refusalEvery.
+func (h *Log) Failed(i int, err error) {
 	if h == nil {
 		return
 	}
-	if refused(err) || errors.Is(err, pool.ErrRestarted) {
+	name := h.names[i]
+	if node.Refused(err) || errors.Is(err, pool.ErrRestarted) {
 		h.refused(i, name, err)
 		return
 	}
@@ -108,9 +114,9 @@ func (n *nodeHealth) begin(now time.Time) (log bool, quiet int) {
 // refused logs node name's error reply err, unless one of its kind (its
 // first word: OOM, READONLY...; all refusals of the Client's credentials
 // or rights are one kind) was logged less than refusalEvery ago.
-func (h *health) refused(i int, name string, err error) {
+func (h *Log) refused(i int, name string, err error) {
 	kind, _, _ := strings.Cut(err.Error(), " ")
-	what := authRefusal(err)
+	what := node.AuthRefusal(err)
 	switch {
 	case what != "":
 		kind = "auth"
@@ -143,12 +149,13 @@ func (h *health) refused(i int, name string, err error) {
 	}
 }
 
-// answered records an answer of node name (index i): it logs when this
-// ends an outage, at the outage's level.
-func (h *health) answered(i int, name string) {
+// Answered records an answer of node i: it logs when this ends an
+// outage, at the outage's level.
+func (h *Log) Answered(i int) {
 	if h == nil || !h.nodes[i].down.Load() {
 		return
 	}
+	name := h.names[i]
 	n := &h.nodes[i]
 	n.mu.Lock()
 	since, failed := n.since, n.failed

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/quorumlock/quorumlock/internal/health"
+	"github.com/quorumlock/quorumlock/internal/ident"
 	"github.com/quorumlock/quorumlock/internal/wake"
 	"net"
 	"reflect"
@@ -42,7 +43,7 @@ type Client struct {
 	wg      sync.WaitGroup                   // every goroutine the Client started
 	closeBy atomic.Int64                     // once Close began: when its bound ends (Unix ns); no background command outlives it
 
-	ids      identities
+	ids      *ident.Nodes   // which nodes are verified to be distinct servers
 	gates    wake.Gates     // one acquisition round per key at a time
 	notes    *wake.Notifier // wakes waiting Lock calls on releases
 	names    *wake.Names    // names this Client's waiters, where handoff (else nil)
@@ -96,8 +97,9 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	c.names, c.notes = newNotifier(cfg, pools, c.handoff)
 	c.renew.c = c
 	c.renew.ctx, c.renew.cancel = context.WithCancel(context.Background())
-	c.ids.init(len(pools))
 	c.health = health.New(cfg.logger, poolNames(pools))
+	c.ids = ident.New(ident.Config{Names: poolNames(pools), Health: c.health, Logger: cfg.logger, Go: c.wg.Go,
+		RunID: func(ctx context.Context, i int) (string, error) { return c.pools[i].RunID(ctx) }})
 	return c, nil
 }
 
@@ -229,11 +231,16 @@ func (c *Client) begin(ctx context.Context, cfg *config) error {
 	if err := c.enter(); err != nil {
 		return err
 	}
-	if err := c.ids.check(ctx, c, cfg); err != nil {
+	if err := c.ids.Check(ctx, c.idBounds(cfg)); err != nil {
 		c.wg.Done()
 		return err
 	}
 	return nil
+}
+
+// idBounds are the bounds of the identity check of an operation under cfg.
+func (c *Client) idBounds(cfg *config) ident.Bounds {
+	return ident.Bounds{Quorum: cfg.quorumOf(len(c.pools)), NodeTimeout: cfg.nodeTimeout, Recheck: cfg.recheck}
 }
 
 // Close releases every lock of this Client that is still held, waits for the

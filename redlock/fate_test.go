@@ -225,12 +225,12 @@ func TestDuplicateAfterRestart(t *testing.T) {
 	setID(0, &after, nil) // the server restarted
 	setID(3, &after, nil) // and node 3 reaches it again
 	deadline := time.Now().Add(5 * time.Second)
-	for !c.ids.verified[3].Load() && c.ids.dup() == nil && time.Now().Before(deadline) {
+	for !c.ids.Verified(3) && c.ids.Dup() == nil && time.Now().Before(deadline) {
 		_, _ = c.Locked(context.Background(), "poke") // each call may start a check
 		time.Sleep(time.Millisecond)
 	}
-	if c.ids.verified[3].Load() || c.ids.dup() == nil {
-		t.Fatalf("node 3 verified %v, duplicate error %v: one server counts twice", c.ids.verified[3].Load(), c.ids.dup())
+	if c.ids.Verified(3) || c.ids.Dup() == nil {
+		t.Fatalf("node 3 verified %v, duplicate error %v: one server counts twice", c.ids.Verified(3), c.ids.Dup())
 	}
 	if _, err := c.TryLock(context.Background(), "dup"); err == nil || !strings.Contains(err.Error(), "reach the same Redis server") {
 		t.Fatalf("TryLock = %v, want the duplicate-server error", err)

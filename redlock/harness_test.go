@@ -329,9 +329,13 @@ func (e *env) busy() bool {
 func verifyAll(t *testing.T, c *Client) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for !c.ids.allOK.Load() {
+	for !c.ids.AllVerified() {
 		if time.Now().After(deadline) {
-			t.Fatalf("nodes not verified after 10s: %v", c.ids.errs)
+			var why []error
+			for i := range c.pools {
+				why = append(why, c.ids.Why(i))
+			}
+			t.Fatalf("nodes not verified after 10s: %v", why)
 		}
 		_, _ = c.Locked(context.Background(), "verify-all") // each call may start a check
 		time.Sleep(time.Millisecond)

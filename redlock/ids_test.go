@@ -51,7 +51,7 @@ func TestFirstCheckDoesNotWaitForSilentNode(t *testing.T) {
 		t.Fatal("TryLock waits for the identity of a node that does not answer")
 	}
 	close(stuck.unstuck)
-	for !c.ids.verified[4].Load() {
+	for !c.ids.Verified(4) {
 		time.Sleep(time.Millisecond)
 	}
 	if err := c.Close(); err != nil {

@@ -513,7 +513,7 @@ func TestUnverifiedNodeIsNotAsked(t *testing.T) {
 	e.nodes[4].fault.mu.Lock()
 	e.nodes[4].fault.runIDErr = nil
 	e.nodes[4].fault.mu.Unlock()
-	for !c.ids.verified[4].Load() {
+	for !c.ids.Verified(4) {
 		_, _ = c.Locked(context.Background(), "poke") // each call may start a check
 		time.Sleep(time.Millisecond)
 	}

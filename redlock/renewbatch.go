@@ -49,7 +49,7 @@ func (r *renewer) renew(batch []*Lock) {
 	if len(groups) == 0 {
 		return
 	}
-	if err := c.ids.check(r.ctx, c, c.cfg); err != nil {
+	if err := c.ids.Check(r.ctx, c.idBounds(c.cfg)); err != nil {
 		for _, ls := range groups {
 			r.failAll(ls, err)
 		}

@@ -157,10 +157,27 @@ func (rd *round) lateOwns(rep quorum.Reply) bool {
 	return rd.chained != nil && rd.chained[rep.Node] && errors.Is(rep.Err, quorum.ErrHeldBack)
 }
 
+// ask returns the function that tells the round which nodes to ask (nil:
+// all): the nodes whose identity is verified; the others show in rd.res as
+// not asked, with why.
+func (rd *round) ask() func(int) bool {
+	ids := rd.c.ids
+	if ids.AllVerified() {
+		return nil
+	}
+	return func(i int) bool {
+		if ids.Verified(i) {
+			return true
+		}
+		rd.res[i].Outcome, rd.res[i].Err = OutcomeNotAsked, ids.Why(i)
+		return false
+	}
+}
+
 // asking combines ask with the identity check (unverified nodes are not
 // asked, and show as not asked) and records the nodes asked in rd.out.
 func (rd *round) asking(ask func(int) bool) func(int) bool {
-	ids := rd.c.ids.ask(rd.res)
+	ids := rd.ask()
 	if ask == nil && ids == nil { // every node: no function to call
 		for i := range rd.out {
 			rd.out[i] = true

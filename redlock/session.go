@@ -275,7 +275,7 @@ func (s *session) send(now time.Time, replies chan sessionReply) int {
 	s.mu.Lock()
 	for n := range s.nodes {
 		nd := &s.nodes[n]
-		if nd.gen == 0 || nd.busy > 0 && replies == nil || !s.c.ids.verified[n].Load() {
+		if nd.gen == 0 || nd.busy > 0 && replies == nil || !s.c.ids.Verified(n) {
 			continue
 		}
 		nd.busy++

@@ -1,15 +1,21 @@
-package redlock
+// Package ident makes sure no two pools of a Client reach the same Redis
+// server, which would count twice towards a quorum (docs/design.md, "One
+// server, two names").
+package ident
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/health"
 )
 
-// identities makes sure no two pools reach the same Redis server: such a
+// Nodes makes sure no two pools reach the same Redis server: such a
 // server would count twice towards a quorum. Each pool's server is asked for
 // its run_id (INFO server) on first use, and a node counts towards quorums
 // only once it has answered with a run_id no other node has.
@@ -21,7 +27,9 @@ import (
 // nodes are asked again in the background, at most once per recheck
 // interval, and operations go on without them. At most one check runs at a
 // time, and no lock is held during its I/O.
-type identities struct {
+type Nodes struct {
+	cfg Config
+
 	allOK     atomic.Bool   // every node verified: the fast path
 	verified  []atomic.Bool // per node
 	nverified atomic.Int32
@@ -34,39 +42,64 @@ type identities struct {
 	last    time.Time     // when the last check ended
 }
 
-func (v *identities) init(n int) {
+// Config is what Nodes needs of its Client.
+type Config struct {
+	Names  []string                                         // the nodes' names, by index
+	RunID  func(ctx context.Context, i int) (string, error) // asks node i for its server's run_id
+	Health *health.Log                                      // told of each answer and failure (nil: none)
+	Logger *slog.Logger                                     // logs a server reached twice
+	// Go runs f on a goroutine the Client joins when it closes.
+	Go func(f func())
+}
+
+// Bounds are an operation's: its quorum, its node timeout and how often
+// unverified nodes are asked again.
+type Bounds struct {
+	Quorum      int
+	NodeTimeout time.Duration
+	Recheck     time.Duration
+}
+
+// New returns the identities of cfg's nodes, none verified yet.
+func New(cfg Config) *Nodes {
+	v := &Nodes{cfg: cfg}
+	n := len(cfg.Names)
 	v.verified = make([]atomic.Bool, n)
 	v.ids = make([]string, n)
 	v.errs = make([]error, n)
 	for i := range v.errs {
 		v.errs[i] = errors.New("identity (INFO server run_id) not checked yet")
 	}
+	return v
 }
 
 // idTimeout bounds one identity check: longer than the node timeout, since
 // the first use of a pool also dials and sets up its connections.
-func idTimeout(cfg *config) time.Duration {
-	return max(4*cfg.nodeTimeout, 200*time.Millisecond)
+func idTimeout(b Bounds) time.Duration {
+	return max(4*b.NodeTimeout, 200*time.Millisecond)
 }
 
-func (v *identities) dup() error {
+// Dup returns the error that names two pools found to reach one server,
+// or nil if none were.
+func (v *Nodes) Dup() error {
 	if p := v.dupErr.Load(); p != nil {
 		return *p
 	}
 	return nil
 }
 
-// check returns the duplicate-server error if one was found, after running
-// or starting an identity check when one is needed (see the type's doc).
-// The caller must hold an enter() count on c.
-func (v *identities) check(ctx context.Context, c *Client, cfg *config) error {
+// Check returns the duplicate-server error if one was found, after running
+// or starting an identity check when one is needed (see the type's doc);
+// a check started in the background runs on Config.Go. Safe for
+// concurrent use.
+func (v *Nodes) Check(ctx context.Context, b Bounds) error {
 	if v.allOK.Load() {
 		return nil
 	}
-	if err := v.dup(); err != nil {
+	if err := v.Dup(); err != nil {
 		return err
 	}
-	needed := int(v.nverified.Load()) < cfg.quorumOf(len(c.pools))
+	needed := int(v.nverified.Load()) < b.Quorum
 	v.mu.Lock()
 	if ch := v.running; ch != nil {
 		v.mu.Unlock()
@@ -76,9 +109,9 @@ func (v *identities) check(ctx context.Context, c *Client, cfg *config) error {
 			case <-ctx.Done():
 			}
 		}
-		return v.dup()
+		return v.Dup()
 	}
-	if !needed && time.Since(v.last) < cfg.recheck {
+	if !needed && time.Since(v.last) < b.Recheck {
 		v.mu.Unlock()
 		return nil
 	}
@@ -87,7 +120,7 @@ func (v *identities) check(ctx context.Context, c *Client, cfg *config) error {
 	// Every node is asked, the verified ones too: a server restarted since
 	// it was verified has a new run_id, and a node verified now must be
 	// compared with that one, not with the old.
-	todo := make([]int, len(c.pools))
+	todo := make([]int, len(v.cfg.Names))
 	for i := range todo {
 		todo[i] = i
 	}
@@ -99,21 +132,21 @@ func (v *identities) check(ctx context.Context, c *Client, cfg *config) error {
 		// answer could contradict: nodes count as they answer, and the
 		// operation need not wait for one that does not answer.
 		reached := make(chan struct{})
-		c.wg.Go(func() { v.run(ctx, c, cfg, todo, ch, reached) })
-		v.await(ctx, cfg, ch, reached)
+		v.cfg.Go(func() { v.run(ctx, b, todo, ch, reached) })
+		v.await(ctx, b, ch, reached)
 	case needed:
-		v.run(ctx, c, cfg, todo, ch, nil)
+		v.run(ctx, b, todo, ch, nil)
 	default:
-		c.wg.Go(func() { v.run(context.Background(), c, cfg, todo, ch, nil) })
+		v.cfg.Go(func() { v.run(context.Background(), b, todo, ch, nil) })
 	}
-	return v.dup()
+	return v.Dup()
 }
 
 // await waits for a first check: until it ends (ch), ctx ends, or a node
 // timeout after a quorum of nodes was verified (reached), as a round waits
 // for the nodes beyond its quorum; the others are verified when they
 // answer.
-func (v *identities) await(ctx context.Context, cfg *config, ch, reached chan struct{}) {
+func (v *Nodes) await(ctx context.Context, b Bounds, ch, reached chan struct{}) {
 	select {
 	case <-ch:
 		return
@@ -121,7 +154,7 @@ func (v *identities) await(ctx context.Context, cfg *config, ch, reached chan st
 		return
 	case <-reached:
 	}
-	t := time.NewTimer(cfg.nodeTimeout)
+	t := time.NewTimer(b.NodeTimeout)
 	defer t.Stop()
 	select {
 	case <-ch:
@@ -132,8 +165,8 @@ func (v *identities) await(ctx context.Context, cfg *config, ch, reached chan st
 
 // run asks the nodes in todo for their run_id, in parallel, records the
 // answers and closes ch.
-func (v *identities) run(ctx context.Context, c *Client, cfg *config, todo []int, ch, reached chan struct{}) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idTimeout(cfg))
+func (v *Nodes) run(ctx context.Context, b Bounds, todo []int, ch, reached chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idTimeout(b))
 	defer cancel()
 	type answer struct {
 		k   int
@@ -143,7 +176,7 @@ func (v *identities) run(ctx context.Context, c *Client, cfg *config, todo []int
 	answers := make(chan answer, len(todo))
 	for k, i := range todo {
 		go func() {
-			id, err := c.pools[i].RunID(ctx)
+			id, err := v.cfg.RunID(ctx, i)
 			answers <- answer{k, id, err}
 		}()
 	}
@@ -154,15 +187,15 @@ func (v *identities) run(ctx context.Context, c *Client, cfg *config, todo []int
 		a := <-answers
 		ids[a.k], errs[a.k] = a.id, a.err
 		if i := todo[a.k]; a.err != nil {
-			c.health.Failed(i, a.err)
+			v.cfg.Health.Failed(i, a.err)
 		} else {
-			c.health.Answered(i)
+			v.cfg.Health.Answered(i)
 		}
 		if stream { // a first check: each node counts as it answers
 			v.mu.Lock()
-			v.verifyLocked(c, cfg, todo[a.k], a.id, a.err)
+			v.verifyLocked(todo[a.k], a.id, a.err)
 			v.mu.Unlock()
-			if reached != nil && int(v.nverified.Load()) >= cfg.quorumOf(len(c.pools)) {
+			if reached != nil && int(v.nverified.Load()) >= b.Quorum {
 				close(reached)
 				reached = nil
 			}
@@ -182,14 +215,14 @@ func (v *identities) run(ctx context.Context, c *Client, cfg *config, todo []int
 		}
 	}
 	for k, i := range todo {
-		v.verifyLocked(c, cfg, i, ids[k], errs[k])
+		v.verifyLocked(i, ids[k], errs[k])
 	}
 }
 
 // verifyLocked verifies node i, unless it is verified already, by its
 // answer to RunID: err, or its run_id id, which no verified node may
 // share. v.mu must be held.
-func (v *identities) verifyLocked(c *Client, cfg *config, i int, id string, err error) {
+func (v *Nodes) verifyLocked(i int, id string, err error) {
 	if v.verified[i].Load() {
 		return
 	}
@@ -199,22 +232,22 @@ func (v *identities) verifyLocked(c *Client, cfg *config, i int, id string, err 
 	}
 	if dup := v.sameAs(i, id); dup >= 0 { // never verified: it must not count twice
 		a, b := min(dup, i), max(dup, i) // in the order given to New, whichever answered first
-		err := fmt.Errorf("redlock: pools %q and %q reach the same Redis server (run_id %s): a server counted twice breaks the quorum; give the Client one pool per independent master", c.pools[a].Name(), c.pools[b].Name(), id)
+		err := fmt.Errorf("redlock: pools %q and %q reach the same Redis server (run_id %s): a server counted twice breaks the quorum; give the Client one pool per independent master", v.cfg.Names[a], v.cfg.Names[b], id)
 		v.dupErr.CompareAndSwap(nil, &err)
 		v.errs[i] = err
-		cfg.logger.Error("redlock: two pools reach one Redis server", "pool", c.pools[i].Name(), "same_as", c.pools[dup].Name(), "run_id", id)
+		v.cfg.Logger.Error("redlock: two pools reach one Redis server", "pool", v.cfg.Names[i], "same_as", v.cfg.Names[dup], "run_id", id)
 		return
 	}
 	v.ids[i] = id
 	v.verified[i].Store(true)
-	if int(v.nverified.Add(1)) == len(c.pools) {
+	if int(v.nverified.Add(1)) == len(v.cfg.Names) {
 		v.allOK.Store(true)
 	}
 }
 
 // sameAs returns a verified node other than i whose run_id is id, or -1.
 // v.mu must be held.
-func (v *identities) sameAs(i int, id string) int {
+func (v *Nodes) sameAs(i int, id string) int {
 	for j := range v.ids {
 		if j != i && id != "" && v.verified[j].Load() && v.ids[j] == id {
 			return j
@@ -223,20 +256,18 @@ func (v *identities) sameAs(i int, id string) int {
 	return -1
 }
 
-// ask returns the function that tells a round which nodes to ask (nil: all),
-// marking the others in res as not asked.
-func (v *identities) ask(res []NodeResult) func(int) bool {
-	if v.allOK.Load() {
+// Verified reports whether node i is verified: it counts towards quorums.
+func (v *Nodes) Verified(i int) bool { return v.verified[i].Load() }
+
+// AllVerified reports whether every node is verified.
+func (v *Nodes) AllVerified() bool { return v.allOK.Load() }
+
+// Why returns why node i is not verified yet (nil once it is).
+func (v *Nodes) Why(i int) error {
+	if v.verified[i].Load() {
 		return nil
 	}
-	return func(i int) bool {
-		if v.verified[i].Load() {
-			return true
-		}
-		v.mu.Lock()
-		err := v.errs[i]
-		v.mu.Unlock()
-		res[i].Outcome, res[i].Err = OutcomeNotAsked, err
-		return false
-	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.errs[i]
 }

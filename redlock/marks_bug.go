@@ -2,21 +2,10 @@
 
 package redlock
 
-import (
-	"strings"
+import "github.com/quorumlock/quorumlock/internal/node"
 
-	"github.com/quorumlock/quorumlock/internal/node"
-)
-
-// markIn, with -tags quorumlock_bug_resumemark (package bugs), is Resume's
-// check as it was: a shared key's mark (0x1c) passes, so Resume takes a
-// shared key's value for a token.
-func markIn(token string) int {
-	if i := strings.IndexByte(token, node.Sep); i >= 0 {
-		return i
-	}
-	if token[0] == node.Handed {
-		return 0
-	}
-	return -1
-}
+// resumeRefuses, with -tags quorumlock_bug_resumemark (package bugs), is
+// Resume's check as it was: a session lock's separator and a handed key's
+// mark, but not a shared key's (0x1c), so Resume takes a shared key's value
+// for a token.
+const resumeRefuses = string(node.Sep) + string(node.Handed)

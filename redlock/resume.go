@@ -90,7 +90,7 @@ func resumable(token string) error {
 	if token == "" {
 		return errors.New("the token is empty: pass the Token of the lock to resume")
 	}
-	if i := markIn(token); i >= 0 {
+	if i := strings.IndexAny(token, resumeRefuses); i >= 0 {
 		return fmt.Errorf("the token has the byte %q at %d, which no lock's token has: it marks values the nodes keep (0x1c a key with shared holders, 0x1e a key handed to a waiter, 0x1f a session lock); pass Lock.Token, not the key's value", token[i], i)
 	}
 	return nil

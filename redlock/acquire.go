@@ -74,7 +74,7 @@ func (c *Client) waitFor(ctx context.Context, t *target, cfg *config, cl *call) 
 	key := t.key
 	begin := time.Now()
 	s := &sleeper{c: c, cfg: cfg, t: *t}
-	if c.handoff && t.keys == nil && !cfg.shared {
+	if c.handoff && kindOf(cfg, t, nil).line {
 		s.ln = c.names.Next()
 	}
 	defer s.stop()
@@ -300,6 +300,7 @@ func unobserved(cfg *config, t *target) *config {
 // acquisition is the state of one acquisition round.
 type acquisition struct {
 	rd       *round
+	kind     *kind     // of the lock it acquires
 	start    time.Time // T1, on cfg's clock
 	elapsed  time.Duration
 	validity time.Duration
@@ -358,33 +359,27 @@ func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session, l
 	if err != nil {
 		return nil, err
 	}
-	spec, o := opAcquire, node.Op{Key: t.rkey, Token: token, TTL: cfg.ttl}
-	a := &acquisition{start: cfg.now(), said: make([]bool, len(c.pools)), keys: t.keys, permit: t.permit}
+	k := kindOf(cfg, t, s)
+	o := node.Op{Key: t.rkey, Token: token, TTL: cfg.ttl}
+	a := &acquisition{start: cfg.now(), said: make([]bool, len(c.pools)), kind: k, keys: t.keys, permit: t.permit}
 	switch {
-	case t.permit != nil:
-		spec = opAcquirePermit
+	case k == kindPermit:
 		t.permit.fill(&o)
-	case t.keys != nil:
-		spec, o.Keys = opAcquireAll, t.rkeys
-	case cfg.shared:
-		spec = opAcquireShared
+	case k.allKeys:
+		o.Keys = t.rkeys
+	case k == kindSession:
+		a.sess, a.gens = s, make([]uint64, len(c.pools))
+		o.Session, o.Seq, o.KeyTTL, o.PrefixLen = s.skey, s.seq, keyTTL(cfg), len(cfg.prefix)
 	}
 	call := c.call
-	switch {
-	case cfg.fencing:
+	if cfg.fencing {
 		o.FenceKey = c.fenceKey(cfg, t.rkey)
-		if t.keys == nil {
-			spec = opFenced
-		}
 		call = a.noteLanded(c)
-	case s != nil:
-		spec, a.sess, a.gens = opSession, s, make([]uint64, len(c.pools))
-		o.Session, o.Seq, o.KeyTTL, o.PrefixLen = s.skey, s.seq, keyTTL(cfg), len(cfg.prefix)
 	}
 	if ln != nil {
 		fillPlace(&o, ln, cfg)
 	}
-	a.rd = c.runWith(ctx, cfg, spec, nil, o, nil, nil, call)
+	a.rd = c.runWith(ctx, cfg, k.acquire, nil, o, nil, nil, call)
 	a.rd.settle(a)
 	a.elapsed = cfg.now().Sub(a.start)
 	a.validity = drift.Validity(cfg.ttl, a.elapsed, cfg.driftFactor)

@@ -68,26 +68,17 @@ type ref struct {
 
 // refOf is what the acquire command op may have taken.
 func refOf(op *node.Op) ref {
-	r := ref{rkey: op.Key, token: op.Token, spec: opRelease}
-	switch op.Kind {
-	case node.AcquireAll:
-		r.keys, r.spec = op.Keys, opReleaseAll
-	case node.AcquireShared:
-		r.spec = opReleaseShared
+	k := kindAcquiredBy(op)
+	r := ref{rkey: op.Key, token: op.Token, spec: k.release}
+	if k.allKeys {
+		r.keys = op.Keys
 	}
 	return r
 }
 
 // ref is what the lock holds.
 func (l *Lock) ref() ref {
-	r := ref{rkey: l.rkey, keys: l.keyArgs, token: l.token, spec: opRelease}
-	switch {
-	case l.keys != nil:
-		r.spec = opReleaseAll
-	case l.shared:
-		r.spec = opReleaseShared
-	}
-	return r
+	return ref{rkey: l.rkey, keys: l.keyArgs, token: l.token, spec: l.kind.release}
 }
 
 // releaseUnsure releases r on node i when it may hold it and no caller is

@@ -29,7 +29,7 @@ type Lock struct {
 	// keys (as command arguments); nil for a lock of one key.
 	keys    []string
 	keyArgs []any
-	shared  bool      // a shared holder (Shared)
+	kind    *kind     // which commands it runs (kinds.go)
 	permit  *permitOf // a semaphore's permit, else nil
 	fence   uint64    // 0 without fencing
 
@@ -107,7 +107,7 @@ func (l *Lock) Keys() []string {
 
 // Shared reports whether the lock is one of its key's shared holders
 // (acquired with Shared). Safe for concurrent use.
-func (l *Lock) Shared() bool { return l.shared }
+func (l *Lock) Shared() bool { return l.kind == kindShared }
 
 // Permit reports which of its semaphore's permits the lock is, from 0 to
 // Permits()-1, and -1 for a lock that is not a semaphore's permit (Key is
@@ -214,20 +214,15 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	defer l.c.wg.Done()
-	if l.sess != nil {
+	if l.kind.extend == nil {
 		return l.extendSession(ctx, ttl, start)
 	}
 
-	spec, o := opExtend, node.Op{Key: l.rkey, Token: l.token, TTL: ttl, KeyArg: l.keyArg, TokenArg: l.tokenArg}
-	switch {
-	case l.keys != nil: // every key, with the rules of extend.lua for each
-		spec, o.Keys, o.Tokens = opExtendAll, l.keyArgs, slices.Repeat([]any{l.tokenArg}, len(l.keyArgs))
-	case l.shared:
-		spec = opExtendShared
-	case l.permit != nil: // and the semaphore's count key
-		spec, o.FenceKey, o.Permits = opExtendPermit, l.permit.count, l.permit.permits
+	o := node.Op{Key: l.rkey, Token: l.token, TTL: ttl, KeyArg: l.keyArg, TokenArg: l.tokenArg}
+	if l.kind.extendOp != nil {
+		l.kind.extendOp(l, &o)
 	}
-	rd := l.c.run(ctx, cfg, spec, l, o, nil, nil)
+	rd := l.c.run(ctx, cfg, l.kind.extend, l, o, nil, nil)
 	rd.settle(nil)
 	err := l.extended(ctx, rd.won(), rd.gone(), func() *QuorumError { return rd.quorumError(l.key) }, start, ttl)
 	handed = true
@@ -326,7 +321,7 @@ func (l *Lock) chain(rd *round, hold []bool) []bool {
 		case !h || !rd.out[i]:
 			hold[i] = false
 		case l.landing[i]:
-			l.chained = append(l.chained, chainedSend{node: i, r: rd.r, release: rd.spec == opRelease || rd.spec == opReleaseAll || rd.spec == opReleaseShared})
+			l.chained = append(l.chained, chainedSend{node: i, r: rd.r, release: isRelease(rd.spec)})
 		default:
 			hold[i] = false
 			now = append(now, i)
@@ -618,16 +613,11 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	defer c.wg.Done()
-	spec, o := opHeld, node.Op{Key: l.rkey, KeyArg: l.keyArg} // a plain GET: another's session lock is not ours either
-	switch {
-	case l.sess != nil:
-		spec = opPeek // whether our session lives there too
-	case l.keys != nil:
-		spec, o.Keys, o.Token, o.TokenArg = opHeldAll, l.keyArgs, l.token, l.tokenArg
-	case l.shared:
-		spec, o.Token, o.TokenArg = opHeldShared, l.token, l.tokenArg
+	o := node.Op{Key: l.rkey, KeyArg: l.keyArg}
+	if l.kind.heldOp != nil {
+		l.kind.heldOp(l, &o)
 	}
-	rd := c.run(ctx, cfg, spec, l, o, nil, nil)
+	rd := c.run(ctx, cfg, l.kind.held, l, o, nil, nil)
 	rd.settle(nil)
 	defer rd.finish(nil)
 	switch {
@@ -651,11 +641,11 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 	op := a.rd.op
 	l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), key: key, rkey: op.Key, token: op.Token, keyArg: op.KeyArg, tokenArg: op.TokenArg,
 		acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor), renewIdx: -1}
-	if a.keys != nil {
+	l.kind, l.resumed = a.kind, op.Kind == node.Resume
+	if a.kind.allKeys {
 		l.keys, l.keyArgs = a.keys, op.Keys
 	}
-	l.shared, l.resumed = op.Kind == node.AcquireShared, op.Kind == node.Resume
-	if a.permit != nil {
+	if a.kind == kindPermit {
 		l.permit = &permitOf{count: op.Keys[0].(string), permits: op.Permits, slot: op.Slot}
 	}
 	l.landing = append(l.landingv[:0], a.rd.out...)

@@ -35,7 +35,7 @@ func (r *renewer) renew(batch []*Lock) {
 		case l.landingNow() != nil && l.sess != nil: // its key's TTL is long: later
 			<-l.op
 			r.add(l, now.Add(l.cfg.nodeTimeout))
-		case l.landingNow() != nil || l.keys != nil || l.shared || l.permit != nil: // its own round chains behind the SET; locks of several keys, shared holders and permits have commands of their own
+		case l.landingNow() != nil || !l.kind.batch: // its own round chains behind the SET; the kinds that do not batch have commands of their own
 			<-l.op
 			c.wg.Go(func() { r.renewOne(l, ttl) })
 		default:

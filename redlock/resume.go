@@ -60,7 +60,7 @@ func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) 
 		return nil, err
 	}
 	defer c.wg.Done()
-	a := &acquisition{start: cfg.now()}
+	a := &acquisition{start: cfg.now(), kind: kindPlain} // a resumed lock runs a plain lock's commands
 	a.rd = c.run(ctx, cfg, opResume, nil, node.Op{Key: c.redisKey(cfg, key), Token: token, TTL: cfg.ttl}, nil, nil)
 	session := false
 	for {

@@ -100,8 +100,8 @@ func (c *Client) waitFor(ctx context.Context, t *target, cfg *config, cl *call) 
 		}
 		last = err
 		delay := s.delay(attempt, err)
-		if cfg.ownFence { // a candidate of an election: its leader may have died
-			delay = c.untilFree(ctx, cfg, key, delay)
+		if cfg.retryWait != nil { // an election's candidate: its leader may have died
+			delay = cfg.retryWait(c, ctx, cfg, key, delay)
 		}
 		if cfg.maxWait > 0 {
 			left := cfg.maxWait - time.Since(begin)
@@ -115,11 +115,10 @@ func (c *Client) waitFor(ctx context.Context, t *target, cfg *config, cl *call) 
 	}
 }
 
-// try is one attempt of wait: one round for t, or for a semaphore, a sweep
-// of its permits.
+// try is one attempt of wait: one round for t, or t's own sweep.
 func (c *Client) try(ctx context.Context, t *target, cfg *config, ln *wake.Place, cl *call) (*Lock, error) {
-	if t.sem != nil {
-		return t.sem.sweep(ctx, cfg, cl)
+	if t.sweep != nil {
+		return t.sweep(ctx, cfg, cl)
 	}
 	return c.attempt(ctx, t, cfg, ln, cl)
 }

@@ -45,7 +45,7 @@ func (c *Client) Campaign(ctx context.Context, name, value string, opts ...Optio
 // only its candidates increment: the term is read back from it (Leader).
 // The counter every other key of a master shares moves with them all.
 func ownCounter(c *config) error {
-	c.ownFence = true
+	c.ownFence, c.retryWait = true, (*Client).untilFree
 	return nil
 }
 

@@ -12,12 +12,14 @@ import (
 // target names what an acquisition takes: one key, or several keys as one
 // lock (TryLockAll).
 type target struct {
-	key    string     // the caller's key; several: the keys joined by ", " (errors, logs)
-	rkey   string     // the Redis key; several: the first
-	keys   []string   // several: the caller's keys, in the caller's order (nil: one)
-	rkeys  []any      // several: the Redis keys, as command arguments, in that order
-	sorted []string   // several: the Redis keys, sorted (this Client's turns are taken in this order)
-	sem    *Semaphore // a semaphore's permits (keys): an attempt takes any one of them
+	key    string   // the caller's key; several: the keys joined by ", " (errors, logs)
+	rkey   string   // the Redis key; several: the first
+	keys   []string // several: the caller's keys, in the caller's order (nil: one)
+	rkeys  []any    // several: the Redis keys, as command arguments, in that order
+	sorted []string // several: the Redis keys, sorted (this Client's turns are taken in this order)
+	// sweep, when not nil, is an attempt for t other than one round: a
+	// semaphore's, which tries its permits (keys) until it takes one.
+	sweep  func(ctx context.Context, cfg *config, cl *call) (*Lock, error)
 	permit *permitTry // one permit of a semaphore (rkey): the attempt at it
 }
 

@@ -54,6 +54,9 @@ type config struct {
 	several     bool   // a lock of several keys (TryLockAll): set by Client.several
 	permit      bool   // a semaphore's permits: set by Client.Semaphore
 	ownFence    bool   // an election's: the key's own fencing counter (ownCounter)
+	// retryWait, when not nil, shortens Lock's delay before its next
+	// attempt (an election's candidate: to when the leader's key frees).
+	retryWait func(c *Client, ctx context.Context, cfg *config, key string, delay time.Duration) time.Duration
 }
 
 func defaultConfig() config {

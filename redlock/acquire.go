@@ -361,14 +361,11 @@ func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session, l
 	k := kindOf(cfg, t, s)
 	o := node.Op{Key: t.rkey, Token: token, TTL: cfg.ttl}
 	a := &acquisition{start: cfg.now(), said: make([]bool, len(c.pools)), kind: k, keys: t.keys, permit: t.permit}
-	switch {
-	case k == kindPermit:
-		t.permit.fill(&o)
-	case k.allKeys:
-		o.Keys = t.rkeys
-	case k == kindSession:
+	if k.acquireOp != nil {
+		k.acquireOp(cfg, t, s, &o)
+	}
+	if k == kindSession {
 		a.sess, a.gens = s, make([]uint64, len(c.pools))
-		o.Session, o.Seq, o.KeyTTL, o.PrefixLen = s.skey, s.seq, keyTTL(cfg), len(cfg.prefix)
 	}
 	call := c.call
 	if cfg.fencing {

@@ -26,22 +26,29 @@ type kind struct {
 	// line: its Lock calls keep a place in the key's line of waiters, where
 	// the nodes keep lines (Client.handoff).
 	line bool
-	// extendOp and heldOp add to o, the command of an extend or a Held of
-	// l, what this kind's command needs beyond the key, token and TTL.
-	extendOp func(l *Lock, o *node.Op)
-	heldOp   func(l *Lock, o *node.Op)
+	// acquireOp, extendOp and heldOp add to o, the command of an acquire
+	// for t (with session s), an extend or a Held of l, what this kind's
+	// command needs beyond the key, token and TTL.
+	acquireOp func(cfg *config, t *target, s *session, o *node.Op)
+	extendOp  func(l *Lock, o *node.Op)
+	heldOp    func(l *Lock, o *node.Op)
 }
 
 var (
 	kindPlain   = &kind{name: "plain", acquire: opAcquire, extend: opExtend, release: opRelease, held: opHeld, batch: true, line: true}
 	kindFenced  = &kind{name: "fenced", acquire: opFenced, extend: opExtend, release: opRelease, held: opHeld, batch: true, line: true}
-	kindSession = &kind{name: "session", acquire: opSession, release: opRelease, held: opPeek, batch: true, line: true}
-	kindShared  = &kind{name: "shared", acquire: opAcquireShared, extend: opExtendShared, release: opReleaseShared, held: opHeldShared,
+	kindSession = &kind{name: "session", acquire: opSession, release: opRelease, held: opPeek, batch: true, line: true,
+		acquireOp: func(cfg *config, _ *target, s *session, o *node.Op) {
+			o.Session, o.Seq, o.KeyTTL, o.PrefixLen = s.skey, s.seq, keyTTL(cfg), len(cfg.prefix)
+		}}
+	kindShared = &kind{name: "shared", acquire: opAcquireShared, extend: opExtendShared, release: opReleaseShared, held: opHeldShared,
 		heldOp: withToken}
 	kindSeveral = &kind{name: "several keys", acquire: opAcquireAll, extend: opExtendAll, release: opReleaseAll, held: opHeldAll, allKeys: true,
-		extendOp: everyKeyToken, heldOp: func(l *Lock, o *node.Op) { o.Keys = l.keyArgs; withToken(l, o) }}
+		acquireOp: func(_ *config, t *target, _ *session, o *node.Op) { o.Keys = t.rkeys },
+		extendOp:  everyKeyToken, heldOp: func(l *Lock, o *node.Op) { o.Keys = l.keyArgs; withToken(l, o) }}
 	kindPermit = &kind{name: "permit", acquire: opAcquirePermit, extend: opExtendPermit, release: opRelease, held: opHeld,
-		extendOp: func(l *Lock, o *node.Op) { o.FenceKey, o.Permits = l.permit.count, l.permit.permits }}
+		acquireOp: func(_ *config, t *target, _ *session, o *node.Op) { t.permit.fill(o) },
+		extendOp:  func(l *Lock, o *node.Op) { o.FenceKey, o.Permits = l.permit.count, l.permit.permits }}
 
 	// kinds lists every kind, for lookups by command.
 	kinds = [...]*kind{kindPlain, kindFenced, kindSession, kindShared, kindSeveral, kindPermit}

@@ -331,7 +331,7 @@ func TestSharedLateAcquireAfterFailedRound(t *testing.T) {
 // The library takes such a join back twice over: A's release to a node
 // whose acquire has not answered is held back until it does (Lock.chain),
 // and the late "yes" itself is released (Lock.late). Caught mutation: both
-// off for shared holders (runWith in redlock/round.go holding nothing back
+// off for shared holders (Client.run in redlock/round.go holding nothing back
 // when l.shared, and Lock.late releasing nothing when l.shared): the late
 // joins then live their TTL. Either one alone is covered by the other.
 func TestSharedLateAcquireAfterRelease(t *testing.T) {

@@ -35,7 +35,7 @@ const maxExecutors = 2
 // NOSCRIPT and run again with EVAL after it, in their order, so the batch's
 // plain commands (GET) ran before them. Batches on different executors are
 // not ordered. No round depends on either: a lock's later commands wait for
-// its acquire's reply (see internal/quorum.StartHeld).
+// its acquire's reply (see internal/quorum.Plan.Hold).
 type batcher struct {
 	mu      sync.Mutex
 	queue   []request

@@ -375,7 +375,7 @@ func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session, l
 	if ln != nil {
 		fillPlace(&o, ln, cfg)
 	}
-	a.rd = c.runWith(ctx, cfg, k.acquire, nil, o, nil, nil, call)
+	a.rd = c.run(ctx, cfg, send{spec: k.acquire, o: o, call: call})
 	a.rd.settle(a)
 	a.elapsed = cfg.now().Sub(a.start)
 	a.validity = drift.Validity(cfg.ttl, a.elapsed, cfg.driftFactor)
@@ -441,14 +441,15 @@ func (a *acquisition) writeBack(ctx context.Context, c *Client, cfg *config, key
 	op := a.rd.op
 	o := node.Op{Key: op.Key, Keys: op.Keys, FenceKey: op.FenceKey, Token: op.Token, Fence: a.fence, KeyArg: op.KeyArg, TokenArg: op.TokenArg}
 	ask := func(i int) bool { return a.said[i] || a.rd.out[i] }
-	rd := c.runWith(ctx, cfg, opRaise, nil, o, nil, ask, func(ctx context.Context, i int, op *node.Op) node.Result {
+	afterLanded := func(ctx context.Context, i int, op *node.Op) node.Result {
 		select {
 		case <-a.landed[i]:
 		case <-ctx.Done():
 			return node.Result{Err: ctx.Err()}
 		}
 		return c.call(ctx, i, op)
-	})
+	}
+	rd := c.run(ctx, cfg, send{spec: opRaise, o: o, ask: ask, call: afterLanded})
 	rd.settle(nil)
 	rd.finish(nil)
 	a.elapsed = cfg.now().Sub(a.start)

@@ -410,11 +410,11 @@ func (c *Client) Locked(ctx context.Context, key string, opts ...Option) (bool, 
 		return false, err
 	}
 	defer c.wg.Done()
-	rd := c.run(ctx, cfg, opLocked, nil, node.Op{Key: c.redisKey(cfg, key)}, nil, nil)
+	rd := c.run(ctx, cfg, send{spec: opLocked, o: node.Op{Key: c.redisKey(cfg, key)}})
 	best, answered, sessions := rd.tallyTokens()
 	if sessions { // only a script tells whether a session lock is held
 		rd.finish(nil)
-		rd = c.run(ctx, cfg, opLockedPeek, nil, node.Op{Key: c.redisKey(cfg, key)}, nil, nil)
+		rd = c.run(ctx, cfg, send{spec: opLockedPeek, o: node.Op{Key: c.redisKey(cfg, key)}})
 		best, answered, _ = rd.tallyTokens()
 	}
 	defer rd.finish(nil)

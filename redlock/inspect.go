@@ -141,7 +141,7 @@ func (c *Client) inspectKey(ctx context.Context, cfg *config, key, rkey string) 
 		in.summarise()
 		return in, err
 	}
-	rd := c.run(ctx, cfg, opInspect, nil, node.Op{Key: rkey, FenceKey: c.fenceKey(cfg, rkey)}, nil, nil)
+	rd := c.run(ctx, cfg, send{spec: opInspect, o: node.Op{Key: rkey, FenceKey: c.fenceKey(cfg, rkey)}})
 	defer rd.finish(nil)
 	got := make([]bool, len(c.pools))
 	for {

@@ -222,7 +222,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l.kind.extendOp != nil {
 		l.kind.extendOp(l, &o)
 	}
-	rd := l.c.run(ctx, cfg, l.kind.extend, l, o, nil, nil)
+	rd := l.c.run(ctx, cfg, send{spec: l.kind.extend, o: o, l: l})
 	rd.settle(nil)
 	err := l.extended(ctx, rd.won(), rd.gone(), func() *QuorumError { return rd.quorumError(l.key) }, start, ttl)
 	handed = true
@@ -400,7 +400,7 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	}
 	c, cfg := l.c, l.cfg
 	c.untrack(l)
-	rd := c.run(context.WithoutCancel(ctx), cfg, l.ref().spec, l, l.releaseOp(), nil, nil)
+	rd := c.run(context.WithoutCancel(ctx), cfg, send{spec: l.ref().spec, o: l.releaseOp(), l: l})
 	l.settleRelease(rd)
 	// A delete that failed without the node's refusal (it may not have
 	// reached the node, or was never written) is sent again in the
@@ -617,7 +617,7 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 	if l.kind.heldOp != nil {
 		l.kind.heldOp(l, &o)
 	}
-	rd := c.run(ctx, cfg, l.kind.held, l, o, nil, nil)
+	rd := c.run(ctx, cfg, send{spec: l.kind.held, o: o, l: l})
 	rd.settle(nil)
 	defer rd.finish(nil)
 	switch {

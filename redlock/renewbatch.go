@@ -190,7 +190,7 @@ func (r *renewer) start(ls []*Lock, ttl time.Duration) *renewal {
 	}
 	cfg.nodeTimeout = min(max(cfg.nodeTimeout, left/2), cleanupTimeout(&cfg))
 	rn := &renewal{ls: ls, ttl: ttl, start: now, yes: make([]uint8, len(ls)), no: make([]uint8, len(ls))}
-	rn.rd = c.run(r.ctx, &cfg, opExtendMany, nil, node.Op{TTL: ttl, Keys: keys, Tokens: tokens, Background: true}, nil, nil)
+	rn.rd = c.run(r.ctx, &cfg, send{spec: opExtendMany, o: node.Op{TTL: ttl, Keys: keys, Tokens: tokens, Background: true}})
 	rn.reps = make([]quorum.Reply, len(c.pools))
 	return rn
 }

@@ -61,7 +61,7 @@ func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) 
 	}
 	defer c.wg.Done()
 	a := &acquisition{start: cfg.now(), kind: kindPlain} // a resumed lock runs a plain lock's commands
-	a.rd = c.run(ctx, cfg, opResume, nil, node.Op{Key: c.redisKey(cfg, key), Token: token, TTL: cfg.ttl}, nil, nil)
+	a.rd = c.run(ctx, cfg, send{spec: opResume, o: node.Op{Key: c.redisKey(cfg, key), Token: token, TTL: cfg.ttl}})
 	session := false
 	for {
 		rep, _, ok := a.rd.next()

@@ -108,18 +108,23 @@ type round struct {
 // take (cleanupTimeout), which is what Close waits for at most.
 func follow(cfg *config) time.Duration { return max(0, cleanupTimeout(cfg)-cfg.nodeTimeout) }
 
-// run starts a round of spec's command o on the nodes ask selects (nil: all
-// verified nodes), with the per-node timeout. o is built in place when op is
-// not nil (a Lock's release reuses its storage).
-func (c *Client) run(ctx context.Context, cfg *config, spec *opSpec, l *Lock, o node.Op, op *node.Op, ask func(int) bool) *round {
-	return c.runWith(ctx, cfg, spec, l, o, op, ask, c.call)
+// send is what one round sends: spec's command o, about the lock l (nil:
+// none), to the nodes ask selects (nil: every verified node), through call
+// for the Pools that do not queue commands (nil: the Client's).
+type send struct {
+	spec *opSpec
+	o    node.Op
+	l    *Lock
+	ask  func(int) bool
+	call quorum.Call
 }
 
-// runWith is run with call for the Pools that do not queue commands. A
-// round about a lock (l not nil) holds back the nodes whose acquire command
-// has not answered yet and sends to each as soon as it has (see Lock.chain):
-// no command of a lock overtakes its SET.
-func (c *Client) runWith(ctx context.Context, cfg *config, spec *opSpec, l *Lock, o node.Op, op *node.Op, ask func(int) bool, call quorum.Call) *round {
+// run starts a round of s with the per-node timeout. A round about a lock
+// holds back the nodes whose acquire command has not answered yet and
+// sends to each as soon as it has (see Lock.chain): no command of a lock
+// overtakes its SET.
+func (c *Client) run(ctx context.Context, cfg *config, s send) *round {
+	spec, l, o := s.spec, s.l, s.o
 	rd := &round{c: c, cfg: cfg, spec: spec, l: l, res: c.newResults(), q: cfg.quorumOf(len(c.pools)), start: time.Now()}
 	if d, ok := ctx.Deadline(); ok && d.Before(rd.start.Add(cfg.nodeTimeout)) {
 		rd.cut = true
@@ -133,17 +138,19 @@ func (c *Client) runWith(ctx context.Context, cfg *config, spec *opSpec, l *Lock
 	if spec.unfollowed {
 		o.Follow = 0
 	}
-	if op == nil {
-		op = &node.Op{}
-	}
-	*op = o
+	op := &o
 	op.Build()
 	rd.op = op
 	var hold []bool
 	if l != nil {
 		hold = l.landingNow()
 	}
-	rd.r = quorum.StartHeld(ctx, &c.wg, cfg.nodeTimeout, len(c.pools), rd.asking(ask), hold, c.senders, op, call)
+	call := s.call
+	if call == nil {
+		call = c.call
+	}
+	rd.r = quorum.Start(ctx, quorum.Plan{WG: &c.wg, Timeout: cfg.nodeTimeout, N: len(c.pools), Ask: rd.asking(s.ask), Hold: hold,
+		Senders: c.senders, Op: op, Call: call})
 	if hold != nil {
 		rd.chained = l.chain(rd, hold)
 	}

@@ -46,7 +46,7 @@ func (c *Client) semaphoreName(ctx context.Context, cfg *config, key string) err
 		return err
 	}
 	defer c.wg.Done()
-	rd := c.run(ctx, cfg, opDeclared, nil, node.Op{Key: c.redisKey(cfg, key) + node.CountSuffix}, nil, nil)
+	rd := c.run(ctx, cfg, send{spec: opDeclared, o: node.Op{Key: c.redisKey(cfg, key) + node.CountSuffix}})
 	defer rd.finish(nil)
 	count, nodes := 0, []string(nil)
 	for {

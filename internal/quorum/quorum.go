@@ -61,38 +61,45 @@ type Round struct {
 	cancel   context.CancelFunc // ctx's
 }
 
-// Start sends op to every node i in [0, n) for which ask(i) is true (ask nil
-// asks all): through senders[i] when it is not nil, else through call on a
-// goroutine counted in wg. The round ends at timeout, or at parent's
-// deadline if that comes first, or when parent is cancelled; the nodes' work
-// goes on until their reply arrives or op.Follow after that deadline
-// (parent's cancellation does not stop it), and replies that arrive after
-// the caller decided are handed to Finish's late. wg counts every goroutine
-// Start starts and every round that Finish leaves waiting for replies: the
-// caller must hold a count of its own on wg while it calls Start and Finish.
-func Start(parent context.Context, wg *sync.WaitGroup, timeout time.Duration, n int, ask func(int) bool, senders []node.Sender, op *node.Op, call Call) *Round {
-	return StartHeld(parent, wg, timeout, n, ask, nil, senders, op, call)
+// Plan is what Start sends, to which nodes, and how.
+type Plan struct {
+	// WG counts every goroutine Start starts and every round Finish
+	// leaves waiting for replies: the caller must hold a count of its own
+	// on it while it calls Start and Finish.
+	WG      *sync.WaitGroup
+	Timeout time.Duration  // the round ends at Timeout, or at parent's deadline if that comes first
+	N       int            // the nodes are [0, N)
+	Ask     func(int) bool // the nodes to send to (nil: all)
+	// Hold: the asked nodes for which Hold[i] is true are not sent Op
+	// yet; they count as pending until Send(i), which must be called once
+	// for each of them (while a count is held on WG). Nil: none.
+	Hold    []bool
+	Senders []node.Sender // per node; where nil (or the slice is), Op goes through Call on a goroutine
+	Op      *node.Op
+	Call    Call
 }
 
-// StartHeld is Start, except that the nodes asked for which hold[i] is true
-// are not sent op yet: they count as pending until Send(i), which must be
-// called once for each of them (while a count is held on wg).
-func StartHeld(parent context.Context, wg *sync.WaitGroup, timeout time.Duration, n int, ask func(int) bool, hold []bool, senders []node.Sender, op *node.Op, call Call) *Round {
+// Start sends p.Op to every node p asks. The round ends at p.Timeout, or at
+// parent's deadline if that comes first, or when parent is cancelled; the
+// nodes' work goes on until their reply arrives or Op.Follow after that
+// deadline (parent's cancellation does not stop it), and replies that
+// arrive after the caller decided are handed to Finish's late.
+func Start(parent context.Context, p Plan) *Round {
 	start := time.Now()
-	deadline := start.Add(timeout)
+	deadline := start.Add(p.Timeout)
 	if d, ok := parent.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	r := &Round{parent: parent, start: start, mark: stall.Now(), deadline: deadline, timeout: timeout, replies: make(chan Reply, n), wg: wg, senders: senders, op: op, call: call}
-	for i := range n {
-		if ask != nil && !ask(i) {
+	r := &Round{parent: parent, start: start, mark: stall.Now(), deadline: deadline, timeout: p.Timeout, replies: make(chan Reply, p.N), wg: p.WG, senders: p.Senders, op: p.Op, call: p.Call}
+	for i := range p.N {
+		if p.Ask != nil && !p.Ask(i) {
 			continue
 		}
 		r.pending++
 		r.mu.Lock()
 		r.left++
 		r.mu.Unlock()
-		if hold == nil || !hold[i] {
+		if p.Hold == nil || !p.Hold[i] {
 			r.send(i)
 		}
 	}
@@ -112,7 +119,7 @@ func (heldBack) Error() string {
 
 func (heldBack) Is(target error) bool { return target == node.ErrNotSent }
 
-// Send sends op to node i, held back by StartHeld, now and reports true; or,
+// Send sends op to node i, held back by Plan.Hold, now and reports true; or,
 // once the round's deadline has passed or Finish was called (nobody waits
 // for the reply any more), delivers ErrHeldBack for it without sending and
 // reports false.

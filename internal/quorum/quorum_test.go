@@ -20,13 +20,13 @@ func TestNextThenFinish(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1) // the caller's own count, as Start requires
 	release := make(chan struct{})
-	r := Start(context.Background(), &wg, time.Minute, 4, func(i int) bool { return i != 2 }, nil, &node.Op{},
-		func(ctx context.Context, i int, _ *node.Op) node.Result {
+	r := Start(context.Background(), Plan{WG: &wg, Timeout: time.Minute, N: 4, Ask: func(i int) bool { return i != 2 }, Op: &node.Op{},
+		Call: func(ctx context.Context, i int, _ *node.Op) node.Result {
 			if i == 3 {
 				<-release
 			}
 			return node.Result{Int: int64(i * 10)}
-		})
+		}})
 	if r.Pending() != 3 {
 		t.Fatalf("pending %d, want 3 (node 2 not asked)", r.Pending())
 	}
@@ -56,11 +56,11 @@ func TestNextThenFinish(t *testing.T) {
 func TestDeadlineEndsNext(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
-	r := Start(context.Background(), &wg, 10*time.Millisecond, 1, nil, nil, &node.Op{},
-		func(ctx context.Context, i int, _ *node.Op) node.Result {
+	r := Start(context.Background(), Plan{WG: &wg, Timeout: 10 * time.Millisecond, N: 1, Op: &node.Op{},
+		Call: func(ctx context.Context, i int, _ *node.Op) node.Result {
 			<-ctx.Done()
 			return node.Result{Err: ctx.Err()}
-		})
+		}})
 	// The call gives up at the deadline too: its error is either taken by
 	// Next (it was delivered by the time Next saw the deadline) or handed to
 	// Finish's late; either way the round ends with DeadlineExceeded.
@@ -95,11 +95,11 @@ func TestParentCancel(t *testing.T) {
 	wg.Add(1)
 	ctx, cancel := context.WithCancel(context.Background())
 	callErrs := make(chan error, 2)
-	r := Start(ctx, &wg, 100*time.Millisecond, 2, nil, nil, &node.Op{Follow: 50 * time.Millisecond}, func(ctx context.Context, i int, _ *node.Op) node.Result {
+	r := Start(ctx, Plan{WG: &wg, Timeout: 100 * time.Millisecond, N: 2, Op: &node.Op{Follow: 50 * time.Millisecond}, Call: func(ctx context.Context, i int, _ *node.Op) node.Result {
 		<-ctx.Done()
 		callErrs <- ctx.Err()
 		return node.Result{Err: ctx.Err()}
-	})
+	}})
 	cancel()
 	if _, ok := r.Next(); ok {
 		t.Fatal("reply after cancel")
@@ -123,8 +123,8 @@ func TestParentCancel(t *testing.T) {
 
 func TestNoNodesAsked(t *testing.T) {
 	var wg sync.WaitGroup
-	r := Start(context.Background(), &wg, time.Minute, 3, func(int) bool { return false }, nil, &node.Op{},
-		func(ctx context.Context, i int, _ *node.Op) node.Result { panic("asked") })
+	r := Start(context.Background(), Plan{WG: &wg, Timeout: time.Minute, N: 3, Ask: func(int) bool { return false }, Op: &node.Op{},
+		Call: func(ctx context.Context, i int, _ *node.Op) node.Result { panic("asked") }})
 	if _, ok := r.Next(); ok {
 		t.Fatal("reply with no node asked")
 	}
@@ -150,13 +150,13 @@ func TestSenders(t *testing.T) {
 	wg.Add(1)
 	s0, s2 := &chanSender{got: make(chan func(node.Result), 1)}, &chanSender{got: make(chan func(node.Result), 1)}
 	op := &node.Op{Kind: node.Release}
-	r := Start(context.Background(), &wg, time.Minute, 3, nil, []node.Sender{s0, nil, s2}, op,
-		func(ctx context.Context, i int, got *node.Op) node.Result {
+	r := Start(context.Background(), Plan{WG: &wg, Timeout: time.Minute, N: 3, Senders: []node.Sender{s0, nil, s2}, Op: op,
+		Call: func(ctx context.Context, i int, got *node.Op) node.Result {
 			if i != 1 || got != op {
 				t.Errorf("call(%d, %p): want only node 1 with the round's op", i, got)
 			}
 			return node.Result{Int: 1}
-		})
+		}})
 	answer0, answer2 := <-s0.got, <-s2.got
 	answer0(node.Result{Int: 7})
 	seen := map[int]int64{}
@@ -195,7 +195,7 @@ func TestSenderDeadline(t *testing.T) {
 	s := &chanSender{got: make(chan func(node.Result), 1)}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	r := Start(ctx, &wg, time.Minute, 1, nil, []node.Sender{s}, &node.Op{}, nil)
+	r := Start(ctx, Plan{WG: &wg, Timeout: time.Minute, N: 1, Senders: []node.Sender{s}, Op: &node.Op{}})
 	if _, ok := r.Next(); ok {
 		t.Fatal("reply from a node that has not answered")
 	}
@@ -208,7 +208,7 @@ func TestSenderDeadline(t *testing.T) {
 	wg.Wait()
 }
 
-// TestHeldNodes: a node held back by StartHeld counts as pending, is sent
+// TestHeldNodes: a node held back by Plan.Hold counts as pending, is sent
 // nothing until Send, and is sent then; Send after Finish delivers
 // node.ErrNotSent without sending.
 func TestHeldNodes(t *testing.T) {
@@ -219,7 +219,7 @@ func TestHeldNodes(t *testing.T) {
 		calls.Store(i, true)
 		return node.Result{Int: int64(i)}
 	}
-	r := StartHeld(context.Background(), &wg, 200*time.Millisecond, 3, nil, []bool{false, true, true}, nil, &node.Op{}, call)
+	r := Start(context.Background(), Plan{WG: &wg, Timeout: 200 * time.Millisecond, N: 3, Hold: []bool{false, true, true}, Op: &node.Op{}, Call: call})
 	if r.Pending() != 3 {
 		t.Fatalf("Pending %d, want 3", r.Pending())
 	}

@@ -34,7 +34,7 @@ func starvedNext(t *testing.T, answer, wake time.Duration) (ok bool, took time.D
 	wg.Add(1)
 	start := time.Now()
 	op := &node.Op{Follow: time.Second}
-	r := Start(context.Background(), &wg, 50*time.Millisecond, 1, nil, []node.Sender{afterSender{answer}}, op, nil)
+	r := Start(context.Background(), Plan{WG: &wg, Timeout: 50 * time.Millisecond, N: 1, Senders: []node.Sender{afterSender{answer}}, Op: op})
 	time.Sleep(wake)
 	_, ok = r.Next()
 	took, err = time.Since(start), r.Err()
@@ -87,7 +87,7 @@ func TestGraceEndsAtTimeout(t *testing.T) {
 	})
 }
 
-// TestStalledRoundStillSends: a command held back by StartHeld (a lock's
+// TestStalledRoundStillSends: a command held back by Plan.Hold (a lock's
 // command waiting for its acquire's reply) is still sent after the round's
 // deadline passed while the process stood still: the round waits that
 // much longer (internal/stall), so the command is not given up unsent.
@@ -100,7 +100,7 @@ func TestStalledRoundStillSends(t *testing.T) {
 	defer wg.Wait()
 	defer wg.Done()
 	op := &node.Op{Follow: 5 * time.Second}
-	r := StartHeld(context.Background(), &wg, 200*time.Millisecond, 1, nil, []bool{true}, []node.Sender{afterSender{0}}, op, nil)
+	r := Start(context.Background(), Plan{WG: &wg, Timeout: 200 * time.Millisecond, N: 1, Hold: []bool{true}, Senders: []node.Sender{afterSender{0}}, Op: op})
 	defer r.Finish(nil)
 	stall.Freeze(1200 * time.Millisecond)
 	time.Sleep(time.Second) // the process stands still past the deadline

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/quorumlock/quorumlock/internal/wake"
-	"strings"
 	"time"
 
 	"github.com/quorumlock/quorumlock/drift"
@@ -245,7 +244,7 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *wake.P
 	}
 	v, err := c.vote(ctx, cfg, t, c.sessionFor(cfg), ln)
 	if err != nil {
-		return nil, fmt.Errorf("redlock: acquire %q: token generator: %w", key, err)
+		return nil, fmt.Errorf("redlock: acquire %q: %w", key, err)
 	}
 	v.call = cl
 	if v.won && cfg.fencing {
@@ -258,6 +257,7 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *wake.P
 		// Close began during the round and will not release this lock:
 		// roll it back like a failed round.
 	}
+	c.unclaim(cfg, t.each, v.rd.op.Token)
 	ended := callerErr(ctx) // before the roll-back, which may outlast the caller's deadline
 	c.rollback(ctx, cfg, v.rd, v.said)
 	for i, u := range v.unsure { // their SET may land yet
@@ -320,42 +320,18 @@ type acquisition struct {
 	call     *call           // the acquiring call, for the observer (nil: none)
 }
 
-// newToken returns an attempt's token: the session's, or cfg's generator's,
-// checked.
-func newToken(cfg *config, s *session) (string, error) {
-	if s != nil {
-		return withMetadata(s.token(), cfg), nil
-	}
-	token, err := cfg.token()
-	switch {
-	case err != nil:
-		return "", err
-	case token == "":
-		return "", errors.New("it returned an empty token")
-	case strings.IndexByte(token, node.Meta) >= 0:
-		return "", fmt.Errorf("it returned a token with the byte %q, which marks a lock's metadata", node.Meta)
-	case node.MarkIn(token) >= 0:
-		return "", fmt.Errorf("it returned a token with the byte %q, which marks values the nodes keep (shared keys, keys handed to waiters, session locks)", token[node.MarkIn(token)])
-	}
-	return withMetadata(token, cfg), nil
-}
-
-// withMetadata is token with cfg's metadata (WithMetadata), if any.
-func withMetadata(token string, cfg *config) string {
-	if cfg.metadata == "" {
-		return token
-	}
-	return token + string(node.Meta) + cfg.metadata
-}
-
 // vote runs the SET round for t with a new token (of session s, when not
 // nil), as waiter ln's (when not nil), and decides it: won when a quorum
 // said yes and validity is left. A node whose call failed in a way that may
 // still have set the key is released in the background at once (it does
-// not count for the lock). The error is the token generator's.
+// not count for the lock). The error is the token generator's, or the
+// claim's (tokens.go).
 func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session, ln *wake.Place) (*acquisition, error) {
 	token, err := newToken(cfg, s)
 	if err != nil {
+		return nil, fmt.Errorf("token generator: %w", err)
+	}
+	if err := c.claim(cfg, t, token); err != nil {
 		return nil, err
 	}
 	k := kindOf(cfg, t, s)

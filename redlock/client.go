@@ -37,6 +37,7 @@ type Client struct {
 	mu      sync.RWMutex
 	closed  bool
 	held    map[*Lock]struct{}               // locks neither released nor lost, for Close
+	claims  map[tokenClaim]struct{}          // generated tokens held or being tried, per key (tokens.go)
 	watches map[*context.CancelFunc]struct{} // Observe loops, which Close ends
 	sweepAt int                              // sweep expired locks out of held at this size...
 	sweptAt time.Time                        // ...or a second after the last sweep
@@ -266,7 +267,7 @@ func (c *Client) Close() error {
 	for l := range c.held {
 		locks = append(locks, l)
 	}
-	c.held = nil
+	c.held, c.claims = nil, nil
 	for stop := range c.watches {
 		(*stop)()
 	}

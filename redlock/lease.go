@@ -128,6 +128,7 @@ func (l *Lock) endLocked(lost bool) bool {
 	}
 	if lost {
 		l.c.untrack(l)
+		l.c.unclaim(l.cfg, l.eachKey, l.token)
 	}
 	if l.sess != nil {
 		l.sess.remove(l)

@@ -429,6 +429,7 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 		err = rd.quorumError(l.key)
 	}
 	rd.finish(retry)
+	c.unclaim(cfg, l.eachKey, l.token)
 	if cfg.debug(ctx) {
 		cfg.logger.Debug("redlock: released", "key", l.key, "took", time.Since(rd.start), "err", err)
 	}
@@ -726,6 +727,11 @@ func (c *Client) sweep(all []*Lock) {
 	for _, l := range expired {
 		delete(c.held, l)
 	}
+	c.mu.Unlock()
+	for _, l := range expired {
+		c.unclaim(l.cfg, l.eachKey, l.token)
+	}
+	c.mu.Lock()
 	c.sweepAt = max(64, 2*len(c.held))
 	c.mu.Unlock()
 }

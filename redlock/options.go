@@ -234,8 +234,14 @@ func WithMaxWait(d time.Duration) Option {
 // release another's lock, and must not contain the bytes 0x1c to 0x1f
 // (markers of values the nodes keep). The function must be safe
 // for concurrent use; an error from it, or a token that breaks these rules,
-// fails the attempt without any I/O. Locks with generated tokens are not
-// renewed through a renewal session (see WithAutoExtend).
+// fails the attempt without any I/O. A token that a Lock of this Client
+// holds on one of the attempt's keys, or that another attempt under way is
+// trying there, is refused too: the attempt fails with ErrNotAcquired
+// without I/O (the nodes would take it for the holder's, and make a second
+// holder). Reusing a token on a key even after its lock ended is unsafe: a
+// release of the earlier lock still under way would delete the key. Locks
+// with generated tokens are not renewed through a renewal session (see
+// WithAutoExtend).
 func WithTokenGenerator(gen func() (string, error)) Option {
 	return func(c *config) error {
 		if gen == nil {

@@ -96,8 +96,8 @@ type Observer interface {
 	Acquired(Event)      // a TryLock, Lock or other acquiring call won its round
 	Contended(Event)     // a round of a waiting call (Lock, Acquire, Campaign, ...) failed; it waits to try again (ctx or WithMaxWait may end the wait first)
 	AcquireFailed(Event) // an acquiring call returns an error: taken, unavailable, ctx ended, budget spent
-	Extended(Event)      // an automatic renewal of a lock renewed key by key succeeded (none for session locks: WithAutoExtend)
-	ExtendFailed(Event)  // such a renewal failed (none for session locks); it is retried while validity is left
+	Extended(Event)      // an automatic renewal of the lock succeeded (a session lock's: its session's, once a quorum confirmed it)
+	ExtendFailed(Event)  // such a renewal failed; it is retried while validity is left
 	Lost(Event)          // the lock was lost: validity ran out, or the nodes said the token is gone
 	Released(Event)      // Release (or Close) ran; Err is its error, if any
 }

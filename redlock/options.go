@@ -356,8 +356,8 @@ func (c *config) renewInterval() time.Duration {
 // its Client closed; Release waits for a renewal under way. Locks with random
 // tokens, over Pools of package pool that are not Cluster clients and with
 // neither WithFencing nor WithMaxHold, are renewed through a renewal session:
-// Extend takes only their TTL, and the Observer sees no Extended or
-// ExtendFailed event for them (docs/design.md, "Leases").
+// Extend takes only their TTL, and the Observer sees each renewal of the
+// session as one of each of its locks (docs/design.md, "Leases").
 func WithAutoExtend(on bool) Option {
 	return func(c *config) error {
 		c.autoExtend = on

@@ -50,6 +50,7 @@ type session struct {
 	nodes   []sessionNode
 	gens    uint64             // the last generation handed out
 	locks   map[*Lock]struct{} // locks of the session not yet released or lost
+	watched int                // how many of them have an Observer
 	running bool               // run's goroutine is live
 }
 
@@ -209,6 +210,9 @@ func earlier(a, b time.Time) time.Time {
 func (s *session) add(l *Lock) {
 	s.mu.Lock()
 	s.locks[l] = struct{}{}
+	if l.cfg.observer != nil {
+		s.watched++
+	}
 	start := !s.running
 	s.running = true
 	s.mu.Unlock()
@@ -220,6 +224,9 @@ func (s *session) add(l *Lock) {
 // remove forgets l (released or lost).
 func (s *session) remove(l *Lock) {
 	s.mu.Lock()
+	if _, ok := s.locks[l]; ok && l.cfg.observer != nil {
+		s.watched--
+	}
 	delete(s.locks, l)
 	s.mu.Unlock()
 }
@@ -272,6 +279,10 @@ func (s *session) renew() bool {
 // own count can be added; Deliver ends it.
 func (s *session) send(now time.Time, replies chan sessionReply) int {
 	var sends []sessionRenewal
+	var cy *sessionCycle
+	if replies == nil {
+		cy = &sessionCycle{start: now}
+	}
 	s.mu.Lock()
 	for n := range s.nodes {
 		nd := &s.nodes[n]
@@ -280,9 +291,15 @@ func (s *session) send(now time.Time, replies chan sessionReply) int {
 		}
 		nd.busy++
 		wait := min(max(s.cfg.nodeTimeout, (s.until(n).Sub(now)-s.cfg.nodeTimeout)/2), cleanupTimeout(s.cfg))
-		sends = append(sends, sessionRenewal{s: s, n: n, start: now, gen: nd.gen, inc: nd.inc, deadline: now.Add(wait), replies: replies})
+		sends = append(sends, sessionRenewal{s: s, n: n, start: now, gen: nd.gen, inc: nd.inc, deadline: now.Add(wait), replies: replies, cycle: cy})
+	}
+	if cy != nil {
+		cy.sent = len(sends)
 	}
 	s.mu.Unlock()
+	if cy != nil && len(sends) == 0 {
+		s.renewed(cy, false, false)
+	}
 	for i := range sends {
 		sr := &sends[i]
 		op := node.New(node.Op{Kind: node.RenewSession, Key: s.skey, Token: strconv.FormatInt(sr.inc, 10), TTL: s.cfg.ttl, Background: true})
@@ -308,6 +325,7 @@ type sessionRenewal struct {
 	inc      int64
 	deadline time.Time
 	replies  chan sessionReply // nil, or buffered for every reply
+	cycle    *sessionCycle     // the background renewal it is part of (nil: Extend's)
 }
 
 // Deliver records node n's answer: a confirmation moves the node's
@@ -323,12 +341,13 @@ func (sr *sessionRenewal) Deliver(n int, r node.Result) {
 	s.mu.Lock()
 	nd := &s.nodes[n]
 	nd.busy--
-	dropped := false
+	dropped, confirmed := false, false
 	if r.Err == nil && nd.gen == sr.gen && sr.gen != 0 {
 		if r.Int == 1 && sr.start.Before(s.until(n)) && now.Before(s.until(n)) {
 			if sr.start.After(nd.conf) {
 				nd.conf = sr.start
 			}
+			confirmed = true
 		} else {
 			nd.gen, dropped = 0, true
 		}
@@ -336,6 +355,9 @@ func (sr *sessionRenewal) Deliver(n int, r node.Result) {
 	locks := s.snapshotLocked(dropped)
 	s.mu.Unlock()
 	rearm(locks)
+	if sr.cycle != nil {
+		s.renewed(sr.cycle, true, confirmed)
+	}
 	if sr.replies != nil {
 		sr.replies <- sessionReply{n: n, r: r, latency: s.cfg.now().Sub(sr.start)}
 	}

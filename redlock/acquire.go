@@ -15,13 +15,12 @@ import (
 
 // TryLock makes one attempt to acquire key, without waiting for it to be
 // free; on success the Lock is held on a quorum of nodes until its Deadline.
-// It waits for nodes no longer than WithNodeTimeout states, after this
-// Client's attempt in flight on key, if any. On failure the error matches
-// ErrNotAcquired when the key is taken, too few nodes answered or no validity
-// was left (errors.As finds a *QuorumError), and ctx.Err() too when ctx
-// ended first. It is ErrClosed once Close has begun, and a plain error for
-// an empty key or an invalid option (before any I/O), a failing token
-// generator, or pools that reach one server (see New).
+// It waits for nodes as WithNodeTimeout states, after this Client's attempt
+// in flight on key, if any. The error matches ErrNotAcquired when the key is
+// taken, too few nodes answered or no validity was left (errors.As finds a
+// *QuorumError), and ctx.Err() too if ctx ended first; it is ErrClosed once
+// Close has begun, and a plain error for an empty key, an invalid option
+// (both before any I/O) or a failing token generator.
 func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	cfg, err := c.acquireConfig(key, opts)
 	if err != nil {
@@ -34,13 +33,12 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock
 }
 
 // Lock acquires key like TryLock, retrying (WithRetryBackoff; a release of
-// key wakes it sooner) until it succeeds, ctx ends or the WithMaxWait budget
-// is spent. With Pools of package pool that are not Cluster clients, waiters
+// key wakes it) until it succeeds, ctx ends or the WithMaxWait budget is
+// spent. With Pools of package pool that are not Cluster clients, waiters
 // get key in the order they first asked, across Clients, before later
-// askers. When ctx ends, the error matches ErrNotAcquired and ctx.Err();
-// when the budget is spent, ErrNotAcquired; errors.As then finds the last
-// round's *QuorumError, if a round ran. TryLock's other errors, and one
-// matching ErrAuth, return at once.
+// askers. When ctx ends the error matches ErrNotAcquired and ctx.Err(), when
+// the budget is spent ErrNotAcquired, with the last round's *QuorumError if
+// one ran; TryLock's other errors, and ErrAuth, return at once.
 func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	cfg, err := c.acquireConfig(key, opts)
 	if err != nil {

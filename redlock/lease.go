@@ -200,12 +200,11 @@ func (l *Lock) declareLost(why string) {
 }
 
 // Do acquires key (waiting like Lock), runs fn with a context cancelled once
-// the lock is released or lost (context.Cause says which), and releases the
-// lock when fn returns or panics, re-panicking after. The lock is
-// auto-extended unless opts say WithAutoExtend(false). Do returns fn's
-// error, matching ErrLockLost too if the lock was lost while fn ran, and
-// joined with the release's error if that failed; Lock's error, without
-// calling fn, if the lock was not acquired; an error for a nil fn.
+// the lock is released or lost (context.Cause says which), and releases it
+// when fn returns or panics (re-panicking after); the lock is auto-extended
+// unless opts say WithAutoExtend(false). It returns fn's error, matching
+// ErrLockLost too if the lock was lost, joined with a failed release's; or,
+// without calling fn, Lock's error, or one for a nil fn.
 func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) error {
 	return c.under(ctx, key, fn, func() (*Lock, error) {
 		return c.Lock(ctx, key, append([]Option{WithAutoExtend(true)}, opts...)...)

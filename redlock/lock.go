@@ -134,14 +134,12 @@ func (l *Lock) Metadata() string {
 }
 
 // Fence returns the lock's fencing token (WithFencing), strictly greater
-// than every earlier holder's of the key, so that a resource keeping the
-// highest it saw can refuse a stale holder's writes; 0 without fencing.
+// than every earlier holder's of the key; 0 without fencing.
 func (l *Lock) Fence() uint64 { return l.fence }
 
-// Deadline returns the end of the lock's validity on the local clock (the
-// start of its last acquiring or extending round, plus the TTL, less the
-// drift allowance): do not act under the lock from then on. It carries a
-// monotonic reading: compare it with time.Now, not other machines' times.
+// Deadline returns the end of the lock's validity (the start of its last
+// acquiring or extending round + TTL − drift allowance): do not act under
+// the lock from then on. Compare it with time.Now, not other machines' times.
 func (l *Lock) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -348,11 +346,10 @@ func (l *Lock) usable(now time.Time) error {
 
 // Release deletes the lock's token from the nodes (never another token) and
 // marks the handle released whatever the outcome. It returns nil once a
-// quorum confirmed; ErrReleased if already released (by Release or
-// Client.Close), so concurrent calls release once; ErrClosed once Close has
-// begun; else a *QuorumError matching ErrNotHeld (the lock expired, another
-// holds it, or nodes failed: its copies there expire with the TTL). It
-// ignores ctx's cancellation, so a deferred Release works after ctx ended,
+// quorum confirmed, ErrReleased if already released (by Release or
+// Client.Close: concurrent calls release once), ErrClosed once Close has
+// begun, else a *QuorumError matching ErrNotHeld (expired, taken, or nodes
+// failed, whose copies expire with the TTL). It ignores ctx's cancellation,
 // and waits for an Extend or renewal under way, then at most the node timeout.
 func (l *Lock) Release(ctx context.Context) error {
 	err := l.release(ctx) // after a renewal under way, which holds l.op
@@ -585,9 +582,8 @@ func (l *Lock) releaseLate(rep quorum.Reply, releasing bool) {
 // Held reports whether the lock is still held: its deadline has not passed
 // and a quorum of nodes hold its token. It returns false and nil when the
 // handle was released, the deadline passed, or enough nodes hold another
-// token or none (the lock is then lost: Done closes); false and a
-// *QuorumError (matching ctx.Err() too if ctx ended first) when too few
-// nodes answered to tell. It writes nothing on the nodes.
+// token or none (the lock is then lost); false and a *QuorumError (and
+// ctx.Err() if ctx ended first) when too few answered. It writes nothing.
 func (l *Lock) Held(ctx context.Context) (bool, error) {
 	if l.usable(l.cfg.now()) != nil {
 		return false, nil

@@ -67,14 +67,13 @@ func (t *target) enter(ctx context.Context, g *wake.Gates) error {
 // exit ends the turns of a successful enter.
 func (t *target) exit(g *wake.Gates) { t.each(g.Exit) }
 
-// TryLockAll makes one attempt to acquire every one of keys as a single lock,
-// like TryLock: on success every key is held on a quorum of nodes until the
-// Deadline, and no node holds part of the set. The Lock covers every key
-// (Keys; Key is the first). Its errors are TryLock's, the *QuorumError's Key
-// being the keys joined by ", ", and, before any I/O, a plain error for an
-// empty list, an empty or repeated key, Shared, Pools not all of package
-// pool, or, on a Redis Cluster, keys that do not hash to one slot (give
-// them one hash tag: WithKeyPrefix("{orders}:")).
+// TryLockAll makes one attempt to acquire keys as one lock, like TryLock: on
+// success every key is held on a quorum of nodes until the Deadline, and no
+// node holds part of the set; Key is the first key, Keys all. Its errors are
+// TryLock's (the *QuorumError's Key is the keys joined by ", "), and before
+// any I/O a plain error for an empty list, an empty or repeated key, Shared,
+// Pools not all of package pool, or, on a Redis Cluster, keys of two slots
+// (give them one hash tag: WithKeyPrefix("{orders}:")).
 func (c *Client) TryLockAll(ctx context.Context, keys []string, opts ...Option) (*Lock, error) {
 	t, cfg, err := c.several("acquire", keys, opts)
 	if err != nil {
@@ -86,11 +85,10 @@ func (c *Client) TryLockAll(ctx context.Context, keys []string, opts ...Option) 
 	return l, err
 }
 
-// LockAll acquires every one of keys as a single lock, like TryLockAll,
-// retrying like Lock; a release of any key wakes it. Overlapping sets ({a,b}
-// and {b,c}) never deadlock. Its waiters do not queue: a steady stream of
-// Lock waiters on one of the keys can keep it waiting. Its errors are
-// TryLockAll's and Lock's.
+// LockAll acquires keys as one lock like TryLockAll, retrying like Lock, with
+// their errors; a release of any key wakes it. Overlapping sets never
+// deadlock, but do not queue: a steady stream of Lock waiters on one of the
+// keys can keep LockAll waiting.
 func (c *Client) LockAll(ctx context.Context, keys []string, opts ...Option) (*Lock, error) {
 	t, cfg, err := c.several("acquire", keys, opts)
 	if err != nil {

@@ -13,9 +13,8 @@ import (
 	"github.com/quorumlock/quorumlock/drift"
 )
 
-// Option configures a Client (in New) or one call, whose options apply on
-// top of the Client's. An invalid option makes New or the call return an
-// error that names it, before any I/O.
+// Option configures a Client (in New) or one call, on top of the Client's
+// options; an invalid one fails New or the call, naming it, before any I/O.
 type Option func(*config) error
 
 // Defaults of the options; docs/design.md ("Defaults and why") says why.
@@ -171,13 +170,12 @@ func WithDriftFactor(f float64) Option {
 	}
 }
 
-// WithNodeTimeout bounds each node's part of an operation (default 50 ms): a
-// node that has not answered by then counts as failed. A round waits no
-// longer for its nodes (a process starved of CPU meanwhile: one more), a
-// failed acquisition one more for its roll-back, a fenced one one more for
-// its write-back, and a Client's first operation up to max(4 × this, 200 ms)
-// for the identity check. Keep it well above the round trip to the servers
-// and small against the TTL.
+// WithNodeTimeout bounds each node's part of an operation (default 50 ms):
+// a node not answering by then counts as failed. A round waits no longer
+// (one more if the process was starved of CPU), a failed acquisition one
+// more for its roll-back, a fenced one one more for its write-back, and a
+// Client's first operation up to max(4 × this, 200 ms) for the identity
+// check. Keep it well above the servers' round trip, small against the TTL.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -189,9 +187,8 @@ func WithNodeTimeout(d time.Duration) Option {
 }
 
 // WithRetryBackoff sets Lock's waits: before attempt k+1 a random duration in
-// [d/2, d], d = min(max, base·2^k) (defaults 25 ms and 250 ms). A waiter in a
-// key's line (see Lock) waits between max/2 and max from its first failed
-// attempt on, and a release wakes it when its turn comes.
+// [d/2, d], d = min(max, base·2^k) (defaults 25 ms, 250 ms); a waiter in a
+// key's line (see Lock) waits max/2 to max, woken by a release in its turn.
 func WithRetryBackoff(base, max time.Duration) Option {
 	return func(c *config) error {
 		if base <= 0 || max < base {
@@ -216,11 +213,10 @@ func WithMaxWait(d time.Duration) Option {
 }
 
 // WithTokenGenerator sets the function that makes each attempt's token
-// (default: 128 random bits from crypto/rand, 22 URL-safe base64 characters).
+// (default: 128 random bits, crypto/rand, as 22 URL-safe base64 characters).
 // Tokens must be unique across all clients and attempts, or one client could
-// release another's lock, and must not contain the bytes 0x1c to 0x1f; gen
-// must be safe for concurrent use. An error from gen, or a token that breaks
-// these rules, fails the attempt before any I/O.
+// release another's lock, and lack the bytes 0x1c to 0x1f; gen must be safe
+// for concurrent use. A gen error or a bad token fails the attempt before I/O.
 func WithTokenGenerator(gen func() (string, error)) Option {
 	return func(c *config) error {
 		if gen == nil {
@@ -234,10 +230,9 @@ func WithTokenGenerator(gen func() (string, error)) Option {
 // MaxMetadata is the longest description WithMetadata takes, in bytes.
 const MaxMetadata = 256
 
-// WithMetadata attaches a description of the holder to the locks it acquires
-// (in their Token), for Client.Inspect and "quorumlock status": at most
-// MaxMetadata bytes, without the bytes 0x1c to 0x1f, or New or the call
-// fails before any I/O; "" removes it.
+// WithMetadata attaches a description of the holder, shown by Client.Inspect
+// and "quorumlock status", to the locks it acquires (in their Token): at most
+// MaxMetadata bytes, without the bytes 0x1c to 0x1f; "" removes it.
 func WithMetadata(desc string) Option {
 	return func(c *config) error {
 		if len(desc) > MaxMetadata {
@@ -252,10 +247,10 @@ func WithMetadata(desc string) Option {
 }
 
 // WithKeyPrefix sets the prefix of the Redis keys (default "quorumlock:"): a
-// lock named K lives under prefix + "{" + K + "}", K being its Redis Cluster
-// hash tag, unless the prefix has a tag of its own ("{shop}:"). A prefix whose
-// first '{' is closed at once ("app{}") or never ("app{") is refused by every
-// call that uses it, as is a key that begins with '}'.
+// lock named K lives under prefix + "{" + K + "}", K being its Cluster hash
+// tag unless the prefix has its own ("{shop}:"). A prefix whose first '{'
+// closes at once ("app{}") or never ("app{"), and a key that begins with
+// '}', are refused by every call that uses them.
 func WithKeyPrefix(prefix string) Option {
 	return func(c *config) error {
 		c.prefix = prefix
@@ -264,8 +259,7 @@ func WithKeyPrefix(prefix string) Option {
 }
 
 // WithQuorum sets how many nodes must agree (default N/2+1): more than half
-// the pools, so that two quorums share a node, and at most all of them. A
-// larger quorum tolerates fewer failed nodes.
+// the pools and at most all; a larger quorum tolerates fewer failed nodes.
 func WithQuorum(q int) Option {
 	return func(c *config) error {
 		if q <= 0 {
@@ -276,11 +270,10 @@ func WithQuorum(q int) Option {
 	}
 }
 
-// WithLogger sets where the Client logs what its results do not say (default:
-// nowhere): a node's outage, when it starts and ends (warn; at most one per
-// node per minute, the rest counted); a lock lost, or left to expire at its
-// maximum hold time (warn); pools that reach one server (error). go-redis
-// logs its own failures through the logger redis.SetLogger sets.
+// WithLogger sets where the Client logs what its results do not say (default
+// nowhere): a node's outage, at start and end (warn; one per node per minute
+// at most, the rest counted); a lock lost or left to expire at its maximum
+// hold time (warn); pools that reach one server (error).
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
@@ -315,15 +308,14 @@ func (c *config) renewInterval() time.Duration {
 	return c.ttl / 3
 }
 
-// WithAutoExtend turns automatic renewal of acquired locks on or off (default
-// off; on inside Do). Such a lock is renewed to its TTL every WithRenewEvery,
-// and a failed renewal retried while validity is left; once none can be
-// confirmed in time the lock is lost (ErrLockLost), maybe a little before
-// its deadline. Renewal never re-creates an expired lock, and stops when the
-// lock is released or lost or the Client closed. Locks with random tokens,
-// over Pools of package pool that are not Cluster clients, and with neither
-// WithFencing nor WithMaxHold are session locks: Extend takes only their
-// TTL, and the Observer sees no Extended or ExtendFailed event for them.
+// WithAutoExtend turns automatic renewal on or off (default off; on in Do):
+// the lock is renewed to its TTL every WithRenewEvery, a failed renewal
+// retried while validity is left, and lost (ErrLockLost), maybe a little
+// before its deadline, once none can be confirmed in time. Renewal never
+// re-creates a lock and ends when it is released or lost or the Client
+// closed. Session locks (random tokens, neither WithFencing nor WithMaxHold,
+// Pools of package pool that are not Cluster clients) take only their TTL
+// in Extend, and the Observer sees no Extended or ExtendFailed for them.
 func WithAutoExtend(on bool) Option {
 	return func(c *config) error {
 		c.autoExtend = on
@@ -367,12 +359,11 @@ func WithObserver(o Observer) Option {
 }
 
 // WithFencing turns fencing tokens on or off (default off; the quorumlock
-// command turns it on, so pass it for keys that command also locks). With
-// it, successive holders' Lock.Fence strictly increases (docs/safety.md has
-// the conditions), for one more round trip per acquisition. Give every client
-// of a key one setting: an acquisition without fencing does not advance the
-// counters. Its counters have no TTL; per-key counters of earlier versions
-// are folded in and deleted, so stop clients of those versions first.
+// command fences, so fence the keys it also locks): successive holders' Fence
+// then strictly increases (docs/safety.md says when), for one more round trip
+// per acquisition. Give every client of a key one setting: acquiring without
+// fencing does not advance the counters, which have no TTL. Stop clients of
+// earlier versions first: their per-key counters are folded in and deleted.
 func WithFencing(on bool) Option {
 	return func(c *config) error {
 		c.fencing = on
@@ -381,12 +372,11 @@ func WithFencing(on bool) Option {
 }
 
 // Shared makes TryLock, Lock and Do take the key as one of its shared holders
-// (a read lock): any number may hold it at once, and no other lock while they
-// do. New shared holders wait behind a waiter of Lock for the key alone, so
-// that one is not starved. The Lock has the whole lease API, with Fence 0. The
-// acquire fails with a plain error before any I/O unless every Pool is of
-// package pool and none a Cluster client, and with WithFencing. Client.Resume
-// does not resume shared holders; TryLockAll, LockAll and DoAll refuse Shared.
+// (a read lock): any number at once, and no other lock while they hold it.
+// New ones wait behind a waiter of Lock for the key alone. Fence is 0. The
+// acquire fails with a plain error before any I/O with WithFencing, or
+// unless every Pool is of package pool and none a Cluster client. TryLockAll,
+// LockAll and DoAll refuse Shared; Client.Resume does not resume such locks.
 func Shared() Option {
 	return func(c *config) error {
 		c.shared = true

@@ -20,19 +20,16 @@ var ErrSessionToken = errors.New("redlock: the token is a session lock's, which 
 
 var opResume = &opSpec{name: "resume", kind: node.Resume, yes: intPositive, no: OutcomeNotHeld, decisive: true}
 
-// Resume returns a Lock for the lock on key held with token (a Lock.Token,
-// kept across a restart or passed from another process) once a quorum of
-// nodes confirmed that key holds token and made it live at least the TTL
-// more; it never creates the key. The Lock is as if acquired at the round's
-// start, with the whole lease API and Fence 0 (keep Fence with Token where a
-// resumed holder writes to a fenced resource). The first handle stays valid:
-// both act on the lock, and a release by either ends it for both. On failure
-// it returns a *QuorumError matching ErrNotHeld (ctx.Err() too if ctx ended
-// first; ErrSessionToken too for a session lock's token), and leaves the TTL
-// it set on the nodes that confirmed. It returns ErrClosed once Close has
-// begun, and a plain error for an empty key or token, a token with a byte
-// 0x1c, 0x1e or 0x1f (no lock's), an invalid option (all before any I/O),
-// or pools that reach one server (see New).
+// Resume returns a Lock for the lock on key held with token (a Lock.Token
+// from before a restart, or another process's) once a quorum of nodes
+// confirmed key holds token and made it live at least the TTL more; it never
+// creates the key. The Lock is as if acquired at the round's start, with
+// Fence 0 (keep Fence beside Token). Both handles act on one lock: a release
+// by either ends it. On failure it returns a *QuorumError matching
+// ErrNotHeld (ctx.Err() too if ctx ended first, ErrSessionToken too for a
+// session lock's token), leaving the TTL it set where nodes confirmed. It is
+// ErrClosed once Close has begun, and before any I/O a plain error for an
+// empty key or token, a token with a byte 0x1c, 0x1e or 0x1f, or bad options.
 func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) (*Lock, error) {
 	cfg, err := c.callConfig("resume", key, opts)
 	if err != nil {

@@ -3,8 +3,7 @@ package redlock
 import "time"
 
 // TTL returns the TTL the lock was acquired with (its call's WithTTL, else
-// the Client's): what Extend(ctx, 0) asks for, which an Extend with another
-// ttl does not change.
+// the Client's), which Extend(ctx, 0) asks for; other Extends leave it.
 func (l *Lock) TTL() time.Duration { return l.cfg.ttl }
 
 // TTL returns the TTL the Client's locks ask for unless a call passes its

@@ -13,18 +13,13 @@ import (
 )
 
 // TryLock makes one attempt to acquire key, without waiting for it to be
-// free. On success the Lock is held on a quorum of nodes until its Deadline.
-// It returns once the outcome is certain, waiting for slow or failed nodes no
-// longer than WithNodeTimeout states, and starts after this Client's attempt
-// in flight on the same key, if any. A failed attempt takes its token back
-// from every node that may hold it (docs/design.md, "The leftover bound").
-//
-// On failure the error matches ErrNotAcquired when the key is taken, too few
-// nodes answered or no validity was left (errors.As finds a *QuorumError),
-// and both ErrNotAcquired and ctx.Err() when ctx ended first. It is ErrClosed
-// once Close has begun, and a plain error for an empty key or an invalid
-// option (before any I/O), a failing token generator, or pools that reach
-// the same server (see New). TryLock is safe for concurrent use.
+// free; on success the Lock is held on a quorum of nodes until its Deadline.
+// It waits for nodes as WithNodeTimeout states, after this Client's attempt
+// in flight on key, if any. The error matches ErrNotAcquired when the key is
+// taken, too few nodes answered or no validity was left (errors.As finds a
+// *QuorumError), and ctx.Err() too if ctx ended first; it is ErrClosed once
+// Close has begun, and a plain error for an empty key, an invalid option
+// (both before any I/O) or a failing token generator.
 func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	cfg, err := c.acquireConfig(key, opts)
 	if err != nil {
@@ -36,20 +31,13 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock
 	return l, err
 }
 
-// Lock acquires key like TryLock, retrying after jittered, growing delays
-// (WithRetryBackoff), and sooner when the key is released, until it
-// succeeds, ctx ends or the WithMaxWait budget is spent. When every Pool is
-// of package pool and none is a Cluster client, waiters get the key in the
-// order they first asked, across Clients, and others asking meanwhile are
-// told "taken" (docs/design.md, "Hand-off").
-//
-// When ctx ends, the error matches both ErrNotAcquired and ctx.Err(); when
-// the budget is spent, it matches ErrNotAcquired. Either way errors.As finds
-// the *QuorumError of the last attempt that reached the nodes, if one did.
-// Errors that do not match ErrNotAcquired are TryLock's, returned at once,
-// and so is one that matches ErrAuth: the nodes refused the Client's
-// credentials or rights, which waiting does not change.
-// Lock is safe for concurrent use.
+// Lock acquires key like TryLock, retrying (WithRetryBackoff; a release of
+// key wakes it) until it succeeds, ctx ends or the WithMaxWait budget is
+// spent. With Pools of package pool that are not Cluster clients, waiters
+// get key in the order they first asked, across Clients, before later
+// askers. When ctx ends the error matches ErrNotAcquired and ctx.Err(), when
+// the budget is spent ErrNotAcquired, with the last round's *QuorumError if
+// one ran; TryLock's other errors, and ErrAuth, return at once.
 func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	cfg, err := c.acquireConfig(key, opts)
 	if err != nil {

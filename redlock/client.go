@@ -20,11 +20,9 @@ import (
 	"github.com/quorumlock/quorumlock/pool"
 )
 
-// Client acquires locks on a quorum of independent Redis masters.
-//
-// A Client is safe for concurrent use by many goroutines; one per process
-// and set of masters is enough. It owns the goroutines that handle late
-// replies and roll-backs, and Close joins them. It never closes the pools.
+// Client acquires locks on a quorum of independent Redis masters. Every
+// method is safe for concurrent use; one Client per process and set of
+// masters is enough. It never closes the pools.
 type Client struct {
 	pools   []pool.Pool
 	senders []node.Sender // pools[i] as a node.Sender, or nil: called on goroutines
@@ -56,12 +54,10 @@ type Client struct {
 	sessions map[sessionKey]*session // renewal sessions, made on first use
 }
 
-// New returns a Client over pools, one per independent Redis master. It
-// checks its arguments and options and does no I/O. It returns an error
-// for no pools, a nil pool, two pools with the same name (the same
-// address), and any invalid option. Two pools that reach one server under
-// different names are caught by the server's run_id when the pools are
-// first used: every operation then fails with an error naming them.
+// New returns a Client over pools, one per independent Redis master, without
+// I/O; an error for no pools, a nil pool, two pools of one name (address),
+// or an invalid option. Pools that reach one server under two names make
+// every operation fail, naming them, from their first use.
 func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	if len(pools) == 0 {
 		return nil, errors.New("redlock: New: no pools; pass one pool.Pool per independent Redis master (at least 3 to survive one failure, 5 recommended)")
@@ -244,17 +240,13 @@ func (c *Client) idBounds(cfg *config) ident.Bounds {
 	return ident.Bounds{Quorum: cfg.quorumOf(len(c.pools)), NodeTimeout: cfg.nodeTimeout, Recheck: cfg.recheck}
 }
 
-// Close releases every lock of this Client that is still held, waits for the
-// Client's background work to end, and makes every later operation return
-// ErrClosed. It returns within the node timeout plus the cleanup budget,
-// min(TTL, max(10 × node timeout, 2 s)), after it begins, whatever the
-// nodes do (2.05 s with the defaults; a call under way with a longer node
-// timeout or TTL of its own may hold it up to its own bound). It does not
-// close the pools. It returns the errors of the releases that nodes failed
-// to confirm (not those of locks that had expired), or ErrClosed when called
-// again. Close is safe to call concurrently with other methods: those that
-// have not started their I/O return ErrClosed, and an acquisition that wins
-// its round meanwhile is rolled back and returns ErrClosed.
+// Close releases the Client's locks still held, waits for its background
+// work and makes every later call return ErrClosed (it does not close the
+// pools), within the node timeout + min(TTL, max(10 × node timeout, 2 s))
+// (longer only while a call under way has longer bounds of its own). It
+// returns the errors of releases the nodes did not confirm (not of expired
+// locks), or ErrClosed if called again. Concurrent calls not yet at their
+// I/O return ErrClosed, as does an acquisition won meanwhile (rolled back).
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -396,12 +388,10 @@ func checkTag(cfg *config, key string) error {
 	return fmt.Errorf("the key prefix %q and the key %q form the Redis key %q, which has no Redis Cluster hash tag, so the lock's keys could land in different slots; use a key prefix without '{' or '}' (WithKeyPrefix), and a key that does not begin with '}'", cfg.prefix, key, rkey)
 }
 
-// Locked reports whether some client holds key on a quorum: one token is
-// present on at least the quorum of nodes. It returns false and a nil error
-// when the nodes' answers show that no token can be on a quorum, and false
-// with a *QuorumError when too few nodes answered to tell (also matching
-// ctx.Err() when ctx ended before they did). It is safe for concurrent use
-// and changes nothing on the nodes.
+// Locked reports whether some client holds key: one token is on a quorum of
+// nodes. It returns false and nil when the answers show no token can be,
+// and false and a *QuorumError (matching ctx.Err() too if ctx ended first)
+// when too few nodes answered to tell. It writes nothing on the nodes.
 func (c *Client) Locked(ctx context.Context, key string, opts ...Option) (bool, error) {
 	cfg, err := c.callConfig("locked", key, opts)
 	if err != nil {

@@ -61,7 +61,7 @@
 //
 // # Concurrency
 //
-// Client and Lock are safe for concurrent use. Client.Close releases the
-// locks still held and waits for every goroutine the Client started,
-// auto-extenders included.
+// Every method of Client, Lock and Semaphore is safe for concurrent use.
+// Client.Close releases the locks still held and waits for every goroutine
+// the Client started, auto-extenders included.
 package redlock

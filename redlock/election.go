@@ -20,20 +20,12 @@ type Leadership struct {
 	Term  uint64
 }
 
-// Campaign blocks until the caller leads the election name, and returns its
-// leadership: a lock of the key name, acquired like Lock (waiting for the
-// leader before it to resign or lose its lease), fenced, auto-extended and
-// described by value (at most MaxMetadata bytes; Leader and Observe report
-// it). The Lock's Fence is the leader's term: it exceeds every earlier
-// leader's, so hand it to what the leader writes, which can then refuse a
-// deposed leader's late writes. Done, Err and Context tell when leadership
-// is lost; Release resigns. Like every lock, a leader that loses its lease
-// learns it by its Deadline at the latest.
-//
-// Options apply as to Lock (WithTTL, WithNodeTimeout, WithMaxWait, ...);
-// fencing, auto-extension and value's description are always on. Its
-// errors are Lock's, and a plain error for an empty name or a value that
-// WithMetadata refuses, before any I/O. Safe for concurrent use.
+// Campaign blocks until the caller leads the election name and returns its
+// leadership: a fenced, auto-extended Lock of the key name, acquired like
+// Lock with opts, with value as its WithMetadata, which Leader and Observe
+// report. Its Fence is the term, above every earlier leader's; Done, Err
+// and Context tell when leadership is lost; Release resigns. Its errors are
+// Lock's, and before any I/O one for an empty name or a refused value.
 func (c *Client) Campaign(ctx context.Context, name, value string, opts ...Option) (*Lock, error) {
 	if name == "" {
 		return nil, errors.New("redlock: campaign: the election's name is empty")
@@ -50,24 +42,14 @@ func ownCounter(c *config) error {
 }
 
 // Leader reads who leads the election name: the value and term of the
-// candidate whose token is on a quorum of nodes, the term being the
-// election's fencing counter on a quorum of the nodes that hold the token.
-// Once the leader's Campaign has returned, the term is its Fence; a leader
-// read while its Campaign still raises its fence is reported with a term
-// above every earlier leader's, but possibly below its own Fence
-// (docs/safety.md, "Leader election"). Either way the reported terms only
-// grow from one leader to the next. Like any read of the nodes, it can
-// catch a candidate whose token is on a quorum for a moment although its
-// Campaign then fails (no validity was left, or its fence write-back missed
-// a quorum, and it rolls back): that candidate never leads, and the next
-// leader's term is higher.
-//
-// It returns an error matching ErrNoLeader when no candidate leads, and
-// ErrUnavailable when too few nodes answered to tell, or when no quorum of
-// the leader's nodes agrees on its term within the node timeout (a node its
-// fence write-back reached does not answer); ctx.Err() too when ctx ended
-// first. It returns ErrClosed once Close has begun, and a plain error for an
-// empty name or an invalid option, before any I/O. Safe for concurrent use.
+// candidate whose token is on a quorum of nodes. Once its Campaign has
+// returned, the term is its Fence; before, it may be lower, but above every
+// earlier leader's. It may report a candidate whose Campaign then fails,
+// which never leads; the next leader's term is higher. The error matches
+// ErrNoLeader when no candidate leads; ErrUnavailable when too few nodes
+// answered, or no quorum of the leader's nodes agreed on its term within the
+// node timeout; ctx.Err() too if ctx ended first. It is ErrClosed once Close
+// has begun; before any I/O, a plain error for an empty name or bad option.
 func (c *Client) Leader(ctx context.Context, name string, opts ...Option) (value string, term uint64, err error) {
 	cfg, err := c.electionConfig("leader", name, opts)
 	if err != nil {
@@ -167,17 +149,12 @@ func (c *Client) untilFree(ctx context.Context, cfg *config, key string, delay t
 	return min(delay, ttls[in.Quorum-1]+time.Millisecond)
 }
 
-// Observe reports every change of leader of the election name on the
-// returned channel, in increasing term order: the leader when it is called
-// (if any), then each new one. It learns of a resignation from the release
-// notification and of anything else by asking again every poll interval
-// (the WithRetryBackoff maximum), so a leader that lasts less than that may
-// go unreported. A reader that falls behind is sent the latest leader, not
-// every one. The channel is closed, and the goroutine behind it ends, when
-// ctx ends or the Client closes. Options apply as to Leader. An empty name,
-// an invalid option or a closed Client closes the channel at once and logs
-// the error (WithLogger); use Watch to get that error instead. Safe for
-// concurrent use.
+// Observe sends each leader of the election name on the returned channel, in
+// increasing term order, from the one at the call, if any. A leader lasting
+// less than the WithRetryBackoff maximum may go unreported, and a reader
+// that falls behind gets only the latest. The channel closes when ctx ends
+// or the Client closes, and at once, with the error logged (WithLogger), on
+// bad input or a closed Client; Watch returns that error. Options as Leader.
 func (c *Client) Observe(ctx context.Context, name string, opts ...Option) <-chan Leadership {
 	ch, err := c.Watch(ctx, name, opts...)
 	if err != nil {
@@ -189,10 +166,9 @@ func (c *Client) Observe(ctx context.Context, name string, opts ...Option) <-cha
 	return ch
 }
 
-// Watch is Observe that refuses bad input with an error: it returns a nil
-// channel and an error for an empty name or an invalid option (before any
-// I/O), and ErrClosed once Close has begun; otherwise the channel as
-// Observe returns it, and nil. Safe for concurrent use.
+// Watch is Observe that returns its error instead: a nil channel and a plain
+// error for an empty name or an invalid option (before any I/O), or
+// ErrClosed once Close has begun.
 func (c *Client) Watch(ctx context.Context, name string, opts ...Option) (<-chan Leadership, error) {
 	cfg, err := c.electionConfig("observe", name, opts)
 	if err != nil {

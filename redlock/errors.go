@@ -93,11 +93,9 @@ type NodeResult struct {
 	Latency time.Duration // from the start of the operation to the node's answer; 0 if none came
 }
 
-// QuorumError reports an operation that did not reach its quorum, with the
-// outcome on every node. errors.Is(err, ErrNotAcquired) holds for a failed
-// acquire, errors.Is(err, ErrNotHeld) for a failed extend, release or held
-// check. It never unwraps to the nodes' own errors: a node's timeout is not
-// the caller's context ending. Use errors.As to get it.
+// QuorumError reports an operation that missed its quorum, with each node's
+// outcome (errors.As gets it). It matches ErrNotAcquired for an acquire,
+// ErrNotHeld for an extend, release, held or resume, never the nodes' errors.
 type QuorumError struct {
 	Op      string        // "acquire", "extend", "release", "held", "resume" or "locked"
 	Phase   string        // "" or, for an acquire that failed writing its fencing token back, "fence write-back"
@@ -188,12 +186,8 @@ func (e *QuorumError) writeSummary(b *strings.Builder) {
 	}
 }
 
-// Is reports whether target is ErrAuth and so many nodes refused the
-// Client's credentials or rights that no quorum was possible (see ErrAuth),
-// or whether target is ErrUnavailable and so many nodes failed that no
-// quorum could have been reached (see ErrUnavailable). A round that the
-// caller's context ended is not unavailable: its nodes had less time than
-// the node timeout; nor is one that matches ErrAuth.
+// Is reports whether target is ErrAuth or ErrUnavailable and the operation
+// failed as that error's doc says (a round ctx cut short is not unavailable).
 func (e *QuorumError) Is(target error) bool {
 	if target == ErrAuth {
 		return e.refusedQuorum()

@@ -39,10 +39,9 @@ func (s LockState) String() string {
 	return fmt.Sprintf("LockState(%d)", s)
 }
 
-// Inspection is what Client.Inspect read about one lock. The nodes answer
-// at slightly different instants, and the lock may change meanwhile: it is
-// a picture for people and tools, not a proof that a lock is held (Held and
-// Extend are).
+// Inspection is what Client.Inspect read about one lock: nodes answer at
+// different instants and the lock may change meanwhile, so it is a picture
+// for people and tools, not proof that a lock is held (Held and Extend are).
 type Inspection struct {
 	Key      string    // the lock's key as the caller named it
 	RedisKey string    // the key on the nodes
@@ -94,19 +93,13 @@ type NodeInspection struct {
 
 var opInspect = &opSpec{name: "inspect", kind: node.Inspect}
 
-// Inspect reads key on every node, waiting for each at most the node
-// timeout (WithNodeTimeout), and changes nothing: per node, the token that
-// holds it, its holder's metadata, its TTL and its fencing counter, and in
-// summary whether one token is on a quorum. It returns the Inspection
-// whenever the nodes were asked, also when too few answered (State
-// unknown; each node's Err says why); the error is then nil, or ctx.Err()
-// when ctx ended before every node answered. It returns ErrClosed once
+// Inspect reads key on every node, waiting at most the node timeout, and
+// changes nothing. It returns the Inspection whenever the nodes were asked,
+// even if too few answered (State unknown; each node's Err says why), with
+// a nil error or ctx.Err() if ctx ended first. It returns ErrClosed once
 // Close has begun, a plain error for an empty key or an invalid option
-// (before any I/O), and nil with the error of pools that reach the same
-// server (see New). It returns nil and an error for the name of a
-// Semaphore whose count a node declares, unless a lock of that key is held:
-// a semaphore's permits are not its name's key (Semaphore.Inspect reads
-// them). Inspect is safe for concurrent use.
+// (before any I/O), and nil and an error for pools reaching one server or,
+// unless a lock of key is held, the name of a Semaphore in use.
 func (c *Client) Inspect(ctx context.Context, key string, opts ...Option) (*Inspection, error) {
 	cfg, err := c.callConfig("inspect", key, opts)
 	if err != nil {

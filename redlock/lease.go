@@ -136,21 +136,18 @@ func (l *Lock) endLocked(lost bool) bool {
 	return true
 }
 
-// Done returns a channel that is closed once the lock is released or lost:
-// its deadline passed without a successful extend (a local timer: it fires
-// even when no Redis node can be reached), a quorum said the token is gone,
-// or auto-extension gave up. Err tells which. Safe for concurrent use.
+// Done returns a channel closed once the lock is released or lost: its
+// deadline passed unextended (a local timer: no node need answer),
+// auto-extension gave up, or a quorum said the token is gone. Err says which.
 func (l *Lock) Done() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.leaseLocked().ctx.Done()
 }
 
-// Err returns nil while the lock is held, an error matching ErrLockLost once
-// it was lost (also when it was released afterwards), which says why (the
-// last failed renewal, with each node's outcome), and ErrReleased after
-// Release (or Client.Close) of a lock that was held. Safe for concurrent
-// use.
+// Err returns nil while the lock is held; once it was lost, an error matching
+// ErrLockLost that says why (also after a later Release); after Release or
+// Client.Close of a held lock, ErrReleased.
 func (l *Lock) Err() error {
 	l.mu.Lock()
 	lostNow, why := false, ""
@@ -168,11 +165,9 @@ func (l *Lock) Err() error {
 	return err
 }
 
-// Context returns a context derived from parent that is also cancelled, at
-// the moment the lock is released or lost, with ErrReleased or ErrLockLost
-// as its cause (context.Cause). Work done under the lock should use it, so
-// that it stops as soon as the lock is gone. Call cancel when done with the
-// context, as with context.WithCancel. Safe for concurrent use.
+// Context returns a context derived from parent and also cancelled when the
+// lock is released or lost, with ErrReleased or ErrLockLost as its cause
+// (context.Cause). Call cancel when done, as with context.WithCancel.
 func (l *Lock) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	l.mu.Lock()
@@ -205,16 +200,12 @@ func (l *Lock) declareLost(why string) {
 	}
 }
 
-// Do acquires key (waiting like Lock), runs fn with a context that is
-// cancelled as soon as the lock is released or lost (context.Cause tells
-// which), and releases the lock when fn returns or panics; after a panic it
-// panics again with the same value once the lock is released. The lock is
-// auto-extended while fn runs, unless opts say WithAutoExtend(false).
-//
-// Do returns fn's error. If the lock was lost while fn ran, the error also
-// matches ErrLockLost; if the release failed, its error is joined to fn's,
-// never in its place. It returns Lock's error without calling fn when the
-// lock is not acquired, and an error for a nil fn. Safe for concurrent use.
+// Do acquires key (waiting like Lock), runs fn with a context cancelled once
+// the lock is released or lost (context.Cause says which), and releases it
+// when fn returns or panics (re-panicking after); the lock is auto-extended
+// unless opts say WithAutoExtend(false). It returns fn's error, matching
+// ErrLockLost too if the lock was lost, joined with a failed release's; or,
+// without calling fn, Lock's error, or one for a nil fn.
 func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) error {
 	return c.under(ctx, key, fn, func() (*Lock, error) {
 		return c.Lock(ctx, key, append([]Option{WithAutoExtend(true)}, opts...)...)

@@ -15,10 +15,9 @@ import (
 	"github.com/quorumlock/quorumlock/internal/quorum"
 )
 
-// Lock is a lock acquired on a quorum of nodes: the handle through which it
-// is extended, checked and released. It is safe for concurrent use by many
-// goroutines: Extend and Release are serialised (never two at once on one
-// Lock), the other methods never block on them.
+// Lock is a lock acquired on a quorum of nodes, the handle that extends,
+// checks and releases it. Every method is safe for concurrent use; Extend
+// and Release run one at a time, and the other methods never wait for them.
 type Lock struct {
 	c     *Client
 	cfg   *config
@@ -85,9 +84,8 @@ type Lock struct {
 	renewIdx int
 }
 
-// Key returns the lock's key as passed to Lock or TryLock (without prefix);
-// for a lock of several keys (TryLockAll), the first of them. Safe for
-// concurrent use.
+// Key returns the lock's key without prefix (of several keys, the first; of
+// a semaphore's permit, the semaphore's name).
 func (l *Lock) Key() string {
 	if l.keys != nil {
 		return l.keys[0]
@@ -95,9 +93,8 @@ func (l *Lock) Key() string {
 	return l.key
 }
 
-// Keys returns every key the lock covers, as passed to TryLockAll or
-// LockAll (without prefix), in that order; for a lock of one key, that key
-// alone. The caller may modify the slice. Safe for concurrent use.
+// Keys returns every key the lock covers, without prefix, in the caller's
+// order, in a slice the caller may modify.
 func (l *Lock) Keys() []string {
 	if l.keys != nil {
 		return slices.Clone(l.keys)
@@ -109,10 +106,8 @@ func (l *Lock) Keys() []string {
 // (acquired with Shared). Safe for concurrent use.
 func (l *Lock) Shared() bool { return l.kind == kindShared }
 
-// Permit reports which of its semaphore's permits the lock is, from 0 to
-// Permits()-1, and -1 for a lock that is not a semaphore's permit (Key is
-// then the key; for a permit it is the semaphore's name). Safe for
-// concurrent use.
+// Permit returns which of its semaphore's permits the lock is, from 0 to
+// Permits()-1, or -1 for a lock that is no permit.
 func (l *Lock) Permit() int {
 	if l.permit == nil {
 		return -1
@@ -127,9 +122,8 @@ type permitOf struct {
 	slot    int
 }
 
-// Token returns the value that marks this lock on the nodes: a random
-// value, followed by the byte 0x1d and the holder's description when the
-// lock was acquired WithMetadata. Client.Resume takes it.
+// Token returns the lock's token, which Client.Resume takes: the attempt's
+// value, then, with WithMetadata, the byte 0x1d and the description.
 func (l *Lock) Token() string { return l.token }
 
 // Metadata returns the holder's description the lock carries (WithMetadata),
@@ -139,18 +133,13 @@ func (l *Lock) Metadata() string {
 	return meta
 }
 
-// Fence returns the lock's fencing token (WithFencing): a number that is
-// strictly greater than that of every earlier holder of the key, so that a
-// resource which remembers the highest token it has seen can refuse writes
-// from a holder whose lock has since passed to someone else. It is 0 for
-// locks acquired without fencing. Safe for concurrent use.
+// Fence returns the lock's fencing token (WithFencing), strictly greater
+// than every earlier holder's of the key; 0 without fencing.
 func (l *Lock) Fence() uint64 { return l.fence }
 
-// Deadline returns the end of the lock's validity on the local clock: the
-// start of the round that acquired or last extended it, plus the TTL, less
-// the drift allowance. Do not act under the lock at or after this instant.
-// The result carries a monotonic clock reading: compare it with time.Now,
-// not with times from other machines.
+// Deadline returns the end of the lock's validity (the start of its last
+// acquiring or extending round + TTL − drift allowance): do not act under
+// the lock from then on. Compare it with time.Now, not other machines' times.
 func (l *Lock) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -166,20 +155,16 @@ func (l *Lock) deadlineLocked() time.Time {
 	return l.deadline
 }
 
-// Extend sets the lock's TTL to ttl (0: the TTL it was acquired with) on the
-// nodes that still hold it. On success a quorum confirmed in time, and the
-// deadline is the extend's start + ttl less the drift allowance (earlier, if
-// ttl is shorter than what was left); after a failure it never moves later.
-// An expired lock is never re-created.
-//
-// It returns ErrReleased after Release or Client.Close (ErrClosed while Close
-// runs); an error matching ErrLockLost once the deadline has passed or so
-// many nodes no longer hold the token that no quorum can; otherwise a
-// *QuorumError matching ErrNotHeld. If ctx ends first, the error matches
-// ctx.Err() (the lock is not lost for that). A ttl below 1 ms or leaving no
-// validity is an error, and so is any but 0 or the lock's TTL for a lock
-// renewed through a session (WithAutoExtend). Extend is safe for concurrent
-// use; the Extend and Release calls of one Lock run one at a time.
+// Extend sets the lock's TTL to ttl (0: its TTL) on the nodes that hold it;
+// it never re-creates an expired lock. On success a quorum confirmed in time
+// and the deadline is the extend's start + ttl less the drift allowance
+// (earlier, if ttl is shorter than what was left); after a failure it never
+// moves later. It returns ErrReleased after Release or Client.Close
+// (ErrClosed while Close runs), an error matching ErrLockLost once the
+// deadline passed or too many nodes lost the token for a quorum, else a
+// *QuorumError matching ErrNotHeld; and ctx.Err() too if ctx ended first
+// (the lock is not lost for that). A ttl below 1 ms or leaving no validity
+// is an error, as is any but 0 or the TTL for a session lock (WithAutoExtend).
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	cfg := l.cfg
 	if ttl == 0 {
@@ -359,16 +344,13 @@ func (l *Lock) usable(now time.Time) error {
 	return nil
 }
 
-// Release deletes the lock's token from the nodes, never a key that holds
-// another token, and marks the handle released whatever the outcome. It
-// returns nil once a quorum confirmed; ErrReleased if the handle was already
-// released (by Release or Client.Close); ErrClosed once Close has begun
-// (Close releases the locks it holds); otherwise a *QuorumError matching
-// ErrNotHeld: the lock had expired, another client holds it, or nodes failed
-// (their copies expire with the TTL). Release ignores ctx's cancellation, so
-// a deferred Release works after ctx ended; it waits for an Extend or renewal
-// of the lock under way, then for its nodes at most the per-node timeout. It
-// is safe for concurrent use: one call releases, the others get ErrReleased.
+// Release deletes the lock's token from the nodes (never another token) and
+// marks the handle released whatever the outcome. It returns nil once a
+// quorum confirmed, ErrReleased if already released (by Release or
+// Client.Close: concurrent calls release once), ErrClosed once Close has
+// begun, else a *QuorumError matching ErrNotHeld (expired, taken, or nodes
+// failed, whose copies expire with the TTL). It ignores ctx's cancellation,
+// and waits for an Extend or renewal under way, then at most the node timeout.
 func (l *Lock) Release(ctx context.Context) error {
 	err := l.release(ctx) // after a renewal under way, which holds l.op
 	l.c.renew.remove(l)
@@ -599,12 +581,10 @@ func (l *Lock) releaseLate(rep quorum.Reply, releasing bool) {
 }
 
 // Held reports whether the lock is still held: its deadline has not passed
-// and a quorum of nodes hold its token. It returns false and a nil error
-// when the handle was released, the deadline passed, or enough nodes say
-// they hold another token or none (the lock is then marked lost: Done
-// closes); false and a *QuorumError when too few nodes answered to tell
-// (also matching ctx.Err() when ctx ended before they did). It changes
-// nothing on the nodes and is safe for concurrent use.
+// and a quorum of nodes hold its token. It returns false and nil when the
+// handle was released, the deadline passed, or enough nodes hold another
+// token or none (the lock is then lost); false and a *QuorumError (and
+// ctx.Err() if ctx ended first) when too few answered. It writes nothing.
 func (l *Lock) Held(ctx context.Context) (bool, error) {
 	if l.usable(l.cfg.now()) != nil {
 		return false, nil

@@ -69,24 +69,13 @@ func (t *target) enter(ctx context.Context, g *wake.Gates) error {
 // exit ends the turns of a successful enter.
 func (t *target) exit(g *wake.Gates) { t.each(g.Exit) }
 
-// TryLockAll makes one attempt to acquire every one of keys as a single
-// lock, without waiting for them to be free. On each node a script takes
-// all the keys or none, so the returned Lock is held on a quorum of nodes
-// that each hold every key, until its Deadline. The Lock has the whole lease
-// API of TryLock's (Extend, Release, Held, Done, Err, Context, Fence with
-// WithFencing, WithAutoExtend) and covers every key: Keys lists them, Key
-// is the first. A failed attempt takes its token back from every node that
-// may hold it, as TryLock's does.
-//
-// On failure the error matches ErrNotAcquired when any key is taken on too
-// many nodes, too few nodes answered or no validity was left (errors.As
-// finds a *QuorumError whose Key is the keys joined by ", "), and both
-// ErrNotAcquired and ctx.Err() when ctx ended first. It is ErrClosed once
-// Close has begun. Before any I/O it returns a plain error for an empty
-// list, an empty or repeated key, an invalid option, Pools that are not all
-// of package pool (only a script takes several keys at once), and, on a
-// Redis Cluster, keys that do not hash to one slot (give them one hash tag:
-// WithKeyPrefix("{orders}:")). It is safe for concurrent use.
+// TryLockAll makes one attempt to acquire keys as one lock, like TryLock: on
+// success every key is held on a quorum of nodes until the Deadline, and no
+// node holds part of the set; Key is the first key, Keys all. Its errors are
+// TryLock's (the *QuorumError's Key is the keys joined by ", "), and before
+// any I/O a plain error for an empty list, an empty or repeated key, Shared,
+// Pools not all of package pool, or, on a Redis Cluster, keys of two slots
+// (give them one hash tag: WithKeyPrefix("{orders}:")).
 func (c *Client) TryLockAll(ctx context.Context, keys []string, opts ...Option) (*Lock, error) {
 	t, cfg, err := c.several("acquire", keys, opts)
 	if err != nil {
@@ -98,18 +87,10 @@ func (c *Client) TryLockAll(ctx context.Context, keys []string, opts ...Option) 
 	return l, err
 }
 
-// LockAll acquires every one of keys as a single lock, like TryLockAll,
-// retrying like Lock until it succeeds, ctx ends or the WithMaxWait budget is
-// spent; a release of any of the keys wakes it. Sets that overlap ({a,b}
-// and {b,c}) never deadlock: no node holds part of a set, and a round that
-// misses its quorum rolls back and tries again after a random delay.
-// Waiters of several keys do not queue: a waiter of one key (Lock) is served
-// in its turn, and a steady stream of them on one of the keys can keep a
-// LockAll waiting (docs/design.md, "Several keys").
-//
-// Its errors are TryLockAll's and Lock's: when ctx ends, the error matches
-// both ErrNotAcquired and ctx.Err(); when the budget is spent, it matches
-// ErrNotAcquired. LockAll is safe for concurrent use.
+// LockAll acquires keys as one lock like TryLockAll, retrying like Lock, with
+// their errors; a release of any key wakes it. Overlapping sets never
+// deadlock, but do not queue: a steady stream of Lock waiters on one of the
+// keys can keep LockAll waiting.
 func (c *Client) LockAll(ctx context.Context, keys []string, opts ...Option) (*Lock, error) {
 	t, cfg, err := c.several("acquire", keys, opts)
 	if err != nil {
@@ -118,10 +99,8 @@ func (c *Client) LockAll(ctx context.Context, keys []string, opts ...Option) (*L
 	return c.wait(ctx, t, cfg)
 }
 
-// DoAll is Do for several keys: it acquires them as one lock (waiting like
-// LockAll), runs fn under it, auto-extended unless opts say otherwise, and
-// releases it when fn returns or panics. Its results are Do's. Safe for
-// concurrent use.
+// DoAll is Do for several keys: it acquires them as one lock, waiting like
+// LockAll, and runs fn under it as Do does, with Do's results.
 func (c *Client) DoAll(ctx context.Context, keys []string, fn func(ctx context.Context) error, opts ...Option) error {
 	name := strings.Join(keys, ", ")
 	return c.under(ctx, name, fn, func() (*Lock, error) {

@@ -58,13 +58,9 @@ func (e Event) Agreed() int {
 	return n
 }
 
-// Degraded reports whether some node of the round answered other than
-// as asked: it failed, timed out, was not asked, or held another token. A
-// round is decided as soon as its outcome is certain, so nodes that had not
-// answered by then show as OutcomePending and do not count (a node that
-// refuses connections fails at once; one that hangs shows in the per-node
-// metrics when its timeout passes, docs/observability.md). A lock won
-// while degraded is as safe, but the nodes to spare are fewer.
+// Degraded reports whether a node of the round did other than asked: failed,
+// timed out, was not asked, or held another token (OutcomePending does not
+// count). A lock won while degraded is as safe, with fewer nodes to spare.
 func (e Event) Degraded() bool {
 	for _, r := range e.Nodes {
 		if r.Outcome != OutcomeOK && r.Outcome != OutcomePending {
@@ -78,20 +74,14 @@ func (e Event) Degraded() bool {
 // (ErrUnavailable), rather than that the key is taken.
 func (e Event) Unavailable() bool { return errors.Is(e.Err, ErrUnavailable) }
 
-// Observer is told about the life of every lock of a Client: for metrics,
-// tracing or alerts. Every acquiring call (TryLock, Lock, TryLockAll,
-// LockAll, Do, DoAll, Campaign, a Semaphore's TryAcquire, Acquire and Do)
-// that passed its argument checks ends in exactly one Acquired or
-// AcquireFailed; a Resume that succeeds is reported as Acquired, one that
-// fails is not reported. A permit taken while a node declares another
-// count is given back unreported: that call ends in AcquireFailed
-// (ErrPermitMismatch) alone. Its methods are called synchronously from the
-// goroutine that did the step (the caller's, or one the Client runs:
-// renewals, the lease's timer), so they must be quick, must not block, and
-// must not call back into the Lock or Client (Extend, Release or
-// Client.Close from an observer may deadlock). They may be called concurrently for different
-// locks. Embed NopObserver to implement only some methods: methods added to
-// Observer later come with NopObserver's.
+// Observer is told about the life of every lock of a Client. Every acquiring
+// call (TryLock, Lock, Do, their All forms, Campaign, a Semaphore's) that
+// passed its argument checks ends in exactly one Acquired or AcquireFailed
+// (a permit met with another count is given back unreported); a successful
+// Resume is an Acquired, a failed one unreported. Methods run synchronously
+// on the step's goroutine, concurrently for different locks: they must be
+// quick, not block, and not call into the Lock or Client (it may deadlock).
+// Embed NopObserver to implement only some methods, and those added later.
 type Observer interface {
 	Acquired(Event)      // a TryLock, Lock or other acquiring call won its round
 	Contended(Event)     // a round of a waiting call (Lock, Acquire, Campaign, ...) failed; it waits to try again (ctx or WithMaxWait may end the wait first)

@@ -13,13 +13,11 @@ import (
 	"github.com/quorumlock/quorumlock/drift"
 )
 
-// Option configures a Client (in New) or one call (TryLock, Lock): options
-// given to a call apply on top of the Client's. Options are checked when
-// they are applied; an invalid one makes New or the call return an error
-// that names it, before any I/O.
+// Option configures a Client (in New) or one call, on top of the Client's
+// options; an invalid one fails New or the call, naming it, before any I/O.
 type Option func(*config) error
 
-// Defaults of the options; each option's doc says why.
+// Defaults of the options; docs/design.md ("Defaults and why") says why.
 const (
 	DefaultTTL          = 10 * time.Second
 	DefaultNodeTimeout  = 50 * time.Millisecond
@@ -147,12 +145,9 @@ func (c *config) retryDelay(attempt int) time.Duration {
 // Redis' millisecond expiry can hold.
 const MaxTTL = 7 * 24 * time.Hour
 
-// WithTTL sets how long the lock lives on each Redis node (default 10 s),
-// rounded down to whole milliseconds because Redis counts milliseconds. The
-// lock's validity is the TTL less the time the acquisition took and the drift
-// allowance (TTL × drift factor + 2 ms); the TTL must exceed that allowance
-// plus the per-node timeout, or every acquisition would fail, and be at most
-// MaxTTL.
+// WithTTL sets how long a lock lives on each node (default 10 s), rounded
+// down to whole milliseconds. It must exceed the drift allowance (TTL × drift
+// factor + 2 ms) plus the node timeout, and be at most MaxTTL.
 func WithTTL(ttl time.Duration) Option {
 	return func(c *config) error {
 		if ttl < time.Millisecond {
@@ -167,8 +162,7 @@ func WithTTL(ttl time.Duration) Option {
 }
 
 // WithDriftFactor sets the clock-rate error assumed between this process and
-// each Redis server, as a fraction of the TTL (default 0.01, that is 1 %). It
-// must lie in [0, 0.5).
+// each Redis server, as a fraction of the TTL: in [0, 0.5), default 0.01.
 func WithDriftFactor(f float64) Option {
 	return func(c *config) error {
 		if !(f >= 0 && f < drift.MaxFactor) {
@@ -179,15 +173,12 @@ func WithDriftFactor(f float64) Option {
 	}
 }
 
-// WithNodeTimeout bounds each node's part of an operation (default 50 ms): a
-// node that has not answered by then counts as failed, so a round waits no
-// longer than this for its nodes, however many are down or paused (only a
-// process that was not running when the time was up waits up to one more
-// for replies already read). A failed acquisition adds at most one more
-// timeout for its roll-back, fencing one for its write-back, and a Client's
-// first operation an identity check of at most max(4 × this, 200 ms). Choose
-// it well above the round-trip time to your Redis servers and small against
-// the TTL (docs/design.md, "Defaults and why").
+// WithNodeTimeout bounds each node's part of an operation (default 50 ms):
+// a node not answering by then counts as failed. A round waits no longer
+// (one more if the process was starved of CPU), a failed acquisition one
+// more for its roll-back, a fenced one one more for its write-back, and a
+// Client's first operation up to max(4 × this, 200 ms) for the identity
+// check. Keep it well above the servers' round trip, small against the TTL.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -198,12 +189,9 @@ func WithNodeTimeout(d time.Duration) Option {
 	}
 }
 
-// WithRetryBackoff sets the waits between the attempts of Lock: before
-// attempt k+1 it waits a random duration between d/2 and d, where
-// d = min(max, base·2^k) (defaults 25 ms and 250 ms; docs/design.md,
-// "Defaults and why"). A waiter in a key's line (Lock, with Pools of package
-// pool that are not Cluster clients) waits between max/2 and max from its
-// first failed attempt on: a release wakes it when its turn comes.
+// WithRetryBackoff sets Lock's waits: before attempt k+1 a random duration in
+// [d/2, d], d = min(max, base·2^k) (defaults 25 ms, 250 ms); a waiter in a
+// key's line (see Lock) waits max/2 to max, woken by a release in its turn.
 func WithRetryBackoff(base, max time.Duration) Option {
 	return func(c *config) error {
 		if base <= 0 || max < base {
@@ -215,8 +203,8 @@ func WithRetryBackoff(base, max time.Duration) Option {
 }
 
 // WithMaxWait bounds how long Lock keeps trying (default 0: until its context
-// ends). When the budget is spent, Lock returns an error matching
-// ErrNotAcquired that carries the last attempt's *QuorumError.
+// ends); then Lock returns an error matching ErrNotAcquired that carries the
+// last attempt's *QuorumError.
 func WithMaxWait(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
@@ -227,21 +215,14 @@ func WithMaxWait(d time.Duration) Option {
 	}
 }
 
-// WithTokenGenerator sets the function that makes each attempt's token, the
-// value stored under the lock key that proves ownership (default: 128
-// random bits from crypto/rand, as 22 URL-safe base64 characters). Tokens
-// must be unique across all clients and attempts, or one client could
-// release another's lock, and must not contain the bytes 0x1c to 0x1f
-// (markers of values the nodes keep). The function must be safe
-// for concurrent use; an error from it, or a token that breaks these rules,
-// fails the attempt without any I/O. A token that a Lock of this Client
-// holds on one of the attempt's keys, or that another attempt under way is
-// trying there, is refused too: the attempt fails with ErrNotAcquired
-// without I/O (the nodes would take it for the holder's, and make a second
-// holder). Reusing a token on a key even after its lock ended is unsafe: a
-// release of the earlier lock still under way would delete the key. Locks
-// with generated tokens are not renewed through a renewal session (see
-// WithAutoExtend).
+// WithTokenGenerator sets the function that makes each attempt's token
+// (default: 128 random bits, crypto/rand, as 22 URL-safe base64 characters).
+// Tokens must be unique across all clients and attempts, or one client could
+// release another's lock, and lack the bytes 0x1c to 0x1f; gen must be safe
+// for concurrent use. A gen error or a bad token fails the attempt before I/O;
+// so does, with ErrNotAcquired, a token a Lock or an attempt of this Client
+// holds on one of the keys (it would be a second holder). Reusing a token on
+// a key after its lock ended is unsafe: a late release would delete the key.
 func WithTokenGenerator(gen func() (string, error)) Option {
 	return func(c *config) error {
 		if gen == nil {
@@ -255,13 +236,9 @@ func WithTokenGenerator(gen func() (string, error)) Option {
 // MaxMetadata is the longest description WithMetadata takes, in bytes.
 const MaxMetadata = 256
 
-// WithMetadata attaches a short description of the holder (host, pid, job:
-// at most MaxMetadata bytes, without the bytes 0x1c to 0x1f) to the locks it
-// acquires, for people and tools that look at a lock: Client.Inspect and
-// "quorumlock status" show it. It travels in the lock's token, after the
-// byte 0x1d (Token returns both, and Resume takes both), so it costs
-// nothing to locks without it. A description that breaks the rules is an
-// error of the call (or of New), before any I/O; "" removes it.
+// WithMetadata attaches a description of the holder, shown by Client.Inspect
+// and "quorumlock status", to the locks it acquires (in their Token): at most
+// MaxMetadata bytes, without the bytes 0x1c to 0x1f; "" removes it.
 func WithMetadata(desc string) Option {
 	return func(c *config) error {
 		if len(desc) > MaxMetadata {
@@ -275,14 +252,11 @@ func WithMetadata(desc string) Option {
 	}
 }
 
-// WithKeyPrefix sets the prefix of the Redis keys (default "quorumlock:").
-// A lock named K lives under the Redis key prefix + "{" + K + "}": the braces
-// make it a Redis Cluster hash tag, so keys that belong to one lock always
-// share a slot. A prefix with a hash tag of its own ("{shop}:") puts every
-// lock under it in that tag's slot. A prefix whose first '{' is closed at
-// once ("app{}") or never ("app{") is refused by every call that uses it,
-// as a key beginning with '}' is: the lock's keys would have no hash tag,
-// or not one tag, and could land in different slots.
+// WithKeyPrefix sets the prefix of the Redis keys (default "quorumlock:"): a
+// lock named K lives under prefix + "{" + K + "}", K being its Cluster hash
+// tag unless the prefix has its own ("{shop}:"). A prefix whose first '{'
+// closes at once ("app{}") or never ("app{"), and a key that begins with
+// '}', are refused by every call that uses them.
 func WithKeyPrefix(prefix string) Option {
 	return func(c *config) error {
 		c.prefix = prefix
@@ -290,9 +264,8 @@ func WithKeyPrefix(prefix string) Option {
 	}
 }
 
-// WithQuorum sets how many nodes must agree (default: a majority, N/2+1).
-// It must be more than half the pools, so that two quorums always share a
-// node, and at most all of them. A larger quorum tolerates fewer failed nodes.
+// WithQuorum sets how many nodes must agree (default N/2+1): more than half
+// the pools and at most all; a larger quorum tolerates fewer failed nodes.
 func WithQuorum(q int) Option {
 	return func(c *config) error {
 		if q <= 0 {
@@ -303,15 +276,10 @@ func WithQuorum(q int) Option {
 	}
 }
 
-// WithLogger sets where the Client logs what callers do not see in return
-// values: a node's outage, once when a command there first fails ("node X
-// unreachable since ...", warn; the failures that follow are counted, not
-// logged) and once when it answers again (warn, with the count), at most
-// one outage per node per minute (shorter ones are counted); a lock
-// lost or left to expire at its maximum hold time (warn); pools found to
-// reach the same server (error). The default logs nothing. go-redis logs
-// some failures of its own (dial errors) through its global logger, which
-// redis.SetLogger sets.
+// WithLogger sets where the Client logs what its results do not say (default
+// nowhere): a node's outage, at start and end (warn; one per node per minute
+// at most, the rest counted); a lock lost or left to expire at its maximum
+// hold time (warn); pools that reach one server (error).
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
@@ -346,18 +314,14 @@ func (c *config) renewInterval() time.Duration {
 	return c.ttl / 3
 }
 
-// WithAutoExtend turns automatic renewal of acquired locks on or off (default
-// off for Lock and TryLock, on inside Do). The Client renews such a lock to
-// its TTL every WithRenewEvery, never twice at once, and retries a failed
-// renewal while validity is left; once no renewal can be confirmed before the
-// deadline, the lock is lost (Done closes; Err and the Context's cause are
-// ErrLockLost), possibly a little before its deadline. Renewal never
-// re-creates an expired lock, and stops when the lock is released, lost or
-// its Client closed; Release waits for a renewal under way. Locks with random
-// tokens, over Pools of package pool that are not Cluster clients and with
-// neither WithFencing nor WithMaxHold, are renewed through a renewal session:
-// Extend takes only their TTL, and the Observer sees each renewal of the
-// session as one of each of its locks (docs/design.md, "Leases").
+// WithAutoExtend turns automatic renewal on or off (default off; on in Do):
+// the lock is renewed to its TTL every WithRenewEvery, a failed renewal
+// retried while validity is left, and lost (ErrLockLost), maybe a little
+// before its deadline, once none can be confirmed in time. Renewal never
+// re-creates a lock and ends when it is released or lost or the Client
+// closed. Session locks (random tokens, neither WithFencing nor WithMaxHold,
+// Pools of package pool that are not Cluster clients) take only their TTL
+// in Extend; the Observer sees their session's renewals as theirs.
 func WithAutoExtend(on bool) Option {
 	return func(c *config) error {
 		c.autoExtend = on
@@ -366,8 +330,8 @@ func WithAutoExtend(on bool) Option {
 }
 
 // WithRenewEvery sets the interval of automatic renewal (default TTL/3: two
-// renewals can fail before a lock lapses). It must be shorter than the TTL
-// less the drift allowance and two per-node timeouts.
+// renewals can fail before a lock lapses); it must be shorter than the TTL
+// less the drift allowance and two node timeouts.
 func WithRenewEvery(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -379,11 +343,8 @@ func WithRenewEvery(d time.Duration) Option {
 }
 
 // WithMaxHold bounds how long automatic renewal keeps a lock (default 0: no
-// bound). Renewals never carry the deadline past acquisition + d (the last
-// one uses a shorter TTL), and stop when no more fits; the lock then expires
-// at its deadline and is reported lost (ErrLockLost). It guards against
-// holders that never finish. It applies only with auto-extension; a lock's
-// first deadline comes from its TTL alone.
+// bound): no renewal carries its deadline past acquisition + d, so it is then
+// lost (ErrLockLost). The lock's first deadline comes from its TTL alone.
 func WithMaxHold(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
@@ -403,20 +364,12 @@ func WithObserver(o Observer) Option {
 	}
 }
 
-// WithFencing turns fencing tokens on or off (default off). With fencing,
-// Lock.Fence of successive holders of a key strictly increases (docs/safety.md
-// has the argument and its conditions: persistent masters), at the cost of a
-// second round trip per acquisition, counted in its elapsed time. The
-// counters live on the nodes without a TTL: prefix + "fence", one per master,
-// or one per hash slot on a Redis Cluster Pool (pool.Slotted). A lock's
-// counter of earlier versions (its Redis key + ":fence") is folded in and
-// deleted: stop clients of earlier versions before starting these. Use the
-// same setting for every client of a key: an acquisition without fencing
-// does not advance the counters. The library leaves fencing off because a
-// caller with nothing to hand the token to would pay its round trip for
-// nothing; the quorumlock command turns it on, since a command run under a
-// lock may use the token it exports, so pass WithFencing(true) for keys
-// that command also locks.
+// WithFencing turns fencing tokens on or off (default off; the quorumlock
+// command fences, so fence the keys it also locks): successive holders' Fence
+// then strictly increases (docs/safety.md says when), for one more round trip
+// per acquisition. Give every client of a key one setting: acquiring without
+// fencing does not advance the counters, which have no TTL. Stop clients of
+// earlier versions first: their per-key counters are folded in and deleted.
 func WithFencing(on bool) Option {
 	return func(c *config) error {
 		c.fencing = on
@@ -424,20 +377,12 @@ func WithFencing(on bool) Option {
 	}
 }
 
-// Shared makes TryLock, Lock and Do take the key as one of its shared
-// holders (a read lock) rather than alone: any number of shared holders may
-// hold a key at once, and no other lock while they do. A waiter of Lock for
-// the key alone (an exclusive holder) is not starved by a stream of shared
-// holders: while one waits in the key's line, new shared holders wait
-// behind it (docs/design.md, "Shared holders"). The returned Lock has the
-// whole lease API, auto-extension included; Fence is 0 (WithFencing is
-// refused: fences order writers).
-//
-// Shared locks need every Pool to be of package pool and none a Cluster
-// client (the masters' lines of waiters hold new shared holders back); the
-// acquire fails with a plain error before any I/O otherwise, and with
-// WithFencing. Client.Resume does not resume shared holders, and
-// TryLockAll, LockAll and DoAll refuse Shared.
+// Shared makes TryLock, Lock and Do take the key as one of its shared holders
+// (a read lock): any number at once, and no other lock while they hold it.
+// New ones wait behind a waiter of Lock for the key alone. Fence is 0. The
+// acquire fails with a plain error before any I/O with WithFencing, or
+// unless every Pool is of package pool and none a Cluster client. TryLockAll,
+// LockAll and DoAll refuse Shared; Client.Resume does not resume such locks.
 func Shared() Option {
 	return func(c *config) error {
 		c.shared = true

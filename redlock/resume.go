@@ -20,31 +20,16 @@ var ErrSessionToken = errors.New("redlock: the token is a session lock's, which 
 
 var opResume = &opSpec{name: "resume", kind: node.Resume, yes: intPositive, no: OutcomeNotHeld, decisive: true}
 
-// Resume returns a Lock for the lock on key whose token is token (Lock.Token,
-// kept by this process before a restart, or by another process), after a
-// round in which a quorum of nodes confirmed that the key holds token and
-// made it live at least the TTL (WithTTL) more. It never creates the key:
-// a lock that expired or passed to another holder stays lost. On success
-// the Lock is as if acquired at the round's start, with the whole lease API
-// (Extend, Release, Done, Err, Context; WithAutoExtend renews it) and the
-// Key given here. Its Fence is 0: the nodes keep one fencing counter for
-// many keys, not each lock's token, so no round can tell it; keep Fence
-// beside Token where a resumed holder writes to a fenced resource.
-//
-// Two handles on one lock both act on it: releasing one releases the lock
-// for the other, whose Extend then fails. Resume does not end the first
-// handle; the caller hands the lock over.
-//
-// On failure it returns a *QuorumError matching ErrNotHeld (also ctx.Err()
-// when ctx ended first), which also matches ErrSessionToken when nodes said
-// the token is a session lock's. A failed Resume leaves the TTL it set on
-// the nodes that confirmed: it must not release a lock it could not
-// confirm. It returns ErrClosed once Close has begun, and a plain error for
-// an empty key or token, a token quorumlock cannot have made (with one of
-// the bytes 0x1c, 0x1e, 0x1f that mark the values the nodes keep, as a
-// raw GET prints them) or an invalid option, before any I/O, or
-// for pools that reach the same server (see New). Resume is safe for
-// concurrent use.
+// Resume returns a Lock for the lock on key held with token (a Lock.Token
+// from before a restart, or another process's) once a quorum of nodes
+// confirmed key holds token and made it live at least the TTL more; it never
+// creates the key. The Lock is as if acquired at the round's start, with
+// Fence 0 (keep Fence beside Token). Both handles act on one lock: a release
+// by either ends it. On failure it returns a *QuorumError matching
+// ErrNotHeld (ctx.Err() too if ctx ended first, ErrSessionToken too for a
+// session lock's token), leaving the TTL it set where nodes confirmed. It is
+// ErrClosed once Close has begun, and before any I/O a plain error for an
+// empty key or token, a token with a byte 0x1c, 0x1e or 0x1f, or bad options.
 func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) (*Lock, error) {
 	cfg, err := c.callConfig("resume", key, opts)
 	if err != nil {

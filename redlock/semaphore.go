@@ -22,19 +22,12 @@ const MaxPermits = 256
 // with another count. Nothing was acquired.
 var ErrPermitMismatch = errors.New("redlock: the semaphore's number of permits differs between Clients")
 
-// Semaphore is a counting semaphore over the Client's nodes: at most Permits
-// holders at once, each holding a permit that is a Lock with the whole
-// lease API (Extend, Release, Held, Done, Err, Context, WithAutoExtend).
-// Permit i is a lock of its own on every node, taken with the same quorum
-// as any lock, so the semaphore tolerates the same node failures as a lock
-// whatever its count (docs/safety.md, "Semaphores"). Every Client that uses
-// one name must give it the same number of permits: the nodes declare the
-// count while any permit is held (and for a TTL after the last permit was
-// taken or extended), and an acquire with another count fails
-// with ErrPermitMismatch. Client.Resume names locks by key and does not
-// reach permits; Client.Inspect refuses a semaphore's name, and
-// Semaphore.Inspect shows its permits. A Semaphore is safe for concurrent
-// use.
+// Semaphore is a counting semaphore over the Client's nodes, safe for
+// concurrent use: at most Permits holders at once, each holding a permit
+// that is a Lock, as tolerant of node failures as a lock. Every Client must
+// give a name one count: while nodes declare it (a permit held, or taken or
+// extended within a TTL), an acquire with another fails with
+// ErrPermitMismatch. Client.Resume and Client.Inspect do not reach permits.
 type Semaphore struct {
 	c       *Client
 	name    string
@@ -46,14 +39,9 @@ type Semaphore struct {
 }
 
 // Semaphore returns the counting semaphore name with permits permits,
-// acquired with opts (WithTTL, WithNodeTimeout, WithAutoExtend,
-// WithMetadata, ...). It does no I/O. It returns an error for an empty
-// name, permits below 1 or above MaxPermits, an invalid option (among them
-// a quorum of half the pools or fewer: each permit is a lock, and any
-// quorum a lock accepts keeps the semaphore safe), WithFencing
-// (a fence orders one holder after another, and permits are held at once),
-// Shared, and Pools that are not all of package pool (only a script reads
-// every permit at once). It is safe for concurrent use.
+// acquired with opts, without I/O. It returns an error for an empty name,
+// permits outside 1 to MaxPermits, an invalid option, WithFencing, Shared,
+// or Pools not all of package pool.
 func (c *Client) Semaphore(name string, permits int, opts ...Option) (*Semaphore, error) {
 	if name == "" {
 		return nil, errors.New("redlock: semaphore: the name is empty; name what the permits limit")
@@ -101,19 +89,12 @@ func (s *Semaphore) Name() string { return s.name }
 func (s *Semaphore) Permits() int { return s.permits }
 
 // TryAcquire makes one attempt to take a permit, without waiting for one to
-// be free. On success the returned Lock holds one permit on a quorum of
-// nodes until its Deadline (Lock.Permit tells which); release it to give
-// the permit back. A permit that is taken is tried no further: the nodes'
-// answers tell which other permits are free, and it tries those, so a
-// semaphore with every permit held costs one round. A failed attempt takes
-// its token back from every node that may hold it, as TryLock's does.
-//
-// On failure the error matches ErrNotAcquired when every permit is taken
-// on too many nodes, too few nodes answered or no validity was left
-// (errors.As finds the last attempt's *QuorumError, whose Key is the
-// semaphore's name), and both ErrNotAcquired and ctx.Err() when ctx ended
-// first. It matches ErrPermitMismatch when a node declares another count.
-// It is ErrClosed once Close has begun. Safe for concurrent use.
+// be free; on success the Lock holds a permit (Lock.Permit) on a quorum of
+// nodes until its Deadline. The error matches ErrNotAcquired when every
+// permit is taken, too few nodes answered or no validity was left (errors.As
+// finds the last round's *QuorumError, Key the semaphore's name), ctx.Err()
+// too if ctx ended first, and ErrPermitMismatch when a node declares another
+// count; it is ErrClosed once Close has begun.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
 	cl := newCall(ctx, s.cfg, s.name)
 	l, err := s.sweep(ctx, s.cfg, cl)
@@ -121,25 +102,15 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
 	return l, err
 }
 
-// Acquire takes a permit like TryAcquire, retrying like Client.Lock until
-// it succeeds, ctx ends or the WithMaxWait budget is spent; the release of
-// any permit wakes it. Waiters of a semaphore do not queue: whoever asks
-// first after a release takes the permit.
-//
-// Its errors are TryAcquire's and Lock's: when ctx ends, the error matches
-// both ErrNotAcquired and ctx.Err(); when the budget is spent, it matches
-// ErrNotAcquired. Safe for concurrent use.
+// Acquire takes a permit like TryAcquire, retrying like Client.Lock, with
+// their errors; a release of any permit wakes it. Its waiters do not queue:
+// whoever asks first after a release takes the permit.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
 	return s.c.wait(ctx, s.all, s.cfg)
 }
 
 // Do takes a permit (waiting like Acquire), runs fn under it and gives it
-// back, as Client.Do does for a lock: fn's context ends when the permit is
-// released or lost, the permit is auto-extended while fn runs, and the
-// error is fn's, joined with ErrLockLost when the permit was lost and with
-// the release's error when that failed. It returns Acquire's error without
-// calling fn when no permit was taken, and an error for a nil fn. Safe for
-// concurrent use.
+// back, as Client.Do does for a lock, with Do's results and Acquire's error.
 func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error) error {
 	return s.c.under(ctx, s.name, fn, func() (*Lock, error) {
 		auto := *s.cfg

@@ -15,12 +15,10 @@ import (
 // refuses a name the nodes declare a count for, and Semaphore.Inspect reads
 // the permits.
 
-// Inspect reads each of s's permits on every node, as Client.Inspect reads
-// a lock, one round per permit, and changes nothing: the i-th Inspection is
-// permit i's (Key is the semaphore's name, RedisKey the permit's key; an
-// exclusive Holder when it is held). It returns the Inspections read so
-// far and ctx.Err() when ctx ends, and ErrClosed once Close has begun.
-// Safe for concurrent use.
+// Inspect reads every permit on every node as Client.Inspect reads a lock:
+// the i-th Inspection is permit i's (Key the name, RedisKey the permit's
+// key). If ctx ends it returns those read so far and ctx.Err(); once Close
+// has begun, ErrClosed.
 func (s *Semaphore) Inspect(ctx context.Context) ([]*Inspection, error) {
 	out := make([]*Inspection, 0, s.permits)
 	for _, k := range s.keys[1:] {

@@ -2,10 +2,8 @@ package redlock
 
 import "time"
 
-// TTL returns the TTL the lock was acquired with: the Client's (WithTTL,
-// default DefaultTTL) unless the acquiring call passed its own WithTTL. It
-// is what Extend(ctx, 0) asks for; an Extend with another ttl does not
-// change it. Safe for concurrent use.
+// TTL returns the TTL the lock was acquired with (its call's WithTTL, else
+// the Client's), which Extend(ctx, 0) asks for; other Extends leave it.
 func (l *Lock) TTL() time.Duration { return l.cfg.ttl }
 
 // TTL returns the TTL the Client's locks ask for unless a call passes its

@@ -310,19 +310,7 @@ type writer struct {
 
 // run writes one batch and delivers every result.
 func (w *writer) run(batch []request) {
-	now := time.Now()
-	w.reqs, w.cmds = w.reqs[:0], w.cmds[:0]
-	var deadline time.Time
-	for _, r := range batch {
-		if !now.Before(stall.Extend(node.WriteBy(r.op, r.deadline), r.mark)) { // its round waits as long
-			r.rcv.Deliver(r.tag, node.Result{Err: node.ErrNotSent})
-			continue
-		}
-		// Moved by what the process stood still while it was queued; arm
-		// moves it by what comes after.
-		deadline = later(deadline, stall.Extend(r.deadline.Add(r.op.Follow), r.mark))
-		w.reqs = append(w.reqs, r)
-	}
+	deadline := w.take(batch)
 	if len(w.reqs) == 0 {
 		return
 	}
@@ -362,6 +350,25 @@ func (w *writer) run(batch []request) {
 	clear(w.cmds)
 	clear(w.reqs)
 	w.ctx.values = nil
+}
+
+// take keeps in w.reqs the requests of batch that may still be written,
+// delivers node.ErrNotSent to the others, and returns the batch's
+// deadline: the latest of its requests' deadlines plus their follow time.
+func (w *writer) take(batch []request) (deadline time.Time) {
+	now := time.Now()
+	w.reqs, w.cmds = w.reqs[:0], w.cmds[:0]
+	for _, r := range batch {
+		if !now.Before(stall.Extend(node.WriteBy(r.op, r.deadline), r.mark)) { // its round waits as long
+			r.rcv.Deliver(r.tag, node.Result{Err: node.ErrNotSent})
+			continue
+		}
+		// Moved by what the process stood still while it was queued; arm
+		// moves it by what comes after.
+		deadline = later(deadline, stall.Extend(r.deadline.Add(r.op.Follow), r.mark))
+		w.reqs = append(w.reqs, r)
+	}
+	return deadline
 }
 
 func later(a, b time.Time) time.Time {

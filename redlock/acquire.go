@@ -245,6 +245,13 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *wake.P
 		// Close began during the round and will not release this lock:
 		// roll it back like a failed round.
 	}
+	return nil, c.lose(ctx, cfg, t, v)
+}
+
+// lose takes back what the attempt v for t may have taken, and returns its
+// error: ErrClosed for a round won as Close began, else its QuorumError
+// (with the caller's error when ctx ended).
+func (c *Client) lose(ctx context.Context, cfg *config, t *target, v *acquisition) error {
 	c.unclaim(cfg, t.each, v.rd.op.Token)
 	ended := callerErr(ctx) // before the roll-back, which may outlast the caller's deadline
 	c.rollback(ctx, cfg, v.rd, v.said)
@@ -254,11 +261,11 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *wake.P
 		}
 	}
 	if v.won {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	qe := v.failure
 	if qe == nil {
-		qe = v.rd.quorumError(key)
+		qe = v.rd.quorumError(t.key)
 		qe.Elapsed = v.elapsed
 		if v.rd.won() {
 			qe.Validity = v.validity
@@ -266,9 +273,9 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *wake.P
 	}
 	if ended != nil {
 		qe.cut = true // the caller's deadline, not the nodes, may have ended it
-		return nil, fmt.Errorf("%w: %w", qe, ended)
+		return fmt.Errorf("%w: %w", qe, ended)
 	}
-	return nil, qe
+	return qe
 }
 
 // unobserved is cfg, or, for an attempt at a permit that met another

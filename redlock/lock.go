@@ -656,8 +656,15 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 	if cfg.autoExtend {
 		c.renew.add(l, firstRenewal(l, cfg.now()))
 	}
+	l.acquiredBy(ctx, a)
+	return l
+}
+
+// acquiredBy tells the debug log and the Observer that l was acquired by a.
+func (l *Lock) acquiredBy(ctx context.Context, a *acquisition) {
+	cfg := l.cfg
 	if cfg.debug(ctx) {
-		cfg.logger.Debug("redlock: acquired", "key", key, "took", a.elapsed, "deadline", l.Deadline())
+		cfg.logger.Debug("redlock: acquired", "key", l.key, "took", a.elapsed, "deadline", l.Deadline())
 	}
 	if cfg.observer != nil {
 		e := l.event(a.elapsed, nil).withRound(a.rd)
@@ -667,7 +674,6 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 		}
 		cfg.observer.Acquired(e)
 	}
-	return l
 }
 
 // track registers a new lock for Close; it fails once Close has begun (Close

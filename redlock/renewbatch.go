@@ -46,6 +46,13 @@ func (r *renewer) renew(batch []*Lock) {
 			groups[k] = append(groups[k], l)
 		}
 	}
+	r.renewGroups(groups)
+}
+
+// renewGroups renews each group of locks by ExtendMany rounds of up to
+// renewChunk locks, once the nodes' identities allow.
+func (r *renewer) renewGroups(groups map[renewKey][]*Lock) {
+	c := r.c
 	if len(groups) == 0 {
 		return
 	}
@@ -143,7 +150,7 @@ func (r *renewer) after(l *Lock, start time.Time, err error) {
 // failAll records err as the outcome of renewals that could not be sent. A
 // session lock's key refresh is tried again an eighth of the key's TTL later
 // (as refreshed does after a partial one), without an observer event: the
-// Observer sees no renewal of session locks (WithAutoExtend).
+// Observer sees the session's renewals, not its locks' key refreshes.
 func (r *renewer) failAll(ls []*Lock, err error) {
 	for _, l := range ls {
 		start := l.cfg.now()

@@ -201,7 +201,13 @@ func (v *Nodes) run(ctx context.Context, b Bounds, todo []int, ch, reached chan 
 			}
 		}
 	}
+	v.end(ch, todo, ids, errs, stream)
+}
 
+// end ends a check: unless its answers were taken as they came (stream),
+// it verifies the nodes asked (todo) by their answers (ids, errs); then it
+// closes ch.
+func (v *Nodes) end(ch chan struct{}, todo []int, ids []string, errs []error, stream bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	defer close(ch)

@@ -155,11 +155,12 @@ func (l *Lock) deadlineLocked() time.Time {
 	return l.deadline
 }
 
-// Extend sets the lock's TTL to ttl (0: its TTL) on the nodes that hold it;
-// it never re-creates an expired lock. On success a quorum confirmed in time
-// and the deadline is the extend's start + ttl less the drift allowance
-// (earlier, if ttl is shorter than what was left); after a failure it never
-// moves later. It returns ErrReleased after Release or Client.Close
+// Extend makes the lock live at least ttl (0: its TTL) more on the nodes
+// that hold it; it never re-creates an expired lock, and never shortens a
+// key's TTL there: a shorter ttl moves only this Lock's deadline earlier, and
+// the key blocks others until its longer TTL ends. On success a quorum
+// confirmed in time and the deadline is the extend's start + ttl less the
+// drift allowance; after a failure it never moves later. It returns ErrReleased after Release or Client.Close
 // (ErrClosed while Close runs), an error matching ErrLockLost once the
 // deadline passed or too many nodes lost the token for a quorum, else a
 // *QuorumError matching ErrNotHeld; and ctx.Err() too if ctx ended first

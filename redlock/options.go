@@ -191,7 +191,11 @@ func WithNodeTimeout(d time.Duration) Option {
 
 // WithRetryBackoff sets Lock's waits: before attempt k+1 a random duration in
 // [d/2, d], d = min(max, base·2^k) (defaults 25 ms, 250 ms); a waiter in a
-// key's line (see Lock) waits max/2 to max, woken by a release in its turn.
+// key's line (see Lock) waits max/2 to max. Lock tries sooner when a release
+// of the key wakes it (at once, or within 1 ms of other waiters), once when
+// its subscription to the key's releases is confirmed, and, where the nodes
+// keep lines, after an attempt whose votes split or a wake-up that did not
+// win (within the hand-off grace, min(node timeout, base)).
 func WithRetryBackoff(base, max time.Duration) Option {
 	return func(c *config) error {
 		if base <= 0 || max < base {

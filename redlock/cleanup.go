@@ -260,12 +260,12 @@ func cleanupTimeout(cfg *config) time.Duration {
 // acquire's fate is unknown is re-checked like a failed round's. Nothing
 // after Close, which has released what it tracks.
 func (c *Client) releaseLost(l *Lock) {
-	if l.sess == nil || c.enter() != nil {
+	if l.hold.sess == nil || c.enter() != nil {
 		return
 	}
 	defer c.wg.Done()
 	l.mu.Lock()
-	unsure := slices.Clone(l.unsure)
+	unsure := slices.Clone(l.landing.unsure)
 	l.mu.Unlock()
 	for i := range c.pools {
 		var err error

@@ -130,8 +130,8 @@ func (l *Lock) endLocked(lost bool) bool {
 		l.c.untrack(l)
 		l.c.unclaim(l.cfg, l.eachKey, l.token)
 	}
-	if l.sess != nil {
-		l.sess.remove(l)
+	if l.hold.sess != nil {
+		l.hold.sess.remove(l)
 	}
 	return true
 }

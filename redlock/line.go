@@ -36,6 +36,16 @@ func newNotifier(cfg *config, pools []pool.Pool, handoff bool) (*wake.Names, *wa
 	})
 }
 
+// linePlace is where a Lock's acquiring call may wait in the key's line:
+// waiter is its name there ("" for TryLock), and inLine tells that it may
+// be in the line on some node (an attempt was told "taken"). The Lock
+// leaves the line there once it holds the key, and its release takes it
+// out of the line for good everywhere.
+type linePlace struct {
+	waiter string
+	inLine bool
+}
+
 // fillPlace makes o, an acquire, the waiter's at place ln.
 func fillPlace(o *node.Op, ln *wake.Place, cfg *config) {
 	o.Waiter, o.Rank, o.LineTTL, o.InLine = ln.ID, ln.Rank, lineTTL(cfg), ln.Joined

@@ -49,39 +49,12 @@ type Lock struct {
 	// keyArg and tokenArg are rkey and token boxed as command arguments
 	// by the acquiring round, reused by renewals and the release.
 	keyArg, tokenArg any
-	// waiter is the Lock call's name in the key's line ("" for TryLock;
-	// line.go). inLine: it may wait in the line on some node (an attempt
-	// was told "taken"); it leaves the line there once it holds the lock,
-	// and the release takes it out of the line for good everywhere.
-	waiter string
-	inLine bool
-	// landing[i]: node i's acquire command has not answered yet; no other
-	// command of this lock goes to node i before it has (it could overtake
-	// the SET): chained holds the rounds waiting for it. unsure[i]: it
-	// failed without a reply, so it may still land (nil until needed).
-	// Guarded by mu. landing is the Lock's own (a slice into the acquiring
-	// round would keep the round alive as long as the lock is held).
-	landing, unsure []bool
-	landingv        [8]bool // landing's storage for up to 8 nodes
-	chained         []chainedSend
-	// resumed: the lock came from Resume, whose command sets no key, so
-	// none of its answers leaves a key of unknown fate. Set before shared.
-	resumed bool
+	place            linePlace // its acquiring call's place in the key's line (line.go); guarded by mu
+	landing          landing   // what of its acquiring round has not answered yet (landing.go); guarded by mu
 
-	// sess is the session of a session lock (nil for the others); gens[i]
-	// the session's generation the lock holds on node i (0: not held
-	// there), keyUntil[i] how long its key there lives at least, as far
-	// as the replies tell (see session.deadline). Guarded by mu; set
-	// before the lock is shared.
-	sess     *session
-	gens     []uint64
-	keyUntil []time.Time
+	hold sessionHold // a session lock's hold on its session (session.go); guarded by mu
 
-	// renewDue is when the renewal service renews the lock next, renewIdx
-	// its index in the service's heap (-1 when not scheduled). Guarded by
-	// the renewer's mu.
-	renewDue time.Time
-	renewIdx int
+	renewal lockRenewal // its place in the renewal service (renew.go)
 }
 
 // Key returns the lock's key without prefix (of several keys, the first; of
@@ -149,8 +122,8 @@ func (l *Lock) Deadline() time.Time {
 // deadlineLocked is the lock's deadline: l.deadline, which a session lock
 // computes anew from its session while it is held. l.mu must be held.
 func (l *Lock) deadlineLocked() time.Time {
-	if l.sess != nil && !l.released && !l.lost {
-		l.deadline = l.sess.deadline(l)
+	if l.hold.sess != nil && !l.released && !l.lost {
+		l.deadline = l.hold.sess.deadline(l)
 	}
 	return l.deadline
 }
@@ -277,49 +250,6 @@ func (l *Lock) extended(ctx context.Context, won, gone bool, quorumErr func() *Q
 	return err
 }
 
-// chainedSend is a round's command held back for a node until the node's
-// acquire command has answered.
-type chainedSend struct {
-	node    int
-	r       *quorum.Round
-	release bool // a release round: when sent, the node needs no other
-}
-
-// landingNow returns which nodes' acquire commands have not answered yet,
-// or nil when none.
-func (l *Lock) landingNow() []bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !slices.Contains(l.landing, true) {
-		return nil
-	}
-	return slices.Clone(l.landing)
-}
-
-// chain sends rd's command to each node it held back (hold[i] and asked)
-// once that node's acquire command has answered: now if it has meanwhile,
-// else from late. It returns hold, true where late will.
-func (l *Lock) chain(rd *round, hold []bool) []bool {
-	var now []int
-	l.mu.Lock()
-	for i, h := range hold {
-		switch {
-		case !h || !rd.out[i]:
-			hold[i] = false
-		case l.landing[i]:
-			l.chained = append(l.chained, chainedSend{node: i, r: rd.r, release: isRelease(rd.spec)})
-		default:
-			hold[i] = false
-			now = append(now, i)
-		}
-	}
-	l.mu.Unlock()
-	for _, i := range now {
-		rd.r.Send(i)
-	}
-	return hold
-}
-
 // usable returns why the lock can no longer be used at now, if it cannot: it
 // was released, lost, or its deadline passed (which marks it lost).
 func (l *Lock) usable(now time.Time) error {
@@ -431,8 +361,8 @@ func (l *Lock) releaseOp() node.Op {
 	c, cfg := l.c, l.cfg
 	o := node.Op{Key: l.rkey, Keys: l.keyArgs, Token: l.token, KeyArg: l.keyArg, TokenArg: l.tokenArg, Grace: c.grace(cfg)}
 	l.mu.Lock()
-	if l.inLine {
-		o.Waiter, o.LineTTL = l.waiter, stayOut(cfg)
+	if l.place.inLine {
+		o.Waiter, o.LineTTL = l.place.waiter, stayOut(cfg)
 	}
 	l.mu.Unlock()
 	return o
@@ -499,86 +429,12 @@ func (l *Lock) endForRelease() (unsure []bool, err error) {
 		lost, why = l.loseLocked("validity ran out")
 	}
 	l.endLocked(false)
-	unsure = slices.Clone(l.unsure) // nil unless some acquire's fate is unknown
+	unsure = slices.Clone(l.landing.unsure) // nil unless some acquire's fate is unknown
 	l.mu.Unlock()
 	if lost {
 		l.c.lostLock(l, why)
 	}
 	return unsure, nil
-}
-
-// late handles a reply to the acquiring round that arrived after the round
-// was won: the node may hold our token. If the lock is still held, Release
-// will reach that node like every other; if it was already released, the
-// node is released now. A plain lock that was lost, or whose deadline has
-// passed, without a Release is not: its token may have been handed over
-// (Client.Resume), and a release now could take a key that the resumed
-// lock counts on; its key there lives its TTL, and a Release of the handle
-// still reaches it. (A session lock, which cannot be resumed, is released.)
-func (l *Lock) late(rep quorum.Reply) {
-	var gen uint64 // a session lock's generation on the node, if it said yes
-	if l.sess != nil && rep.Err == nil && rep.Int > 0 {
-		gen = l.sess.accepted(rep.Node, rep.Int, l.acquired)
-	}
-	l.mu.Lock()
-	l.landing[rep.Node] = false
-	if node.MayHaveWritten(rep.Err) && !l.resumed { // a SET may land yet
-		if l.unsure == nil {
-			l.unsure = make([]bool, len(l.landing))
-		}
-		l.unsure[rep.Node] = true
-	}
-	keep := !l.released && !l.lost && l.cfg.now().Before(l.deadlineLocked())
-	free := l.released || !keep && l.sess != nil                 // nobody can count on the token any more
-	waited := l.waiter != "" && !(rep.Err == nil && rep.Int > 0) // it may wait in the line there
-	l.inLine = l.inLine || waited
-	if keep && gen != 0 { // the node counts for the lock from now on
-		l.gens[rep.Node] = gen
-		l.keyUntil[rep.Node] = drift.Deadline(l.acquired, keyTTL(l.cfg), l.cfg.driftFactor)
-	}
-	var buf [4]chainedSend
-	waiting := buf[:0]
-	kept := l.chained[:0]
-	for _, cs := range l.chained {
-		if cs.node == rep.Node {
-			waiting = append(waiting, cs)
-		} else {
-			kept = append(kept, cs)
-		}
-	}
-	clear(l.chained[len(kept):])
-	l.chained = kept
-	l.mu.Unlock()
-	releasing := false // a chained release goes to the node now
-	for _, cs := range waiting {
-		if cs.r.Send(rep.Node) && cs.release {
-			releasing = true
-		}
-	}
-	if waited {
-		l.c.leaveLine(l.cfg, l.rkey, l.waiter, false, func(i int) bool { return i == rep.Node }, false)
-	}
-	if free {
-		l.releaseLate(rep, releasing)
-	}
-}
-
-// releaseLate deletes the lock's key on the node of a late answer to its
-// acquiring round, once nobody can count on the token there. A yes is
-// deleted once, unless a chained release, sent now, covers it. An acquire
-// of unknown fate may land yet: its delete re-checks. A resume of unknown
-// fate sets no key, so the key it may have found is deleted like a yes.
-func (l *Lock) releaseLate(rep quorum.Reply, releasing bool) {
-	unknown := node.MayHaveWritten(rep.Err)
-	switch {
-	case unknown && !l.resumed:
-		l.c.releaseUnsure(l.cfg, rep.Node, l.ref(), rep.Err)
-	case releasing:
-	case rep.Int > 0:
-		l.c.releaseUnsure(l.cfg, rep.Node, l.ref(), nil)
-	case unknown: // re-sent until the node answers, like a failed delete
-		l.c.releaseUnsure(l.cfg, rep.Node, l.ref(), errDeleteFailed)
-	}
 }
 
 // Held reports whether the lock is still held: its deadline has not passed
@@ -622,36 +478,36 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquisition) *Lock {
 	op := a.rd.op
 	l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), key: key, rkey: op.Key, token: op.Token, keyArg: op.KeyArg, tokenArg: op.TokenArg,
-		acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor), renewIdx: -1}
-	l.kind, l.resumed = a.kind, op.Kind == node.Resume
+		acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor), renewal: lockRenewal{idx: -1}}
+	l.kind, l.landing.resumed = a.kind, op.Kind == node.Resume
 	if a.kind.allKeys {
 		l.keys, l.keyArgs = a.keys, op.Keys
 	}
 	if a.kind == kindPermit {
 		l.permit = &permitOf{count: op.Keys[0].(string), permits: op.Permits, slot: op.Slot}
 	}
-	l.landing = append(l.landingv[:0], a.rd.out...)
-	l.waiter, l.inLine = a.waiter, a.inLine
+	l.landing.nodes = append(l.landing.v[:0], a.rd.out...)
+	l.place.waiter, l.place.inLine = a.waiter, a.inLine
 	if cfg.fencing {
 		l.fence = a.fence
 	}
 	if a.sess != nil {
-		l.sess, l.gens, l.keyUntil = a.sess, a.gens, make([]time.Time, len(a.gens))
-		for i := range l.keyUntil {
-			l.keyUntil[i] = drift.Deadline(a.start, keyTTL(cfg), cfg.driftFactor)
+		l.hold.sess, l.hold.gens, l.hold.keyUntil = a.sess, a.gens, make([]time.Time, len(a.gens))
+		for i := range l.hold.keyUntil {
+			l.hold.keyUntil[i] = drift.Deadline(a.start, keyTTL(cfg), cfg.driftFactor)
 		}
 	}
 	if !c.track(l) {
 		return nil
 	}
-	if l.sess != nil {
-		l.sess.add(l)
+	if l.hold.sess != nil {
+		l.hold.sess.add(l)
 	}
 	if a.unsure != nil { // a Release re-checks these nodes (see vote)
-		l.unsure = slices.Clone(a.unsure)
+		l.landing.unsure = slices.Clone(a.unsure)
 	}
-	if l.inLine { // it holds the key; it must not be handed it where it waits
-		c.leaveLine(cfg, l.rkey, l.waiter, false, func(i int) bool { return !a.said[i] && !l.landing[i] }, false)
+	if l.place.inLine { // it holds the key; it must not be handed it where it waits
+		c.leaveLine(cfg, l.rkey, l.place.waiter, false, func(i int) bool { return !a.said[i] && !l.landing.nodes[i] }, false)
 	}
 	a.rd.finish(l.late)
 	if cfg.autoExtend {

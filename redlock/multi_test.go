@@ -263,7 +263,7 @@ func (e *env) settledAll(t *testing.T, l *Lock) []int {
 	t.Helper()
 	waitFor(t, "every node answered the acquire", func() bool { return l.landingNow() == nil })
 	l.mu.Lock()
-	unsure := slices.Clone(l.unsure)
+	unsure := slices.Clone(l.landing.unsure)
 	l.mu.Unlock()
 	var holding []int
 	waitFor(t, "every node holds every key or none", func() bool {

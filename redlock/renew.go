@@ -35,19 +35,27 @@ type renewer struct {
 	closed  bool
 }
 
-// lockHeap orders locks by Lock.renewDue; Lock.renewIdx is a lock's index in
+// lockRenewal is a Lock's place in the renewal service: when the service
+// renews it next, and its index in the service's heap (-1 when not
+// scheduled). Guarded by renewer.mu; only this file reads it.
+type lockRenewal struct {
+	due time.Time
+	idx int
+}
+
+// lockHeap orders locks by lockRenewal.due; lockRenewal.idx is a lock's index in
 // it, -1 outside. Guarded by renewer.mu.
 type lockHeap []*Lock
 
 func (h lockHeap) Len() int           { return len(h) }
-func (h lockHeap) Less(i, j int) bool { return h[i].renewDue.Before(h[j].renewDue) }
+func (h lockHeap) Less(i, j int) bool { return h[i].renewal.due.Before(h[j].renewal.due) }
 func (h lockHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].renewIdx, h[j].renewIdx = i, j
+	h[i].renewal.idx, h[j].renewal.idx = i, j
 }
 func (h *lockHeap) Push(x any) {
 	l := x.(*Lock)
-	l.renewIdx = len(*h)
+	l.renewal.idx = len(*h)
 	*h = append(*h, l)
 }
 func (h *lockHeap) Pop() any {
@@ -55,7 +63,7 @@ func (h *lockHeap) Pop() any {
 	l := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	l.renewIdx = -1
+	l.renewal.idx = -1
 	return l
 }
 
@@ -63,7 +71,7 @@ func (h *lockHeap) Pop() any {
 // point in the second half of its renewal interval, so that locks acquired
 // together do not all come due together.
 func firstRenewal(l *Lock, now time.Time) time.Time {
-	if l.sess != nil { // its key's refresh, every half key TTL
+	if l.hold.sess != nil { // its key's refresh, every half key TTL
 		iv := keyTTL(l.cfg) / 2
 		return now.Add(iv/2 + l.cfg.rnd.duration(iv/2+1))
 	}
@@ -85,9 +93,9 @@ func (r *renewer) add(l *Lock, due time.Time) bool {
 	if r.closed {
 		return false
 	}
-	l.renewDue = due
-	if l.renewIdx >= 0 {
-		heap.Fix(&r.h, l.renewIdx)
+	l.renewal.due = due
+	if l.renewal.idx >= 0 {
+		heap.Fix(&r.h, l.renewal.idx)
 	} else {
 		heap.Push(&r.h, l)
 	}
@@ -97,7 +105,7 @@ func (r *renewer) add(l *Lock, due time.Time) bool {
 			r.wake = make(chan struct{}, 1)
 		}
 		r.c.wg.Go(r.run)
-	} else if l.renewIdx == 0 {
+	} else if l.renewal.idx == 0 {
 		signal(r.wake)
 	}
 	return true
@@ -106,8 +114,8 @@ func (r *renewer) add(l *Lock, due time.Time) bool {
 // remove unschedules l (a no-op when it is not scheduled).
 func (r *renewer) remove(l *Lock) {
 	r.mu.Lock()
-	if l.renewIdx >= 0 {
-		heap.Remove(&r.h, l.renewIdx)
+	if l.renewal.idx >= 0 {
+		heap.Remove(&r.h, l.renewal.idx)
 	}
 	r.mu.Unlock()
 }
@@ -120,7 +128,7 @@ func (r *renewer) close() {
 	r.mu.Lock()
 	r.closed = true
 	for _, l := range r.h {
-		l.renewIdx = -1
+		l.renewal.idx = -1
 	}
 	r.h = nil
 	if r.running {
@@ -162,11 +170,11 @@ func (r *renewer) take() (batch []*Lock, wait time.Duration, ok bool) {
 	}
 	now := r.c.cfg.now()
 	head := r.h[0]
-	if wait := head.renewDue.Sub(now); wait > 0 {
+	if wait := head.renewal.due.Sub(now); wait > 0 {
 		return nil, wait, true
 	}
 	until := now.Add(min(head.cfg.renewInterval()/8, maxRenewWindow))
-	for len(r.h) > 0 && !r.h[0].renewDue.After(until) {
+	for len(r.h) > 0 && !r.h[0].renewal.due.After(until) {
 		batch = append(batch, heap.Pop(&r.h).(*Lock))
 	}
 	return batch, 0, true

@@ -253,7 +253,7 @@ func TestResumeRefusesSessionLocks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.sess == nil {
+		if l.hold.sess == nil {
 			t.Fatal("the lock is not a session lock")
 		}
 		before := ps[0].memPool.keys[rkey("s")]

@@ -54,6 +54,18 @@ type session struct {
 	running bool               // run's goroutine is live
 }
 
+// sessionHold is a Lock's hold on its renewal session: sess is the session
+// of a session lock (nil for the others); gens[i] the session's generation
+// the lock holds on node i (0: not held there), keyUntil[i] how long its
+// key there lives at least, as far as the replies tell (see
+// session.deadline). Guarded by the Lock's mu; set before the lock is
+// shared.
+type sessionHold struct {
+	sess     *session
+	gens     []uint64
+	keyUntil []time.Time
+}
+
 // sessionNode is what the Client knows of the session on one node.
 type sessionNode struct {
 	inc  int64     // the incarnation the node's session key holds
@@ -184,13 +196,13 @@ func (s *session) deadline(l *Lock) time.Time {
 	var buf [8]time.Time
 	ts := buf[:0]
 	s.mu.Lock()
-	for n, g := range l.gens {
+	for n, g := range l.hold.gens {
 		if g != 0 && g == s.nodes[n].gen {
-			ts = append(ts, earlier(s.until(n), l.keyUntil[n]))
+			ts = append(ts, earlier(s.until(n), l.hold.keyUntil[n]))
 		}
 	}
 	s.mu.Unlock()
-	q := l.cfg.quorumOf(len(l.gens))
+	q := l.cfg.quorumOf(len(l.hold.gens))
 	if len(ts) < q {
 		return l.acquired
 	}
@@ -369,11 +381,11 @@ func (sr *sessionRenewal) Deliver(n int, r node.Result) {
 // lock's deadline is then at least start + ttl less the drift allowance.
 // The op slot and an enter() count are held.
 func (l *Lock) extendSession(ctx context.Context, ttl time.Duration, start time.Time) error {
-	s, cfg := l.sess, l.cfg
+	s, cfg := l.hold.sess, l.cfg
 	if ttl != cfg.ttl {
 		return fmt.Errorf("redlock: extend %q: an auto-extended lock is renewed with its session, to its TTL (%v); extend it with 0 or that TTL, or acquire it without auto-extension to extend it to %v", l.key, cfg.ttl, ttl)
 	}
-	replies := make(chan sessionReply, len(l.gens))
+	replies := make(chan sessionReply, len(l.hold.gens))
 	sent := s.send(start, replies)
 	res := l.c.newResults()
 	t := time.NewTimer(cleanupTimeout(cfg))
@@ -411,7 +423,7 @@ func sessionResult(l *Lock, sr sessionReply) NodeResult {
 	}
 	o := OutcomeOK
 	l.mu.Lock()
-	if sr.r.Int != 1 || l.gens[sr.n] == 0 {
+	if sr.r.Int != 1 || l.hold.gens[sr.n] == 0 {
 		o = OutcomeNotHeld
 	}
 	l.mu.Unlock()

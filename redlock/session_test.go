@@ -89,7 +89,7 @@ func TestSessionNoLosesNodeAtOnce(t *testing.T) {
 		ps, c, _ := sessionEnv(t)
 		ls := lockMany(t, c, 20)
 		synctest.Wait() // the acquires' late replies
-		s := ls[0].sess
+		s := ls[0].hold.sess
 		for _, p := range ps[:3] {
 			p.memPool.mu.Lock()
 			delete(p.memPool.keys, s.skey)
@@ -114,7 +114,7 @@ func TestSessionIncarnationNeverComesBack(t *testing.T) {
 		ps, c, _ := sessionEnv(t)
 		old := lockMany(t, c, 1)[0]
 		synctest.Wait() // the acquire's late replies
-		s := old.sess
+		s := old.hold.sess
 		ps[0].memPool.mu.Lock()
 		delete(ps[0].memPool.keys, s.skey) // node 0 lost the session
 		ps[0].memPool.mu.Unlock()
@@ -210,7 +210,7 @@ func clientOver(t *testing.T, ps []*sendPool, opts ...Option) *Client {
 func genOn(l *Lock, n int) uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.gens[n]
+	return l.hold.gens[n]
 }
 
 // TestSessionDegradesNotCollapses: renewals that every node drops once, and
@@ -262,7 +262,7 @@ func TestSessionOlderIncarnationIgnored(t *testing.T) {
 		_, c, _ := sessionEnv(t)
 		l := lockMany(t, c, 1)[0]
 		synctest.Wait()
-		s := l.sess
+		s := l.hold.sess
 		s.mu.Lock()
 		inc, gen := s.nodes[0].inc, s.nodes[0].gen
 		s.mu.Unlock()
@@ -291,7 +291,7 @@ func TestSessionDeadlineNeverComesBack(t *testing.T) {
 			p.set(node.RenewSession, 0, 1000, nil) // no renewal answers from now on
 		}
 		time.Sleep(1500 * time.Millisecond) // the renewals sent from here on stall
-		s := l.sess
+		s := l.hold.sess
 		var stalled []*sessionRenewal
 		s.mu.Lock()
 		for n := range s.nodes {
@@ -329,9 +329,9 @@ func TestSessionLostLockReleased(t *testing.T) {
 		for _, p := range ps {
 			p.set(node.RenewSession, 0, 1000, nil)
 			p.memPool.mu.Lock()
-			e := p.memPool.keys[l.sess.skey]
+			e := p.memPool.keys[l.hold.sess.skey]
 			e.exp = time.Now().Add(time.Hour)
-			p.memPool.keys[l.sess.skey] = e
+			p.memPool.keys[l.hold.sess.skey] = e
 			p.memPool.mu.Unlock()
 		}
 		<-l.Done()
@@ -387,7 +387,7 @@ func TestSessionCloseJoinsRenewals(t *testing.T) {
 			p.set(node.RenewSession, 400*time.Millisecond, 0, nil)
 		}
 		time.Sleep(c.cfg.renewInterval() + 10*time.Millisecond) // a renewal is in flight on every node
-		s := l.sess
+		s := l.hold.sess
 		s.mu.Lock()
 		inFlight := s.nodes[0].busy
 		s.mu.Unlock()

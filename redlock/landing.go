@@ -1,0 +1,145 @@
+package redlock
+
+import (
+	"slices"
+
+	"github.com/quorumlock/quorumlock/drift"
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/quorum"
+)
+
+// landing is what of a Lock's acquiring round has not answered yet, and
+// what the answers that came after the round was won left to do
+// (docs/design.md, "Every command's fate"). nodes[i]: node i's acquire
+// command has not answered yet; no other command of the lock goes to node
+// i before it has (it could overtake the SET): chained holds the rounds
+// waiting for it. unsure[i]: it failed without a reply, so it may still
+// land (nil until needed). resumed: the lock came from Resume, whose
+// command sets no key, so none of its answers leaves a key of unknown
+// fate (set before the lock is shared). Guarded by the Lock's mu; only
+// this file and newLock touch it. nodes is the Lock's own (a slice into
+// the acquiring round would keep the round alive as long as the lock is
+// held), stored in v for up to 8 nodes.
+type landing struct {
+	nodes, unsure []bool
+	v             [8]bool
+	chained       []chainedSend
+	resumed       bool
+}
+
+// chainedSend is a round's command held back for a node until the node's
+// acquire command has answered.
+type chainedSend struct {
+	node    int
+	r       *quorum.Round
+	release bool // a release round: when sent, the node needs no other
+}
+
+// landingNow returns which nodes' acquire commands have not answered yet,
+// or nil when none.
+func (l *Lock) landingNow() []bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !slices.Contains(l.landing.nodes, true) {
+		return nil
+	}
+	return slices.Clone(l.landing.nodes)
+}
+
+// chain sends rd's command to each node it held back (hold[i] and asked)
+// once that node's acquire command has answered: now if it has meanwhile,
+// else from late. It returns hold, true where late will.
+func (l *Lock) chain(rd *round, hold []bool) []bool {
+	var now []int
+	l.mu.Lock()
+	for i, h := range hold {
+		switch {
+		case !h || !rd.out[i]:
+			hold[i] = false
+		case l.landing.nodes[i]:
+			l.landing.chained = append(l.landing.chained, chainedSend{node: i, r: rd.r, release: isRelease(rd.spec)})
+		default:
+			hold[i] = false
+			now = append(now, i)
+		}
+	}
+	l.mu.Unlock()
+	for _, i := range now {
+		rd.r.Send(i)
+	}
+	return hold
+}
+
+// late handles a reply to the acquiring round that arrived after the round
+// was won: the node may hold our token. If the lock is still held, Release
+// will reach that node like every other; if it was already released, the
+// node is released now. A plain lock that was lost, or whose deadline has
+// passed, without a Release is not: its token may have been handed over
+// (Client.Resume), and a release now could take a key that the resumed
+// lock counts on; its key there lives its TTL, and a Release of the handle
+// still reaches it. (A session lock, which cannot be resumed, is released.)
+func (l *Lock) late(rep quorum.Reply) {
+	var gen uint64 // a session lock's generation on the node, if it said yes
+	if l.hold.sess != nil && rep.Err == nil && rep.Int > 0 {
+		gen = l.hold.sess.accepted(rep.Node, rep.Int, l.acquired)
+	}
+	l.mu.Lock()
+	l.landing.nodes[rep.Node] = false
+	if node.MayHaveWritten(rep.Err) && !l.landing.resumed { // a SET may land yet
+		if l.landing.unsure == nil {
+			l.landing.unsure = make([]bool, len(l.landing.nodes))
+		}
+		l.landing.unsure[rep.Node] = true
+	}
+	keep := !l.released && !l.lost && l.cfg.now().Before(l.deadlineLocked())
+	free := l.released || !keep && l.hold.sess != nil                  // nobody can count on the token any more
+	waited := l.place.waiter != "" && !(rep.Err == nil && rep.Int > 0) // it may wait in the line there
+	l.place.inLine = l.place.inLine || waited
+	if keep && gen != 0 { // the node counts for the lock from now on
+		l.hold.gens[rep.Node] = gen
+		l.hold.keyUntil[rep.Node] = drift.Deadline(l.acquired, keyTTL(l.cfg), l.cfg.driftFactor)
+	}
+	var buf [4]chainedSend
+	waiting := buf[:0]
+	kept := l.landing.chained[:0]
+	for _, cs := range l.landing.chained {
+		if cs.node == rep.Node {
+			waiting = append(waiting, cs)
+		} else {
+			kept = append(kept, cs)
+		}
+	}
+	clear(l.landing.chained[len(kept):])
+	l.landing.chained = kept
+	l.mu.Unlock()
+	releasing := false // a chained release goes to the node now
+	for _, cs := range waiting {
+		if cs.r.Send(rep.Node) && cs.release {
+			releasing = true
+		}
+	}
+	if waited {
+		l.c.leaveLine(l.cfg, l.rkey, l.place.waiter, false, func(i int) bool { return i == rep.Node }, false)
+	}
+	if free {
+		l.releaseLate(rep, releasing)
+	}
+}
+
+// releaseLate deletes the lock's key on the node of a late answer to its
+// acquiring round, once nobody can count on the token there. A yes is
+// deleted once, unless a chained release, sent now, covers it. An acquire
+// of unknown fate may land yet: its delete re-checks. A resume of unknown
+// fate sets no key, so the key it may have found is deleted like a yes.
+func (l *Lock) releaseLate(rep quorum.Reply, releasing bool) {
+	unknown := node.MayHaveWritten(rep.Err)
+	switch {
+	case unknown && !l.landing.resumed:
+		l.c.releaseUnsure(l.cfg, rep.Node, l.ref(), rep.Err)
+	case releasing:
+	case rep.Int > 0:
+		l.c.releaseUnsure(l.cfg, rep.Node, l.ref(), nil)
+	case unknown: // re-sent until the node answers, like a failed delete
+		l.c.releaseUnsure(l.cfg, rep.Node, l.ref(), errDeleteFailed)
+	}
+}

@@ -99,8 +99,7 @@ func (l *Lock) ref() ref {
 func (c *Client) releaseUnsure(cfg *config, i int, r ref, err error) {
 	bg := &background{c: c, cfg: cfg, ref: r, unsure: err != nil && err != errDeleteFailed}
 	if err != nil || resendOwed {
-		bg.recheck = recheckDelay(cfg)
-		bg.horizon = time.Now().Add(c.recheckHorizon(cfg))
+		bg.again = resend{wait: recheckDelay(cfg), horizon: time.Now().Add(c.recheckHorizon(cfg))}
 	}
 	c.sendRelease(bg, i)
 }
@@ -143,18 +142,51 @@ type ownWorkKey struct{}
 // sendRelease queues bg's release on node i (see releaseUnsure).
 func (c *Client) sendRelease(bg *background, i int) {
 	cfg := bg.cfg
-	op := node.New(node.Op{Kind: bg.spec.kind, Key: bg.rkey, Keys: bg.keys, Token: bg.token, Grace: c.grace(cfg), Background: true, Values: ownWork})
-	deadline := c.bgDeadline(cfg)
+	c.sendOwn(node.Op{Kind: bg.spec.kind, Key: bg.rkey, Keys: bg.keys, Token: bg.token, Grace: c.grace(cfg)}, c.bgDeadline(cfg), i, bg)
+}
+
+// sendOwn sends o, a command the Client sends on its own (nobody waits for
+// its reply: a background release, a waiter leaving a line, a session's
+// renewal), to node i, bounded by deadline; rcv gets its result, and must
+// call c.wg.Done once it has (the command is counted in c.wg, so that Close
+// waits for it). It goes through the node's queue, or, for a Pool that has
+// none, a call on a goroutine. The caller must hold a count on c.wg.
+func (c *Client) sendOwn(o node.Op, deadline time.Time, i int, rcv node.Receiver) {
+	o.Background, o.Values = true, ownWork
+	op := node.New(o)
 	c.wg.Add(1)
 	if s := c.senders[i]; s != nil {
-		s.Send(op, deadline, bg, i)
+		s.Send(op, deadline, rcv, i)
 		return
 	}
 	go func() {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
-		bg.Deliver(i, c.call(ctx, i, op))
+		rcv.Deliver(i, c.call(ctx, i, op))
 	}()
+}
+
+// resend is how a command the Client sends on its own is sent again while
+// it fails: after wait (0: never), then twice as long each time up to
+// maxRecheck, until horizon.
+type resend struct {
+	wait    time.Duration
+	horizon time.Time
+}
+
+// sendAgain schedules send, with the policy for the time after that, to run
+// after rs's wait, and reports whether it did: false when rs allows no more
+// re-sends. Once Close has begun, send runs at once, one last time.
+func (c *Client) sendAgain(rs resend, send func(next resend)) bool {
+	wait := min(rs.wait, time.Until(rs.horizon))
+	if rs.wait <= 0 || wait <= 0 {
+		return false
+	}
+	next := resend{wait: min(2*rs.wait, maxRecheck), horizon: rs.horizon}
+	if !c.rechecks.after(&c.wg, wait, func() { send(next) }) {
+		send(resend{}) // Close has begun: once more, now, and no more
+	}
+	return true
 }
 
 // background receives the result of a release nobody waits for.
@@ -162,20 +194,16 @@ type background struct {
 	c   *Client
 	cfg *config
 	ref
-	recheck time.Duration // > 0: if the release failed, or found nothing while unsure, try again after it
-	horizon time.Time     // no re-send is scheduled after it
-	unsure  bool          // the node's fate is unknown: a release that finds nothing is sent again
+	again  resend // if the release failed, or found nothing while unsure
+	unsure bool   // the node's fate is unknown: a release that finds nothing is sent again
 }
 
 func (b *background) Deliver(i int, r node.Result) {
 	defer b.c.wg.Done()
 	again := b.unsure && r.Err == nil && r.Int == 0 || r.Err != nil && !node.Refused(r.Err)
-	if wait := min(b.recheck, time.Until(b.horizon)); again && b.recheck > 0 && wait > 0 {
-		next := &background{c: b.c, cfg: b.cfg, ref: b.ref, recheck: min(2*b.recheck, maxRecheck), horizon: b.horizon, unsure: b.unsure}
-		if !b.c.rechecks.after(&b.c.wg, wait, func() { b.c.sendRelease(next, i) }) {
-			next.recheck = 0 // Close has begun: once more, now, and no more
-			b.c.sendRelease(next, i)
-		}
+	if again && b.c.sendAgain(b.again, func(next resend) {
+		b.c.sendRelease(&background{c: b.c, cfg: b.cfg, ref: b.ref, again: next, unsure: b.unsure}, i)
+	}) {
 		return
 	}
 	if r.Err != nil { // the key expires with its TTL

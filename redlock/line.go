@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"cmp"
 	"encoding/base64"
 	"github.com/quorumlock/quorumlock/internal/wake"
 	"github.com/quorumlock/quorumlock/pool"
@@ -107,7 +106,7 @@ func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func
 	o := node.Op{Kind: node.Leave, Key: rkey, Waiter: waiter, Grace: handGrace(cfg), LineTTL: stayOut(cfg), Tell: tell, Background: true, Values: ownWork}
 	deadline := c.bgDeadline(cfg)
 	// One receiver for every node (by value, it would be boxed per node).
-	lv := &leaving{c: c, cfg: cfg, o: o, horizon: time.Now().Add(stayOut(cfg))}
+	lv := &leaving{c: c, cfg: cfg, o: o, again: resend{wait: recheckDelay(cfg), horizon: time.Now().Add(stayOut(cfg))}}
 	if wait { // with the rounds' commands, bounded like one of them
 		o.Background, o.Follow = false, follow(cfg)
 		if d := time.Now().Add(cfg.nodeTimeout); d.Before(deadline) {
@@ -131,18 +130,17 @@ func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func
 
 // leaving receives the results of a Leave; done, when not nil, hears of
 // each. A leave that was never written (queued past its deadline, no
-// connection) is sent again in the background, after recheckDelay and then
-// twice as long each time up to maxRecheck, until horizon: missed, it
-// would leave the waiter's entry to lapse by itself, and no mark to keep
-// its late attempts out. One that got no reply is not: it may have run,
-// and after a stall every waiter's leave times out at once.
+// connection) is sent again in the background (again: after recheckDelay,
+// until stayOut from the first): missed, it would leave the waiter's entry
+// to lapse by itself, and no mark to keep its late attempts out. One that
+// got no reply is not: it may have run, and after a stall every waiter's
+// leave times out at once.
 type leaving struct {
-	c       *Client
-	cfg     *config
-	o       node.Op
-	horizon time.Time
-	wait    time.Duration // before the next re-send; 0: recheckDelay
-	done    chan struct{}
+	c     *Client
+	cfg   *config
+	o     node.Op
+	again resend
+	done  chan struct{}
 }
 
 // Deliver takes node i's answer; it may run for several nodes at once, and
@@ -152,24 +150,15 @@ func (l *leaving) Deliver(i int, r node.Result) {
 	if l.done != nil {
 		l.done <- struct{}{} // buffered for every node
 	}
-	next := cmp.Or(l.wait, recheckDelay(l.cfg))
-	wait := min(next, time.Until(l.horizon))
-	if r.Err == nil || node.MayHaveWritten(r.Err) || node.Refused(r.Err) || wait <= 0 {
+	if r.Err == nil || node.MayHaveWritten(r.Err) || node.Refused(r.Err) {
 		return
 	}
-	again := &leaving{c: l.c, cfg: l.cfg, o: l.o, horizon: l.horizon, wait: min(2*next, maxRecheck)}
-	if !l.c.rechecks.after(&l.c.wg, wait, func() { again.send(i) }) {
-		again.horizon = time.Time{} // Close has begun: once more, now, and no more
-		again.send(i)
-	}
-}
-
-// send sends the leave to node i in the background.
-func (l *leaving) send(i int) {
-	o := l.o
-	o.Background, o.Follow = true, 0
-	l.c.wg.Add(1)
-	l.c.senders[i].Send(node.New(o), l.c.bgDeadline(l.cfg), l, i)
+	l.c.sendAgain(l.again, func(next resend) {
+		again := &leaving{c: l.c, cfg: l.cfg, o: l.o, again: next}
+		o := l.o
+		o.Follow = 0
+		l.c.sendOwn(o, l.c.bgDeadline(l.cfg), i, again)
+	})
 }
 
 // await waits for n results, at most d.

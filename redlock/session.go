@@ -313,10 +313,8 @@ func (s *session) send(now time.Time, replies chan sessionReply) int {
 		s.renewed(cy, false, false)
 	}
 	for i := range sends {
-		sr := &sends[i]
-		op := node.New(node.Op{Kind: node.RenewSession, Key: s.skey, Token: strconv.FormatInt(sr.inc, 10), TTL: s.cfg.ttl, Background: true})
-		s.c.wg.Add(1) // Close waits for the reply (by sr.deadline at most)
-		s.c.senders[sr.n].Send(op, sr.deadline, sr, sr.n)
+		sr := &sends[i] // Close waits for the reply (by sr.deadline at most)
+		s.c.sendOwn(node.Op{Kind: node.RenewSession, Key: s.skey, Token: strconv.FormatInt(sr.inc, 10), TTL: s.cfg.ttl}, sr.deadline, sr.n, sr)
 	}
 	return len(sends)
 }

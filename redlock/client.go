@@ -92,8 +92,7 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	c.handoff = c.queued && !c.slotted
 	c.call = c.callPool
 	c.names, c.notes = newNotifier(cfg, pools, c.handoff)
-	c.renew.c = c
-	c.renew.ctx, c.renew.cancel = context.WithCancel(context.Background())
+	c.renew.init(c)
 	c.health = health.New(cfg.logger, poolNames(pools))
 	c.ids = ident.New(ident.Config{Names: poolNames(pools), Health: c.health, Logger: cfg.logger, Go: c.wg.Go,
 		RunID: func(ctx context.Context, i int) (string, error) { return c.pools[i].RunID(ctx) }})

@@ -54,7 +54,7 @@ type Lock struct {
 
 	hold sessionHold // a session lock's hold on its session (session.go); guarded by mu
 
-	renewal lockRenewal // its place in the renewal service (renew.go)
+	renewal renewSlot // its place in the renewal service (renew.go)
 }
 
 // Key returns the lock's key without prefix (of several keys, the first; of
@@ -478,7 +478,8 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquisition) *Lock {
 	op := a.rd.op
 	l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), key: key, rkey: op.Key, token: op.Token, keyArg: op.KeyArg, tokenArg: op.TokenArg,
-		acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor), renewal: lockRenewal{idx: -1}}
+		acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor)}
+	l.renewal.l = l
 	l.kind, l.landing.resumed = a.kind, op.Kind == node.Resume
 	if a.kind.allKeys {
 		l.keys, l.keyArgs = a.keys, op.Keys

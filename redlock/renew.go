@@ -1,10 +1,10 @@
 package redlock
 
 import (
-	"container/heap"
 	"context"
-	"sync"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/schedule"
 )
 
 // The renewal service: a Client renews all its auto-extended locks from one
@@ -21,50 +21,40 @@ const renewChunk = 512
 // renewals due just before it.
 const maxRenewWindow = 250 * time.Millisecond
 
-// renewer is a Client's renewal service. Its goroutine runs while locks are
-// scheduled, counted in the Client's WaitGroup, and exits when none are (the
-// next add starts it again) or on close.
+// renewer is a Client's renewal service: a Schedule of its auto-extended
+// locks, whose goroutine (counted in the Client's WaitGroup) runs while
+// locks are scheduled.
 type renewer struct {
-	c       *Client
-	ctx     context.Context // of the renewals' rounds: close cancels it
-	cancel  context.CancelFunc
-	mu      sync.Mutex
-	h       lockHeap
-	wake    chan struct{} // capacity 1: the heap's head changed, or closed
-	running bool
-	closed  bool
+	c      *Client
+	ctx    context.Context // of the renewals' rounds: close cancels it
+	cancel context.CancelFunc
+	s      *schedule.Schedule[*renewSlot]
 }
 
-// lockRenewal is a Lock's place in the renewal service: when the service
-// renews it next, and its index in the service's heap (-1 when not
-// scheduled). Guarded by renewer.mu; only this file reads it.
-type lockRenewal struct {
-	due time.Time
-	idx int
+// renewSlot is a Lock's place in the renewal service (only this file and the
+// Schedule touch it).
+type renewSlot struct {
+	schedule.Entry
+	l *Lock
 }
 
-// lockHeap orders locks by lockRenewal.due; lockRenewal.idx is a lock's index in
-// it, -1 outside. Guarded by renewer.mu.
-type lockHeap []*Lock
-
-func (h lockHeap) Len() int           { return len(h) }
-func (h lockHeap) Less(i, j int) bool { return h[i].renewal.due.Before(h[j].renewal.due) }
-func (h lockHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].renewal.idx, h[j].renewal.idx = i, j
-}
-func (h *lockHeap) Push(x any) {
-	l := x.(*Lock)
-	l.renewal.idx = len(*h)
-	*h = append(*h, l)
-}
-func (h *lockHeap) Pop() any {
-	old := *h
-	l := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	l.renewal.idx = -1
-	return l
+// init makes r the renewal service of c.
+func (r *renewer) init(c *Client) {
+	r.c = c
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.s = schedule.New(schedule.Config[*renewSlot]{
+		Now: c.cfg.now,
+		// A lock due a little after the head joins its batch.
+		Window: func(head *renewSlot) time.Duration { return min(head.l.cfg.renewInterval()/8, maxRenewWindow) },
+		Run: func(batch []*renewSlot) {
+			ls := make([]*Lock, len(batch))
+			for i, rn := range batch {
+				ls[i] = rn.l
+			}
+			r.renew(ls)
+		},
+		Go: c.wg.Go,
+	})
 }
 
 // firstRenewal is when a newly acquired lock is first renewed: at a random
@@ -87,102 +77,15 @@ func (l *Lock) maxWait(now time.Time) time.Duration {
 }
 
 // add schedules l's next renewal at due; it reports false after close.
-func (r *renewer) add(l *Lock, due time.Time) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return false
-	}
-	l.renewal.due = due
-	if l.renewal.idx >= 0 {
-		heap.Fix(&r.h, l.renewal.idx)
-	} else {
-		heap.Push(&r.h, l)
-	}
-	if !r.running {
-		r.running = true
-		if r.wake == nil {
-			r.wake = make(chan struct{}, 1)
-		}
-		r.c.wg.Go(r.run)
-	} else if l.renewal.idx == 0 {
-		signal(r.wake)
-	}
-	return true
-}
+func (r *renewer) add(l *Lock, due time.Time) bool { return r.s.Add(&l.renewal, due) }
 
 // remove unschedules l (a no-op when it is not scheduled).
-func (r *renewer) remove(l *Lock) {
-	r.mu.Lock()
-	if l.renewal.idx >= 0 {
-		heap.Remove(&r.h, l.renewal.idx)
-	}
-	r.mu.Unlock()
-}
+func (r *renewer) remove(l *Lock) { r.s.Remove(&l.renewal) }
 
 // close stops the service: no renewal starts after it returns, and those
 // under way stop waiting for replies (their goroutines finish, counted in
 // the Client's WaitGroup).
 func (r *renewer) close() {
 	r.cancel() // renewals under way stop waiting: Close's bound holds
-	r.mu.Lock()
-	r.closed = true
-	for _, l := range r.h {
-		l.renewal.idx = -1
-	}
-	r.h = nil
-	if r.running {
-		signal(r.wake)
-	}
-	r.mu.Unlock()
-}
-
-// run is the service's goroutine: it waits for the earliest due lock and
-// hands every lock due by then (and within the window after) to a batch.
-func (r *renewer) run() {
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
-	for {
-		batch, wait, ok := r.take()
-		if !ok {
-			return
-		}
-		if len(batch) > 0 {
-			r.c.wg.Go(func() { r.renew(batch) })
-			continue
-		}
-		t.Reset(wait)
-		select {
-		case <-t.C:
-		case <-r.wake:
-		}
-	}
-}
-
-// take pops the locks due now (and those due within the head's window), or
-// says how long to wait for the head; false when the goroutine must exit.
-func (r *renewer) take() (batch []*Lock, wait time.Duration, ok bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed || len(r.h) == 0 {
-		r.running = false
-		return nil, 0, false
-	}
-	now := r.c.cfg.now()
-	head := r.h[0]
-	if wait := head.renewal.due.Sub(now); wait > 0 {
-		return nil, wait, true
-	}
-	until := now.Add(min(head.cfg.renewInterval()/8, maxRenewWindow))
-	for len(r.h) > 0 && !r.h[0].renewal.due.After(until) {
-		batch = append(batch, heap.Pop(&r.h).(*Lock))
-	}
-	return batch, 0, true
-}
-
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
+	r.s.Close()
 }

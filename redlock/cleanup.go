@@ -78,7 +78,7 @@ func refOf(op *node.Op) ref {
 
 // ref is what the lock holds.
 func (l *Lock) ref() ref {
-	return ref{rkey: l.rkey, keys: l.keyArgs, token: l.token, spec: l.kind.release}
+	return ref{rkey: l.id.rkey, keys: l.id.keyArgs, token: l.id.token, spec: l.kind.release}
 }
 
 // releaseUnsure releases r on node i when it may hold it and no caller is

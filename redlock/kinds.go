@@ -45,10 +45,10 @@ var (
 		heldOp: withToken}
 	kindSeveral = &kind{name: "several keys", acquire: opAcquireAll, extend: opExtendAll, release: opReleaseAll, held: opHeldAll, allKeys: true,
 		acquireOp: func(_ *config, t *target, _ *session, o *node.Op) { o.Keys = t.rkeys },
-		extendOp:  everyKeyToken, heldOp: func(l *Lock, o *node.Op) { o.Keys = l.keyArgs; withToken(l, o) }}
+		extendOp:  everyKeyToken, heldOp: func(l *Lock, o *node.Op) { o.Keys = l.id.keyArgs; withToken(l, o) }}
 	kindPermit = &kind{name: "permit", acquire: opAcquirePermit, extend: opExtendPermit, release: opRelease, held: opHeld,
 		acquireOp: func(_ *config, t *target, _ *session, o *node.Op) { t.permit.fill(o) },
-		extendOp:  func(l *Lock, o *node.Op) { o.FenceKey, o.Permits = l.permit.count, l.permit.permits }}
+		extendOp:  func(l *Lock, o *node.Op) { o.FenceKey, o.Permits = l.id.permit.count, l.id.permit.permits }}
 
 	// kinds lists every kind, for lookups by command.
 	kinds = [...]*kind{kindPlain, kindFenced, kindSession, kindShared, kindSeveral, kindPermit}
@@ -90,9 +90,9 @@ func isRelease(spec *opSpec) bool {
 }
 
 // withToken: the command checks the lock's token.
-func withToken(l *Lock, o *node.Op) { o.Token, o.TokenArg = l.token, l.tokenArg }
+func withToken(l *Lock, o *node.Op) { o.Token, o.TokenArg = l.id.token, l.id.tokenArg }
 
 // everyKeyToken: the command covers every key, each with the token.
 func everyKeyToken(l *Lock, o *node.Op) {
-	o.Keys, o.Tokens = l.keyArgs, slices.Repeat([]any{l.tokenArg}, len(l.keyArgs))
+	o.Keys, o.Tokens = l.id.keyArgs, slices.Repeat([]any{l.id.tokenArg}, len(l.id.keyArgs))
 }

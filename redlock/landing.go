@@ -81,7 +81,7 @@ func (l *Lock) chain(rd *round, hold []bool) []bool {
 func (l *Lock) late(rep quorum.Reply) {
 	var gen uint64 // a session lock's generation on the node, if it said yes
 	if l.hold.sess != nil && rep.Err == nil && rep.Int > 0 {
-		gen = l.hold.sess.accepted(rep.Node, rep.Int, l.acquired)
+		gen = l.hold.sess.accepted(rep.Node, rep.Int, l.life.acquired)
 	}
 	l.mu.Lock()
 	l.landing.nodes[rep.Node] = false
@@ -91,13 +91,13 @@ func (l *Lock) late(rep quorum.Reply) {
 		}
 		l.landing.unsure[rep.Node] = true
 	}
-	keep := !l.released && !l.lost && l.cfg.now().Before(l.deadlineLocked())
-	free := l.released || !keep && l.hold.sess != nil                  // nobody can count on the token any more
+	keep := !l.life.released && !l.life.lost && l.cfg.now().Before(l.deadlineLocked())
+	free := l.life.released || !keep && l.hold.sess != nil             // nobody can count on the token any more
 	waited := l.place.waiter != "" && !(rep.Err == nil && rep.Int > 0) // it may wait in the line there
 	l.place.inLine = l.place.inLine || waited
 	if keep && gen != 0 { // the node counts for the lock from now on
 		l.hold.gens[rep.Node] = gen
-		l.hold.keyUntil[rep.Node] = drift.Deadline(l.acquired, keyTTL(l.cfg), l.cfg.driftFactor)
+		l.hold.keyUntil[rep.Node] = drift.Deadline(l.life.acquired, keyTTL(l.cfg), l.cfg.driftFactor)
 	}
 	var buf [4]chainedSend
 	waiting := buf[:0]
@@ -119,7 +119,7 @@ func (l *Lock) late(rep quorum.Reply) {
 		}
 	}
 	if waited {
-		l.c.leaveLine(l.cfg, l.rkey, l.place.waiter, false, func(i int) bool { return i == rep.Node }, false)
+		l.c.leaveLine(l.cfg, l.id.rkey, l.place.waiter, false, func(i int) bool { return i == rep.Node }, false)
 	}
 	if free {
 		l.releaseLate(rep, releasing)

@@ -8,6 +8,18 @@ import (
 	"time"
 )
 
+// lifetime is a Lock's validity and end, guarded by the Lock's mu; this
+// file ends it (released or lost) and hands out its lease.
+type lifetime struct {
+	acquired time.Time // start of the acquiring round
+	deadline time.Time // end of validity on the local monotonic clock
+	released bool      // Release or Close ran
+	lost     bool      // the lock was lost (sticky: a later release keeps it)
+	lossErr  error     // why it was lost: ErrLockLost with the reason (nil: none given)
+	lastFail error     // the last renewal's failure, since its last success (nil: none)
+	lease    *lease    // created on first use of Done, Err or Context, or by auto-extension
+}
+
 // lease is the local view of a lock's validity: a context cancelled with
 // ErrReleased or ErrLockLost as its cause, the cancel functions of the
 // contexts handed out by Lock.Context (cancelled at the same moment, not by a
@@ -41,9 +53,9 @@ func (ls *lease) end(cause error) {
 // cause is why a lock that is no longer held ended; l.mu must be held.
 func (l *Lock) causeLocked() error {
 	switch {
-	case l.lost && l.lossErr != nil:
-		return l.lossErr
-	case l.lost:
+	case l.life.lost && l.life.lossErr != nil:
+		return l.life.lossErr
+	case l.life.lost:
 		return ErrLockLost
 	}
 	return ErrReleased
@@ -55,19 +67,19 @@ func (l *Lock) causeLocked() error {
 // the nodes that failed. It reports whether the lock was held until now, and
 // the reason. l.mu must be held.
 func (l *Lock) loseLocked(why string) (bool, string) {
-	if l.released || l.lost {
+	if l.life.released || l.life.lost {
 		return l.endLocked(true), ""
 	}
 	var parts []string
-	if l.lastFail != nil {
-		parts = append(parts, "the last renewal failed: "+strings.TrimPrefix(l.lastFail.Error(), "redlock: "))
+	if l.life.lastFail != nil {
+		parts = append(parts, "the last renewal failed: "+strings.TrimPrefix(l.life.lastFail.Error(), "redlock: "))
 	}
 	if why != "" {
 		parts = append(parts, why)
 	}
 	why = strings.Join(parts, "; ")
 	if why != "" {
-		l.lossErr = fmt.Errorf("%w: %s", ErrLockLost, why)
+		l.life.lossErr = fmt.Errorf("%w: %s", ErrLockLost, why)
 	}
 	return l.endLocked(true), why
 }
@@ -75,14 +87,14 @@ func (l *Lock) loseLocked(why string) (bool, string) {
 // leaseLocked returns the lock's lease, creating it on first use; l.mu must
 // be held.
 func (l *Lock) leaseLocked() *lease {
-	if l.lease != nil {
-		return l.lease
+	if l.life.lease != nil {
+		return l.life.lease
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	ls := &lease{ctx: ctx, cancel: cancel, children: map[int]context.CancelCauseFunc{}}
 	ls.timer = time.AfterFunc(l.deadlineLocked().Sub(l.cfg.now()), l.expire)
-	l.lease = ls
-	if l.released || l.lost {
+	l.life.lease = ls
+	if l.life.released || l.life.lost {
 		ls.end(l.causeLocked())
 	}
 	return ls
@@ -92,12 +104,12 @@ func (l *Lock) leaseLocked() *lease {
 // extend moved the deadline meanwhile.
 func (l *Lock) expire() {
 	l.mu.Lock()
-	if l.released || l.lost {
+	if l.life.released || l.life.lost {
 		l.mu.Unlock()
 		return
 	}
 	if left := l.deadlineLocked().Sub(l.cfg.now()); left > 0 {
-		l.lease.rearm(left)
+		l.life.lease.rearm(left)
 		l.mu.Unlock()
 		return
 	}
@@ -111,24 +123,24 @@ func (l *Lock) expire() {
 // cause, and forgets a lost lock in the Client (its keys expire with their
 // TTL). It reports whether the lock was held until now. l.mu must be held.
 func (l *Lock) endLocked(lost bool) bool {
-	wasHeld := !l.released && !l.lost
+	wasHeld := !l.life.released && !l.life.lost
 	if lost {
-		if l.released {
+		if l.life.released {
 			return false
 		}
-		l.lost = true
+		l.life.lost = true
 	} else {
-		l.released = true
+		l.life.released = true
 	}
 	if !wasHeld {
 		return false
 	}
-	if l.lease != nil {
-		l.lease.end(l.causeLocked())
+	if l.life.lease != nil {
+		l.life.lease.end(l.causeLocked())
 	}
 	if lost {
 		l.c.untrack(l)
-		l.c.unclaim(l.cfg, l.eachKey, l.token)
+		l.c.unclaim(l.cfg, l.eachKey, l.id.token)
 	}
 	if l.hold.sess != nil {
 		l.hold.sess.remove(l)
@@ -151,11 +163,11 @@ func (l *Lock) Done() <-chan struct{} {
 func (l *Lock) Err() error {
 	l.mu.Lock()
 	lostNow, why := false, ""
-	if !l.released && !l.lost && !l.cfg.now().Before(l.deadlineLocked()) {
+	if !l.life.released && !l.life.lost && !l.cfg.now().Before(l.deadlineLocked()) {
 		lostNow, why = l.loseLocked("validity ran out")
 	}
 	var err error
-	if l.released || l.lost {
+	if l.life.released || l.life.lost {
 		err = l.causeLocked()
 	}
 	l.mu.Unlock()

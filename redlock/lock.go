@@ -15,12 +15,8 @@ import (
 	"github.com/quorumlock/quorumlock/internal/quorum"
 )
 
-// Lock is a lock acquired on a quorum of nodes, the handle that extends,
-// checks and releases it. Every method is safe for concurrent use; Extend
-// and Release run one at a time, and the other methods never wait for them.
-type Lock struct {
-	c     *Client
-	cfg   *config
+// lockID is what a Lock holds, and as whom.
+type lockID struct {
 	key   string // as the caller named it (several keys: joined by ", ")
 	rkey  string // the Redis key (several keys: the first)
 	token string
@@ -28,29 +24,32 @@ type Lock struct {
 	// keys (as command arguments); nil for a lock of one key.
 	keys    []string
 	keyArgs []any
-	kind    *kind     // which commands it runs (kinds.go)
-	permit  *permitOf // a semaphore's permit, else nil
-	fence   uint64    // 0 without fencing
+	// keyArg and tokenArg are rkey and token boxed as command arguments
+	// by the acquiring round, reused by renewals and the release.
+	keyArg, tokenArg any
+	permit           *permitOf // a semaphore's permit, else nil
+	fence            uint64    // 0 without fencing
+}
+
+// Lock is a lock acquired on a quorum of nodes, the handle that extends,
+// checks and releases it. Every method is safe for concurrent use; Extend
+// and Release run one at a time, and the other methods never wait for them.
+type Lock struct {
+	c    *Client
+	cfg  *config
+	id   lockID // what it holds, and as whom: set by newLock, read-only after
+	kind *kind  // which commands it runs (kinds.go)
 
 	// op serialises Extend and Release: a one-slot semaphore rather than a
 	// mutex, because it is held across I/O and a goroutine waiting on a
 	// channel is durably blocked for testing/synctest, unlike one on a mutex.
 	op chan struct{}
 
-	mu       sync.Mutex
-	deadline time.Time // end of validity on the local monotonic clock
-	released bool      // Release or Close ran
-	lost     bool      // the lock was lost (sticky: a later release keeps it)
-	lossErr  error     // why it was lost: ErrLockLost with the reason (nil: none given)
-	lastFail error     // the last renewal's failure, since its last success (nil: none)
-	acquired time.Time // start of the acquiring round
-	lease    *lease    // created on first use of Done, Err or Context, or by auto-extension
+	mu   sync.Mutex // guards life, place, landing and hold
+	life lifetime   // its validity, and whether it was released or lost (lease.go)
 
-	// keyArg and tokenArg are rkey and token boxed as command arguments
-	// by the acquiring round, reused by renewals and the release.
-	keyArg, tokenArg any
-	place            linePlace // its acquiring call's place in the key's line (line.go); guarded by mu
-	landing          landing   // what of its acquiring round has not answered yet (landing.go); guarded by mu
+	place   linePlace // its acquiring call's place in the key's line (line.go); guarded by mu
+	landing landing   // what of its acquiring round has not answered yet (landing.go); guarded by mu
 
 	hold sessionHold // a session lock's hold on its session (session.go); guarded by mu
 
@@ -60,19 +59,19 @@ type Lock struct {
 // Key returns the lock's key without prefix (of several keys, the first; of
 // a semaphore's permit, the semaphore's name).
 func (l *Lock) Key() string {
-	if l.keys != nil {
-		return l.keys[0]
+	if l.id.keys != nil {
+		return l.id.keys[0]
 	}
-	return l.key
+	return l.id.key
 }
 
 // Keys returns every key the lock covers, without prefix, in the caller's
 // order, in a slice the caller may modify.
 func (l *Lock) Keys() []string {
-	if l.keys != nil {
-		return slices.Clone(l.keys)
+	if l.id.keys != nil {
+		return slices.Clone(l.id.keys)
 	}
-	return []string{l.key}
+	return []string{l.id.key}
 }
 
 // Shared reports whether the lock is one of its key's shared holders
@@ -82,10 +81,10 @@ func (l *Lock) Shared() bool { return l.kind == kindShared }
 // Permit returns which of its semaphore's permits the lock is, from 0 to
 // Permits()-1, or -1 for a lock that is no permit.
 func (l *Lock) Permit() int {
-	if l.permit == nil {
+	if l.id.permit == nil {
 		return -1
 	}
-	return l.permit.slot
+	return l.id.permit.slot
 }
 
 // permitOf is what a semaphore's permit extends besides its key.
@@ -97,18 +96,18 @@ type permitOf struct {
 
 // Token returns the lock's token, which Client.Resume takes: the attempt's
 // value, then, with WithMetadata, the byte 0x1d and the description.
-func (l *Lock) Token() string { return l.token }
+func (l *Lock) Token() string { return l.id.token }
 
 // Metadata returns the holder's description the lock carries (WithMetadata),
 // "" when none.
 func (l *Lock) Metadata() string {
-	_, meta := node.SplitToken(l.token)
+	_, meta := node.SplitToken(l.id.token)
 	return meta
 }
 
 // Fence returns the lock's fencing token (WithFencing), strictly greater
 // than every earlier holder's of the key; 0 without fencing.
-func (l *Lock) Fence() uint64 { return l.fence }
+func (l *Lock) Fence() uint64 { return l.id.fence }
 
 // Deadline returns the end of the lock's validity (the start of its last
 // acquiring or extending round + TTL − drift allowance): do not act under
@@ -119,13 +118,13 @@ func (l *Lock) Deadline() time.Time {
 	return l.deadlineLocked()
 }
 
-// deadlineLocked is the lock's deadline: l.deadline, which a session lock
+// deadlineLocked is the lock's deadline: l.life.deadline, which a session lock
 // computes anew from its session while it is held. l.mu must be held.
 func (l *Lock) deadlineLocked() time.Time {
-	if l.hold.sess != nil && !l.released && !l.lost {
-		l.deadline = l.hold.sess.deadline(l)
+	if l.hold.sess != nil && !l.life.released && !l.life.lost {
+		l.life.deadline = l.hold.sess.deadline(l)
 	}
-	return l.deadline
+	return l.life.deadline
 }
 
 // Extend makes the lock live at least ttl (0: its TTL) more on the nodes
@@ -145,19 +144,19 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		ttl = cfg.ttl
 	}
 	if ttl < time.Millisecond {
-		return fmt.Errorf("redlock: extend %q: TTL %v must be at least 1ms (0 means the lock's TTL)", l.key, ttl)
+		return fmt.Errorf("redlock: extend %q: TTL %v must be at least 1ms (0 means the lock's TTL)", l.id.key, ttl)
 	}
 	ttl = ttl.Truncate(time.Millisecond)
 	if err := drift.Check(ttl, cfg.driftFactor, cfg.nodeTimeout); err != nil {
-		return fmt.Errorf("redlock: extend %q: %w", l.key, err)
+		return fmt.Errorf("redlock: extend %q: %w", l.id.key, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("redlock: extend %q: not attempted: %w", l.key, err)
+		return fmt.Errorf("redlock: extend %q: not attempted: %w", l.id.key, err)
 	}
 	select { // one Extend or Release at a time
 	case l.op <- struct{}{}:
 	case <-ctx.Done():
-		return fmt.Errorf("redlock: extend %q: waiting for the previous extend: %w", l.key, ctx.Err())
+		return fmt.Errorf("redlock: extend %q: waiting for the previous extend: %w", l.id.key, ctx.Err())
 	}
 	handed := false // the slot is handed to freeAfter
 	defer func() {
@@ -177,13 +176,13 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return l.extendSession(ctx, ttl, start)
 	}
 
-	o := node.Op{Key: l.rkey, Token: l.token, TTL: ttl, KeyArg: l.keyArg, TokenArg: l.tokenArg}
+	o := node.Op{Key: l.id.rkey, Token: l.id.token, TTL: ttl, KeyArg: l.id.keyArg, TokenArg: l.id.tokenArg}
 	if l.kind.extendOp != nil {
 		l.kind.extendOp(l, &o)
 	}
 	rd := l.c.run(ctx, cfg, send{spec: l.kind.extend, o: o, l: l})
 	rd.settle(nil)
-	err := l.extended(ctx, rd.won(), rd.gone(), func() *QuorumError { return rd.quorumError(l.key) }, start, ttl)
+	err := l.extended(ctx, rd.won(), rd.gone(), func() *QuorumError { return rd.quorumError(l.id.key) }, start, ttl)
 	handed = true
 	l.freeAfter(ctx, rd)
 	return err
@@ -217,25 +216,25 @@ func (l *Lock) extended(ctx context.Context, won, gone bool, quorumErr func() *Q
 	lostNow, why := false, ""
 	l.mu.Lock()
 	switch {
-	case l.released:
+	case l.life.released:
 		err = ErrReleased
-	case l.lost: // the lease ran out during the round: it stays lost
+	case l.life.lost: // the lease ran out during the round: it stays lost
 		err = ErrLockLost
 	case won && end.Before(deadline):
-		l.deadline, l.lastFail = deadline, nil
-		l.lease.rearm(deadline.Sub(cfg.now()))
+		l.life.deadline, l.life.lastFail = deadline, nil
+		l.life.lease.rearm(deadline.Sub(cfg.now()))
 	default:
-		if deadline.Before(l.deadline) {
-			l.deadline = deadline
-			l.lease.rearm(deadline.Sub(cfg.now()))
+		if deadline.Before(l.life.deadline) {
+			l.life.deadline = deadline
+			l.life.lease.rearm(deadline.Sub(cfg.now()))
 		}
 		qe = quorumErr()
 		qe.Elapsed = end.Sub(start)
 		if won {
 			qe.Validity = deadline.Sub(end)
 		}
-		err, l.lastFail = qe, qe
-		if gone || !end.Before(l.deadline) {
+		err, l.life.lastFail = qe, qe
+		if gone || !end.Before(l.life.deadline) {
 			lostNow, why = l.loseLocked("")
 			err = fmt.Errorf("%w: %w", ErrLockLost, qe)
 		}
@@ -254,7 +253,7 @@ func (l *Lock) extended(ctx context.Context, won, gone bool, quorumErr func() *Q
 // was released, lost, or its deadline passed (which marks it lost).
 func (l *Lock) usable(now time.Time) error {
 	l.mu.Lock()
-	released, wasLost := l.released, l.lost
+	released, wasLost := l.life.released, l.life.lost
 	deadline := l.deadlineLocked()
 	lost, why := false, ""
 	if !released && !wasLost && !now.Before(deadline) {
@@ -292,7 +291,7 @@ func (l *Lock) release(ctx context.Context) error {
 	l.op <- struct{}{} // one Extend or Release at a time
 	defer func() { <-l.op }()
 	l.mu.Lock()
-	released := l.released
+	released := l.life.released
 	l.mu.Unlock()
 	if released {
 		return ErrReleased
@@ -339,12 +338,12 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 		}
 	}
 	if !rd.won() {
-		err = rd.quorumError(l.key)
+		err = rd.quorumError(l.id.key)
 	}
 	rd.finish(retry)
-	c.unclaim(cfg, l.eachKey, l.token)
+	c.unclaim(cfg, l.eachKey, l.id.token)
 	if cfg.debug(ctx) {
-		cfg.logger.Debug("redlock: released", "key", l.key, "took", time.Since(rd.start), "err", err)
+		cfg.logger.Debug("redlock: released", "key", l.id.key, "took", time.Since(rd.start), "err", err)
 	}
 	if cfg.observer != nil {
 		e := l.event(time.Since(rd.start), err).withRound(rd)
@@ -359,7 +358,7 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 // may be in it.
 func (l *Lock) releaseOp() node.Op {
 	c, cfg := l.c, l.cfg
-	o := node.Op{Key: l.rkey, Keys: l.keyArgs, Token: l.token, KeyArg: l.keyArg, TokenArg: l.tokenArg, Grace: c.grace(cfg)}
+	o := node.Op{Key: l.id.rkey, Keys: l.id.keyArgs, Token: l.id.token, KeyArg: l.id.keyArg, TokenArg: l.id.tokenArg, Grace: c.grace(cfg)}
 	l.mu.Lock()
 	if l.place.inLine {
 		o.Waiter, o.LineTTL = l.place.waiter, stayOut(cfg)
@@ -376,7 +375,7 @@ func (l *Lock) settleRelease(rd *round) {
 	case c.handoff:
 		// The nodes hand the key to the first waiter and name it; if it
 		// is a waiter of this Client, it tries now.
-		l.eachKey(func(rkey string) { c.notes.Releasing(rkey, l.token) })
+		l.eachKey(func(rkey string) { c.notes.Releasing(rkey, l.id.token) })
 		var handed wake.Tally
 		for rep, yes, ok := rd.next(); ok; rep, yes, ok = rd.next() {
 			if yes {
@@ -384,29 +383,29 @@ func (l *Lock) settleRelease(rd *round) {
 			}
 		}
 		if w := handed.Most(); w != "" {
-			c.notes.HandedTo(l.rkey, l.token, w)
+			c.notes.HandedTo(l.id.rkey, l.id.token, w)
 		}
 	case c.queued:
 		// Each node runs the commands of a batch in order: a waiter's SET
 		// sent now most likely lands behind our delete, so it may try at
 		// once (if it does not, it is told "taken" and waits again).
-		l.eachKey(func(rkey string) { c.notes.Released(rkey, l.token) })
+		l.eachKey(func(rkey string) { c.notes.Released(rkey, l.id.token) })
 		rd.settle(nil)
 	default:
 		rd.settle(nil)
 		if rd.won() {
-			l.eachKey(func(rkey string) { c.notes.Released(rkey, l.token) }) // a waiter of this Client tries now
+			l.eachKey(func(rkey string) { c.notes.Released(rkey, l.id.token) }) // a waiter of this Client tries now
 		}
 	}
 }
 
 // eachKey calls f with each of the lock's Redis keys.
 func (l *Lock) eachKey(f func(rkey string)) {
-	if l.keys == nil {
-		f(l.rkey)
+	if l.id.keys == nil {
+		f(l.id.rkey)
 		return
 	}
-	for _, k := range l.keyArgs {
+	for _, k := range l.id.keyArgs {
 		f(k.(string))
 	}
 }
@@ -420,12 +419,12 @@ var errUnknownFate = errors.New("the acquire command's fate is unknown")
 // returns the nodes whose acquire failed without a reply.
 func (l *Lock) endForRelease() (unsure []bool, err error) {
 	l.mu.Lock()
-	if l.released {
+	if l.life.released {
 		l.mu.Unlock()
 		return nil, ErrReleased
 	}
 	lost, why := false, ""
-	if !l.lost && !l.cfg.now().Before(l.deadlineLocked()) {
+	if !l.life.lost && !l.cfg.now().Before(l.deadlineLocked()) {
 		lost, why = l.loseLocked("validity ran out")
 	}
 	l.endLocked(false)
@@ -451,7 +450,7 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	defer c.wg.Done()
-	o := node.Op{Key: l.rkey, KeyArg: l.keyArg}
+	o := node.Op{Key: l.id.rkey, KeyArg: l.id.keyArg}
 	if l.kind.heldOp != nil {
 		l.kind.heldOp(l, &o)
 	}
@@ -465,7 +464,7 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 		l.declareLost("a quorum of nodes no longer hold the token")
 		return false, nil
 	}
-	qe := rd.quorumError(l.key)
+	qe := rd.quorumError(l.id.key)
 	if err := callerErr(ctx); err != nil { // the caller stopped waiting
 		return false, fmt.Errorf("%w: %w", qe, err)
 	}
@@ -477,20 +476,20 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 // begun (the caller rolls back).
 func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquisition) *Lock {
 	op := a.rd.op
-	l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), key: key, rkey: op.Key, token: op.Token, keyArg: op.KeyArg, tokenArg: op.TokenArg,
-		acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor)}
+	l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), id: lockID{key: key, rkey: op.Key, token: op.Token, keyArg: op.KeyArg, tokenArg: op.TokenArg},
+		life: lifetime{acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor)}}
 	l.renewal.l = l
 	l.kind, l.landing.resumed = a.kind, op.Kind == node.Resume
 	if a.kind.allKeys {
-		l.keys, l.keyArgs = a.keys, op.Keys
+		l.id.keys, l.id.keyArgs = a.keys, op.Keys
 	}
 	if a.kind == kindPermit {
-		l.permit = &permitOf{count: op.Keys[0].(string), permits: op.Permits, slot: op.Slot}
+		l.id.permit = &permitOf{count: op.Keys[0].(string), permits: op.Permits, slot: op.Slot}
 	}
 	l.landing.nodes = append(l.landing.v[:0], a.rd.out...)
 	l.place.waiter, l.place.inLine = a.waiter, a.inLine
 	if cfg.fencing {
-		l.fence = a.fence
+		l.id.fence = a.fence
 	}
 	if a.sess != nil {
 		l.hold.sess, l.hold.gens, l.hold.keyUntil = a.sess, a.gens, make([]time.Time, len(a.gens))
@@ -508,7 +507,7 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 		l.landing.unsure = slices.Clone(a.unsure)
 	}
 	if l.place.inLine { // it holds the key; it must not be handed it where it waits
-		c.leaveLine(cfg, l.rkey, l.place.waiter, false, func(i int) bool { return !a.said[i] && !l.landing.nodes[i] }, false)
+		c.leaveLine(cfg, l.id.rkey, l.place.waiter, false, func(i int) bool { return !a.said[i] && !l.landing.nodes[i] }, false)
 	}
 	a.rd.finish(l.late)
 	if cfg.autoExtend {
@@ -522,7 +521,7 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 func (l *Lock) acquiredBy(ctx context.Context, a *acquisition) {
 	cfg := l.cfg
 	if cfg.debug(ctx) {
-		cfg.logger.Debug("redlock: acquired", "key", l.key, "took", a.elapsed, "deadline", l.Deadline())
+		cfg.logger.Debug("redlock: acquired", "key", l.id.key, "took", a.elapsed, "deadline", l.Deadline())
 	}
 	if cfg.observer != nil {
 		e := l.event(a.elapsed, nil).withRound(a.rd)
@@ -573,7 +572,7 @@ func (c *Client) sweep(all []*Lock) {
 	}
 	c.mu.Unlock()
 	for _, l := range expired {
-		c.unclaim(l.cfg, l.eachKey, l.token)
+		c.unclaim(l.cfg, l.eachKey, l.id.token)
 	}
 	c.mu.Lock()
 	c.sweepAt = max(64, 2*len(c.held))

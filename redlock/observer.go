@@ -108,7 +108,7 @@ var _ Observer = NopObserver{}
 
 // event describes l now.
 func (l *Lock) event(took time.Duration, err error) Event {
-	return Event{Key: l.key, Token: l.token, Took: took, Deadline: l.Deadline(), Err: err}
+	return Event{Key: l.id.key, Token: l.id.token, Took: took, Deadline: l.Deadline(), Err: err}
 }
 
 // withRound adds rd's quorum and per-node outcomes to e.
@@ -168,7 +168,7 @@ func (c *Client) observe(cfg *config, fn func(Observer)) {
 // lostLock handles a lock that was just lost: it reports it to the log and
 // the observer, and deletes a session lock's key (releaseLost).
 func (c *Client) lostLock(l *Lock, why string) {
-	l.cfg.logger.Warn("redlock: lock lost", "key", l.key, "why", why)
+	l.cfg.logger.Warn("redlock: lock lost", "key", l.id.key, "why", why)
 	c.observe(l.cfg, func(o Observer) { o.Lost(l.event(0, ErrLockLost)) })
 	c.releaseLost(l)
 }

@@ -125,7 +125,7 @@ func memHolders(ps []*sendPool, l *Lock) int {
 	n := 0
 	for _, p := range ps {
 		p.memPool.mu.Lock()
-		if e, ok := p.get(l.rkey); ok && p.owner(l.rkey, e.val) == l.token {
+		if e, ok := p.get(l.id.rkey); ok && p.owner(l.id.rkey, e.val) == l.id.token {
 			n++
 		}
 		p.memPool.mu.Unlock()
@@ -153,7 +153,7 @@ func TestRenewalBatches(t *testing.T) {
 		}
 		for _, l := range ls {
 			if l.Err() != nil || memHolders(ps, l) != 5 {
-				t.Fatalf("%s: Err %v, %d holders", l.key, l.Err(), memHolders(ps, l))
+				t.Fatalf("%s: Err %v, %d holders", l.id.key, l.Err(), memHolders(ps, l))
 			}
 		}
 	})
@@ -180,7 +180,7 @@ func TestRenewalReleaseMidBatch(t *testing.T) {
 		}
 		time.Sleep(10 * time.Second)
 		for _, e := range rec.of("extended") {
-			if e.ev.Key == victim.key && e.at.After(released(t, rec, victim)) {
+			if e.ev.Key == victim.id.key && e.at.After(released(t, rec, victim)) {
 				t.Fatalf("renewed %v after its Release", e.at.Sub(released(t, rec, victim)))
 			}
 		}
@@ -189,7 +189,7 @@ func TestRenewalReleaseMidBatch(t *testing.T) {
 		}
 		for _, l := range ls[1:] {
 			if l.Err() != nil || memHolders(ps, l) != 5 {
-				t.Fatalf("%s: Err %v, %d holders", l.key, l.Err(), memHolders(ps, l))
+				t.Fatalf("%s: Err %v, %d holders", l.id.key, l.Err(), memHolders(ps, l))
 			}
 		}
 	})
@@ -198,11 +198,11 @@ func TestRenewalReleaseMidBatch(t *testing.T) {
 func released(t *testing.T, rec *recorder, l *Lock) time.Time {
 	t.Helper()
 	for _, e := range rec.of("released") {
-		if e.ev.Key == l.key {
+		if e.ev.Key == l.id.key {
 			return e.at
 		}
 	}
-	t.Fatalf("%s was not released", l.key)
+	t.Fatalf("%s was not released", l.id.key)
 	return time.Time{}
 }
 
@@ -224,7 +224,7 @@ func TestRenewalNodeDropsBatch(t *testing.T) {
 			}
 			for _, l := range ls {
 				if l.Err() != nil {
-					t.Fatalf("%d droppers: %s lost: %v", droppers, l.key, l.Err())
+					t.Fatalf("%d droppers: %s lost: %v", droppers, l.id.key, l.Err())
 				}
 			}
 			if err := c.Close(); err != nil {
@@ -252,7 +252,7 @@ func TestRenewalSlowerThanNodeTimeout(t *testing.T) {
 		}
 		for _, l := range ls {
 			if l.Err() != nil {
-				t.Fatalf("%s lost: %v", l.key, l.Err())
+				t.Fatalf("%s lost: %v", l.id.key, l.Err())
 			}
 		}
 	})
@@ -277,7 +277,7 @@ func TestCloseCutsRenewalWait(t *testing.T) {
 		}
 		for _, l := range ls {
 			if !errors.Is(l.Err(), ErrReleased) {
-				t.Fatalf("%s after Close: %v", l.key, l.Err())
+				t.Fatalf("%s after Close: %v", l.id.key, l.Err())
 			}
 		}
 	})

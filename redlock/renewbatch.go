@@ -41,7 +41,7 @@ func (r *renewer) renew(batch []*Lock) {
 		default:
 			k := renewKey{ttl: ttl, timeout: l.cfg.nodeTimeout, quorum: l.cfg.quorum, keys: l.hold.sess != nil, slot: -1}
 			if c.slotted { // one command's keys must share a slot on a Cluster
-				k.slot = node.Slot(l.rkey)
+				k.slot = node.Slot(l.id.rkey)
 			}
 			groups[k] = append(groups[k], l)
 		}
@@ -102,9 +102,9 @@ func (l *Lock) renewalTTL(now time.Time) (time.Duration, bool) {
 	}
 	ttl := cfg.ttl
 	if cfg.maxHold > 0 {
-		remaining := l.acquired.Add(cfg.maxHold).Sub(now)
+		remaining := l.life.acquired.Add(cfg.maxHold).Sub(now)
 		if drift.Check(remaining, cfg.driftFactor, cfg.nodeTimeout) != nil {
-			cfg.logger.Warn("redlock: maximum hold time reached; the lock is left to expire", "key", l.key, "max_hold", cfg.maxHold)
+			cfg.logger.Warn("redlock: maximum hold time reached; the lock is left to expire", "key", l.id.key, "max_hold", cfg.maxHold)
 			return 0, false // the lease timer marks it lost at its deadline
 		}
 		ttl = min(ttl, remaining.Truncate(time.Millisecond)) // never renewed past acquisition + maxHold
@@ -192,7 +192,7 @@ func (r *renewer) start(ls []*Lock, ttl time.Duration) *renewal {
 	left := cfg.ttl
 	keys, tokens := make([]any, len(ls)), make([]any, len(ls))
 	for i, l := range ls {
-		keys[i], tokens[i] = l.keyArg, l.tokenArg
+		keys[i], tokens[i] = l.id.keyArg, l.id.tokenArg
 		left = min(left, l.Deadline().Sub(now)-cfg.nodeTimeout)
 	}
 	cfg.nodeTimeout = min(max(cfg.nodeTimeout, left/2), cleanupTimeout(&cfg))
@@ -274,7 +274,7 @@ func (rn *renewal) quorumError(i int) *QuorumError {
 	}
 	elapsed := time.Since(rd.start)
 	markUnanswered(res, rd.r.Err(), elapsed)
-	return &QuorumError{Op: "extend", Key: rn.ls[i].key, Quorum: rd.q, Nodes: res, Elapsed: elapsed}
+	return &QuorumError{Op: "extend", Key: rn.ls[i].id.key, Quorum: rd.q, Nodes: res, Elapsed: elapsed}
 }
 
 // refreshed records a session lock's key refresh: each node that confirmed
@@ -299,8 +299,8 @@ func (rn *renewal) refreshed(r *renewer, i int, l *Lock) {
 			l.hold.keyUntil[j] = later(l.hold.keyUntil[j], until)
 		default:
 			l.hold.gens[j], all = 0, false
-			if !l.released && !l.lost {
-				l.lease.rearm(l.deadlineLocked().Sub(cfg.now()))
+			if !l.life.released && !l.life.lost {
+				l.life.lease.rearm(l.deadlineLocked().Sub(cfg.now()))
 			}
 		}
 	}

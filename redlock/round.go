@@ -72,7 +72,7 @@ var (
 
 func intPositive(rep quorum.Reply, _ *Lock) bool { return rep.Int > 0 }
 
-func holdsToken(rep quorum.Reply, l *Lock) bool { return rep.Str == l.token }
+func holdsToken(rep quorum.Reply, l *Lock) bool { return rep.Str == l.id.token }
 
 // everyKey: an ExtendMany of one lock's keys confirms when every key held
 // the token.

@@ -181,8 +181,8 @@ func (s *session) snapshotLocked(dropped bool) []*Lock {
 func rearm(ls []*Lock) {
 	for _, l := range ls {
 		l.mu.Lock()
-		if !l.released && !l.lost {
-			l.lease.rearm(l.deadlineLocked().Sub(l.cfg.now()))
+		if !l.life.released && !l.life.lost {
+			l.life.lease.rearm(l.deadlineLocked().Sub(l.cfg.now()))
 		}
 		l.mu.Unlock()
 	}
@@ -204,7 +204,7 @@ func (s *session) deadline(l *Lock) time.Time {
 	s.mu.Unlock()
 	q := l.cfg.quorumOf(len(l.hold.gens))
 	if len(ts) < q {
-		return l.acquired
+		return l.life.acquired
 	}
 	slices.SortFunc(ts, func(a, b time.Time) int { return b.Compare(a) })
 	return ts[q-1]
@@ -381,7 +381,7 @@ func (sr *sessionRenewal) Deliver(n int, r node.Result) {
 func (l *Lock) extendSession(ctx context.Context, ttl time.Duration, start time.Time) error {
 	s, cfg := l.hold.sess, l.cfg
 	if ttl != cfg.ttl {
-		return fmt.Errorf("redlock: extend %q: an auto-extended lock is renewed with its session, to its TTL (%v); extend it with 0 or that TTL, or acquire it without auto-extension to extend it to %v", l.key, cfg.ttl, ttl)
+		return fmt.Errorf("redlock: extend %q: an auto-extended lock is renewed with its session, to its TTL (%v); extend it with 0 or that TTL, or acquire it without auto-extension to extend it to %v", l.id.key, cfg.ttl, ttl)
 	}
 	replies := make(chan sessionReply, len(l.hold.gens))
 	sent := s.send(start, replies)
@@ -407,7 +407,7 @@ wait:
 	}
 	elapsed := cfg.now().Sub(start)
 	markUnanswered(res, context.DeadlineExceeded, elapsed)
-	qe := &QuorumError{Op: "extend", Key: l.key, Quorum: cfg.quorumOf(len(res)), Nodes: res, Elapsed: elapsed}
+	qe := &QuorumError{Op: "extend", Key: l.id.key, Quorum: cfg.quorumOf(len(res)), Nodes: res, Elapsed: elapsed}
 	if err := callerErr(ctx); err != nil {
 		return fmt.Errorf("%w: %w", qe, err)
 	}

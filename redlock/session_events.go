@@ -50,7 +50,7 @@ func (s *session) renewed(cy *sessionCycle, answered, confirmed bool) {
 			l.cfg.observer.Extended(l.event(took, nil))
 			continue
 		}
-		err := fmt.Errorf("redlock: renewal session of %q: %d of %d nodes confirmed its renewal, %d needed: %w", l.key, confirmedBy, sent, q, ErrNotHeld)
+		err := fmt.Errorf("redlock: renewal session of %q: %d of %d nodes confirmed its renewal, %d needed: %w", l.id.key, confirmedBy, sent, q, ErrNotHeld)
 		l.cfg.observer.ExtendFailed(l.event(took, err))
 	}
 }

@@ -22,13 +22,13 @@ func TestSessionLocksFireExtended(t *testing.T) {
 			per[e.ev.Key] = append(per[e.ev.Key], e)
 		}
 		for _, l := range ls {
-			evs := per[l.key]
+			evs := per[l.id.key]
 			if len(evs) < 9 {
-				t.Fatalf("%s: %d Extended events in 10s of renewals every second; want at least 9", l.key, len(evs))
+				t.Fatalf("%s: %d Extended events in 10s of renewals every second; want at least 9", l.id.key, len(evs))
 			}
 			for i := 1; i < len(evs); i++ {
 				if !evs[i].ev.Deadline.After(evs[i-1].ev.Deadline) {
-					t.Fatalf("%s: Extended event %d has deadline %v, not after the one before (%v)", l.key, i, evs[i].ev.Deadline, evs[i-1].ev.Deadline)
+					t.Fatalf("%s: Extended event %d has deadline %v, not after the one before (%v)", l.id.key, i, evs[i].ev.Deadline, evs[i-1].ev.Deadline)
 				}
 			}
 		}

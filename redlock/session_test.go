@@ -35,7 +35,7 @@ func TestSessionRenewalCostIsPerNode(t *testing.T) {
 		time.Sleep(10 * time.Second)
 		for _, l := range ls {
 			if err := l.Err(); err != nil || memHolders(ps, l) < 3 {
-				t.Fatalf("%s: err %v, held on %d nodes", l.key, err, memHolders(ps, l))
+				t.Fatalf("%s: err %v, held on %d nodes", l.id.key, err, memHolders(ps, l))
 			}
 		}
 		for i, p := range ps {
@@ -64,7 +64,7 @@ func TestSessionDeathLosesEveryLock(t *testing.T) {
 		for _, l := range ls {
 			<-l.Done()
 			if !errors.Is(l.Err(), ErrLockLost) {
-				t.Fatalf("%s: Err %v after Done, want ErrLockLost", l.key, l.Err())
+				t.Fatalf("%s: Err %v after Done, want ErrLockLost", l.id.key, l.Err())
 			}
 		}
 		if late := time.Since(deadline); late > time.Second+time.Millisecond {
@@ -73,8 +73,8 @@ func TestSessionDeathLosesEveryLock(t *testing.T) {
 		time.Sleep(3 * time.Second) // the session keys expire on the nodes
 		c2 := clientOver(t, ps)
 		for _, l := range ls {
-			if _, err := c2.TryLock(t.Context(), l.key); err != nil {
-				t.Fatalf("%s after its session ended: %v", l.key, err)
+			if _, err := c2.TryLock(t.Context(), l.id.key); err != nil {
+				t.Fatalf("%s after its session ended: %v", l.id.key, err)
 			}
 		}
 	})
@@ -126,10 +126,10 @@ func TestSessionIncarnationNeverComesBack(t *testing.T) {
 			t.Fatal("the new lock does not count node 0")
 		}
 		ps[0].memPool.mu.Lock()
-		v := ps[0].memPool.keys[old.rkey].val
-		owner := ps[0].owner(old.rkey, v)
+		v := ps[0].memPool.keys[old.id.rkey].val
+		owner := ps[0].owner(old.id.rkey, v)
 		ps[0].memPool.mu.Unlock()
-		if owner != "" || !strings.HasPrefix(v, old.token) {
+		if owner != "" || !strings.HasPrefix(v, old.id.token) {
 			t.Fatalf("node 0: old lock's key %q reads as held by %q after its incarnation ended", v, owner)
 		}
 		s.mu.Lock()
@@ -161,7 +161,7 @@ func TestSessionReleaseMidSession(t *testing.T) {
 		time.Sleep(5 * time.Second)
 		for _, l := range ls[1:] {
 			if err := l.Err(); err != nil {
-				t.Fatalf("%s: %v", l.key, err)
+				t.Fatalf("%s: %v", l.id.key, err)
 			}
 		}
 	})
@@ -239,7 +239,7 @@ func TestSessionDegradesNotCollapses(t *testing.T) {
 				time.Sleep(10 * time.Second)
 				for _, l := range ls {
 					if err := l.Err(); err != nil {
-						t.Fatalf("%s: %v", l.key, err)
+						t.Fatalf("%s: %v", l.id.key, err)
 					}
 				}
 				if n, _ := ps[0].count(node.RenewSession); n < 5 {
@@ -339,7 +339,7 @@ func TestSessionLostLockReleased(t *testing.T) {
 		if n := memHolders(ps, l); n != 0 {
 			t.Fatalf("a lost session lock still held on %d nodes", n)
 		}
-		if _, err := clientOver(t, ps).TryLock(t.Context(), l.key); err != nil {
+		if _, err := clientOver(t, ps).TryLock(t.Context(), l.id.key); err != nil {
 			t.Fatalf("another client, after the loss: %v", err)
 		}
 	})
@@ -450,7 +450,7 @@ func TestSessionsBounded(t *testing.T) {
 		time.Sleep(3 * time.Second)
 		for _, l := range ls {
 			if err := l.Err(); err != nil {
-				t.Fatalf("%s with TTL %v: %v", l.key, l.cfg.ttl, err)
+				t.Fatalf("%s with TTL %v: %v", l.id.key, l.cfg.ttl, err)
 			}
 		}
 	})

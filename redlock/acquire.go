@@ -298,8 +298,9 @@ type acquisition struct {
 	start    time.Time // T1, on cfg's clock
 	elapsed  time.Duration
 	validity time.Duration
-	said     []bool // nodes that answered yes
-	fence    uint64 // the highest counter among them
+	said     []bool  // nodes that answered yes
+	askv     [8]bool // the write-back's nodes, for up to 8
+	fence    uint64  // the highest counter among them
 	won      bool
 	failure  *QuorumError    // the write-back's, when it failed
 	landed   []chan struct{} // fencing over Pools that do not queue: closed when node i's acquire call returned
@@ -332,9 +333,7 @@ func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session, l
 	k := kindOf(cfg, t, s)
 	o := node.Op{Key: t.rkey, Token: token, TTL: cfg.ttl}
 	a := &acquisition{start: cfg.now(), said: make([]bool, len(c.pools)), kind: k, keys: t.keys, permit: t.permit}
-	if k.acquireOp != nil {
-		k.acquireOp(cfg, t, s, &o)
-	}
+	k.acquireArgs(cfg, t, s, &o)
 	if k == kindSession {
 		a.sess, a.gens = s, make([]uint64, len(c.pools))
 	}
@@ -411,7 +410,10 @@ func (a *acquisition) noteLanded(c *Client) quorum.Call {
 func (a *acquisition) writeBack(ctx context.Context, c *Client, cfg *config, key string) {
 	op := a.rd.op
 	o := node.Op{Key: op.Key, Keys: op.Keys, FenceKey: op.FenceKey, Token: op.Token, Fence: a.fence, KeyArg: op.KeyArg, TokenArg: op.TokenArg}
-	ask := func(i int) bool { return a.said[i] || a.rd.out[i] }
+	ask := a.askv[:0]
+	for i := range a.said {
+		ask = append(ask, a.said[i] || a.rd.out[i])
+	}
 	afterLanded := func(ctx context.Context, i int, op *node.Op) node.Result {
 		select {
 		case <-a.landed[i]:

@@ -34,7 +34,7 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 			c.notes.SplitLate(rkey, rd.op.Waiter, cfg.jitter(handGrace(cfg)))
 		}
 	})
-	rel := c.run(context.WithoutCancel(ctx), cfg, send{spec: ref.spec, o: node.Op{Key: rkey, Keys: ref.keys, Token: ref.token, KeyArg: rd.op.KeyArg, TokenArg: rd.op.TokenArg, Grace: c.grace(cfg)}, ask: func(i int) bool { return said[i] }})
+	rel := c.run(context.WithoutCancel(ctx), cfg, send{spec: ref.spec, o: node.Op{Key: rkey, Keys: ref.keys, Token: ref.token, KeyArg: rd.op.KeyArg, TokenArg: rd.op.TokenArg, Grace: c.grace(cfg)}, ask: said})
 	retry := func(rep quorum.Reply) {
 		switch {
 		case rep.Err == nil:

@@ -26,33 +26,57 @@ type kind struct {
 	// line: its Lock calls keep a place in the key's line of waiters, where
 	// the nodes keep lines (Client.handoff).
 	line bool
-	// acquireOp, extendOp and heldOp add to o, the command of an acquire
-	// for t (with session s), an extend or a Held of l, what this kind's
-	// command needs beyond the key, token and TTL.
-	acquireOp func(cfg *config, t *target, s *session, o *node.Op)
-	extendOp  func(l *Lock, o *node.Op)
-	heldOp    func(l *Lock, o *node.Op)
 }
 
 var (
 	kindPlain   = &kind{name: "plain", acquire: opAcquire, extend: opExtend, release: opRelease, held: opHeld, batch: true, line: true}
 	kindFenced  = &kind{name: "fenced", acquire: opFenced, extend: opExtend, release: opRelease, held: opHeld, batch: true, line: true}
-	kindSession = &kind{name: "session", acquire: opSession, release: opRelease, held: opPeek, batch: true, line: true,
-		acquireOp: func(cfg *config, _ *target, s *session, o *node.Op) {
-			o.Session, o.Seq, o.KeyTTL, o.PrefixLen = s.skey, s.seq, keyTTL(cfg), len(cfg.prefix)
-		}}
-	kindShared = &kind{name: "shared", acquire: opAcquireShared, extend: opExtendShared, release: opReleaseShared, held: opHeldShared,
-		heldOp: withToken}
-	kindSeveral = &kind{name: "several keys", acquire: opAcquireAll, extend: opExtendAll, release: opReleaseAll, held: opHeldAll, allKeys: true,
-		acquireOp: func(_ *config, t *target, _ *session, o *node.Op) { o.Keys = t.rkeys },
-		extendOp:  everyKeyToken, heldOp: func(l *Lock, o *node.Op) { o.Keys = l.id.keyArgs; withToken(l, o) }}
-	kindPermit = &kind{name: "permit", acquire: opAcquirePermit, extend: opExtendPermit, release: opRelease, held: opHeld,
-		acquireOp: func(_ *config, t *target, _ *session, o *node.Op) { t.permit.fill(o) },
-		extendOp:  func(l *Lock, o *node.Op) { o.FenceKey, o.Permits = l.id.permit.count, l.id.permit.permits }}
+	kindSession = &kind{name: "session", acquire: opSession, release: opRelease, held: opPeek, batch: true, line: true}
+	kindShared  = &kind{name: "shared", acquire: opAcquireShared, extend: opExtendShared, release: opReleaseShared, held: opHeldShared}
+	kindSeveral = &kind{name: "several keys", acquire: opAcquireAll, extend: opExtendAll, release: opReleaseAll, held: opHeldAll, allKeys: true}
+	kindPermit  = &kind{name: "permit", acquire: opAcquirePermit, extend: opExtendPermit, release: opRelease, held: opHeld}
 
 	// kinds lists every kind, for lookups by command.
 	kinds = [...]*kind{kindPlain, kindFenced, kindSession, kindShared, kindSeveral, kindPermit}
 )
+
+// The arguments each kind's commands need beyond the key, token and TTL.
+// (Methods with a switch, not function values in the table: o stays on
+// the caller's stack.)
+
+// acquireArgs adds to o, an acquire for t (with session s), what k's
+// command needs.
+func (k *kind) acquireArgs(cfg *config, t *target, s *session, o *node.Op) {
+	switch k {
+	case kindSession:
+		o.Session, o.Seq, o.KeyTTL, o.PrefixLen = s.skey, s.seq, keyTTL(cfg), len(cfg.prefix)
+	case kindSeveral:
+		o.Keys = t.rkeys
+	case kindPermit:
+		t.permit.fill(o)
+	}
+}
+
+// extendArgs adds to o, an extend of l, what k's command needs.
+func (k *kind) extendArgs(l *Lock, o *node.Op) {
+	switch k {
+	case kindSeveral: // every key, each with the token
+		o.Keys, o.Tokens = l.id.keyArgs, slices.Repeat([]any{l.id.tokenArg}, len(l.id.keyArgs))
+	case kindPermit: // and the semaphore's count key
+		o.FenceKey, o.Permits = l.id.permit.count, l.id.permit.permits
+	}
+}
+
+// heldArgs adds to o, a Held of l, what k's command needs.
+func (k *kind) heldArgs(l *Lock, o *node.Op) {
+	switch k {
+	case kindSeveral:
+		o.Keys = l.id.keyArgs
+		o.Token, o.TokenArg = l.id.token, l.id.tokenArg
+	case kindShared:
+		o.Token, o.TokenArg = l.id.token, l.id.tokenArg
+	}
+}
 
 // kindOf is the kind an attempt for t under cfg acquires (with session s,
 // when not nil). Fencing applies to a lock of several keys too: its one
@@ -87,12 +111,4 @@ func kindAcquiredBy(op *node.Op) *kind {
 // isRelease reports whether spec is a release of some kind.
 func isRelease(spec *opSpec) bool {
 	return slices.ContainsFunc(kinds[:], func(k *kind) bool { return k.release == spec })
-}
-
-// withToken: the command checks the lock's token.
-func withToken(l *Lock, o *node.Op) { o.Token, o.TokenArg = l.id.token, l.id.tokenArg }
-
-// everyKeyToken: the command covers every key, each with the token.
-func everyKeyToken(l *Lock, o *node.Op) {
-	o.Keys, o.Tokens = l.id.keyArgs, slices.Repeat([]any{l.id.tokenArg}, len(l.id.keyArgs))
 }

@@ -177,9 +177,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 
 	o := node.Op{Key: l.id.rkey, Token: l.id.token, TTL: ttl, KeyArg: l.id.keyArg, TokenArg: l.id.tokenArg}
-	if l.kind.extendOp != nil {
-		l.kind.extendOp(l, &o)
-	}
+	l.kind.extendArgs(l, &o)
 	rd := l.c.run(ctx, cfg, send{spec: l.kind.extend, o: o, l: l})
 	rd.settle(nil)
 	err := l.extended(ctx, rd.won(), rd.gone(), func() *QuorumError { return rd.quorumError(l.id.key) }, start, ttl)
@@ -451,9 +449,7 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 	}
 	defer c.wg.Done()
 	o := node.Op{Key: l.id.rkey, KeyArg: l.id.keyArg}
-	if l.kind.heldOp != nil {
-		l.kind.heldOp(l, &o)
-	}
+	l.kind.heldArgs(l, &o)
 	rd := c.run(ctx, cfg, send{spec: l.kind.held, o: o, l: l})
 	rd.settle(nil)
 	defer rd.finish(nil)

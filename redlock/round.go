@@ -109,13 +109,15 @@ type round struct {
 func follow(cfg *config) time.Duration { return max(0, cleanupTimeout(cfg)-cfg.nodeTimeout) }
 
 // send is what one round sends: spec's command o, about the lock l (nil:
-// none), to the nodes ask selects (nil: every verified node), through call
-// for the Pools that do not queue commands (nil: the Client's).
+// none), to the nodes i with ask[i] (nil: every node) whose identity is
+// verified, through call for the Pools that do not queue commands (nil:
+// the Client's). It holds no function called only during run (an ask as a
+// function would escape with the struct).
 type send struct {
 	spec *opSpec
 	o    node.Op
 	l    *Lock
-	ask  func(int) bool
+	ask  []bool
 	call quorum.Call
 }
 
@@ -164,37 +166,23 @@ func (rd *round) lateOwns(rep quorum.Reply) bool {
 	return rd.chained != nil && rd.chained[rep.Node] && errors.Is(rep.Err, quorum.ErrHeldBack)
 }
 
-// ask returns the function that tells the round which nodes to ask (nil:
-// all): the nodes whose identity is verified; the others show in rd.res as
-// not asked, with why.
-func (rd *round) ask() func(int) bool {
+// asking records in rd.out the nodes the round asks, and returns them (nil:
+// every node): those ask selects (nil: all) whose identity is verified; the
+// others ask selects show in rd.res as not asked, with why.
+func (rd *round) asking(ask []bool) []bool {
 	ids := rd.c.ids
-	if ids.AllVerified() {
+	all := ids.AllVerified()
+	for i := range rd.out {
+		rd.out[i] = ask == nil || ask[i]
+		if rd.out[i] && !all && !ids.Verified(i) {
+			rd.out[i] = false
+			rd.res[i].Outcome, rd.res[i].Err = OutcomeNotAsked, ids.Why(i)
+		}
+	}
+	if ask == nil && all {
 		return nil
 	}
-	return func(i int) bool {
-		if ids.Verified(i) {
-			return true
-		}
-		rd.res[i].Outcome, rd.res[i].Err = OutcomeNotAsked, ids.Why(i)
-		return false
-	}
-}
-
-// asking combines ask with the identity check (unverified nodes are not
-// asked, and show as not asked) and records the nodes asked in rd.out.
-func (rd *round) asking(ask func(int) bool) func(int) bool {
-	ids := rd.ask()
-	if ask == nil && ids == nil { // every node: no function to call
-		for i := range rd.out {
-			rd.out[i] = true
-		}
-		return nil
-	}
-	return func(i int) bool {
-		rd.out[i] = (ask == nil || ask(i)) && (ids == nil || ids(i))
-		return rd.out[i]
-	}
+	return rd.out
 }
 
 // voter sees every reply settle takes, with whether it confirmed.

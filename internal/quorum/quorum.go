@@ -69,7 +69,7 @@ type Plan struct {
 	WG      *sync.WaitGroup
 	Timeout time.Duration  // the round ends at Timeout, or at parent's deadline if that comes first
 	N       int            // the nodes are [0, N)
-	Ask     func(int) bool // the nodes to send to (nil: all)
+	Ask     []bool        // the nodes to send to: those i with Ask[i] (nil: all)
 	// Hold: the asked nodes for which Hold[i] is true are not sent Op
 	// yet; they count as pending until Send(i), which must be called once
 	// for each of them (while a count is held on WG). Nil: none.
@@ -92,7 +92,7 @@ func Start(parent context.Context, p Plan) *Round {
 	}
 	r := &Round{parent: parent, start: start, mark: stall.Now(), deadline: deadline, timeout: p.Timeout, replies: make(chan Reply, p.N), wg: p.WG, senders: p.Senders, op: p.Op, call: p.Call}
 	for i := range p.N {
-		if p.Ask != nil && !p.Ask(i) {
+		if p.Ask != nil && !p.Ask[i] {
 			continue
 		}
 		r.pending++

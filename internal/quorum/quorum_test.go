@@ -20,7 +20,7 @@ func TestNextThenFinish(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1) // the caller's own count, as Start requires
 	release := make(chan struct{})
-	r := Start(context.Background(), Plan{WG: &wg, Timeout: time.Minute, N: 4, Ask: func(i int) bool { return i != 2 }, Op: &node.Op{},
+	r := Start(context.Background(), Plan{WG: &wg, Timeout: time.Minute, N: 4, Ask: []bool{true, true, false, true}, Op: &node.Op{},
 		Call: func(ctx context.Context, i int, _ *node.Op) node.Result {
 			if i == 3 {
 				<-release
@@ -123,7 +123,7 @@ func TestParentCancel(t *testing.T) {
 
 func TestNoNodesAsked(t *testing.T) {
 	var wg sync.WaitGroup
-	r := Start(context.Background(), Plan{WG: &wg, Timeout: time.Minute, N: 3, Ask: func(int) bool { return false }, Op: &node.Op{},
+	r := Start(context.Background(), Plan{WG: &wg, Timeout: time.Minute, N: 3, Ask: make([]bool, 3), Op: &node.Op{},
 		Call: func(ctx context.Context, i int, _ *node.Op) node.Result { panic("asked") }})
 	if _, ok := r.Next(); ok {
 		t.Fatal("reply with no node asked")

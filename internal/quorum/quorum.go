@@ -67,8 +67,8 @@ type Plan struct {
 	// leaves waiting for replies: the caller must hold a count of its own
 	// on it while it calls Start and Finish.
 	WG      *sync.WaitGroup
-	Timeout time.Duration  // the round ends at Timeout, or at parent's deadline if that comes first
-	N       int            // the nodes are [0, N)
+	Timeout time.Duration // the round ends at Timeout, or at parent's deadline if that comes first
+	N       int           // the nodes are [0, N)
 	Ask     []bool        // the nodes to send to: those i with Ask[i] (nil: all)
 	// Hold: the asked nodes for which Hold[i] is true are not sent Op
 	// yet; they count as pending until Send(i), which must be called once

@@ -27,7 +27,7 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock
 	}
 	cl := newCall(ctx, cfg, key)
 	l, err := c.attempt(ctx, c.one(cfg, key), cfg, nil, cl)
-	c.failed(cfg, cl, err, true)
+	c.callFailed(cfg, cl, err, true)
 	return l, err
 }
 
@@ -52,7 +52,7 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 func (c *Client) wait(ctx context.Context, t *target, cfg *config) (*Lock, error) {
 	cl := newCall(ctx, cfg, t.key)
 	l, err := c.waitFor(ctx, t, cfg, cl)
-	c.failed(cfg, cl, err, true)
+	c.callFailed(cfg, cl, err, true)
 	return l, err
 }
 
@@ -97,7 +97,7 @@ func (c *Client) waitFor(ctx context.Context, t *target, cfg *config, cl *call) 
 			}
 			delay = min(delay, left) // one last attempt when the budget ends
 		}
-		c.failed(cfg, cl, err, false)
+		c.callFailed(cfg, cl, err, false)
 		s.sleep(ctx, delay)
 	}
 }
@@ -347,15 +347,22 @@ func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session, l
 	}
 	a.rd = c.run(ctx, cfg, send{spec: k.acquire, o: o, call: call})
 	a.rd.settle(a)
-	a.elapsed = cfg.now().Sub(a.start)
-	a.validity = drift.Validity(cfg.ttl, a.elapsed, cfg.driftFactor)
-	a.won = a.rd.won() && a.validity > 0
+	a.won = a.timed(cfg) > 0 && a.rd.won()
 	if ln != nil {
 		ln.Joined = ln.Joined || !a.won || a.refused
 		ln.Seen = a.lineLen
 		a.waiter, a.inLine = ln.ID, ln.Joined
 	}
 	return a, nil
+}
+
+// timed records the time a took since its start and the validity that
+// leaves (the TTL less that time and the drift allowance), and returns
+// the validity.
+func (a *acquisition) timed(cfg *config) time.Duration {
+	a.elapsed = cfg.now().Sub(a.start)
+	a.validity = drift.Validity(cfg.ttl, a.elapsed, cfg.driftFactor)
+	return a.validity
 }
 
 // vote notes a yes, and a node whose call failed in a way that may still
@@ -425,9 +432,7 @@ func (a *acquisition) writeBack(ctx context.Context, c *Client, cfg *config, key
 	rd := c.run(ctx, cfg, send{spec: opRaise, o: o, ask: ask, call: afterLanded})
 	rd.settle(nil)
 	rd.finish(nil)
-	a.elapsed = cfg.now().Sub(a.start)
-	a.validity = drift.Validity(cfg.ttl, a.elapsed, cfg.driftFactor)
-	a.won = rd.won() && a.validity > 0
+	a.won = a.timed(cfg) > 0 && rd.won()
 	if !a.won {
 		a.failure = rd.quorumError(key)
 		a.failure.Phase, a.failure.Elapsed, a.failure.Validity = "fence write-back", a.elapsed, a.validity

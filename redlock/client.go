@@ -37,8 +37,8 @@ type Client struct {
 	held    map[*Lock]struct{}               // locks neither released nor lost, for Close
 	claims  map[tokenClaim]struct{}          // generated tokens held or being tried, per key (tokens.go)
 	watches map[*context.CancelFunc]struct{} // Observe loops, which Close ends
-	sweepAt int                              // sweep expired locks out of held at this size...
-	sweptAt time.Time                        // ...or a second after the last sweep
+	sweepAt int                              // forget expired locks in held at this size...
+	sweptAt time.Time                        // ...or a second after the last time
 	wg      sync.WaitGroup                   // every goroutine the Client started
 	closeBy atomic.Int64                     // once Close began: when its bound ends (Unix ns); no background command outlives it
 
@@ -415,11 +415,7 @@ func (c *Client) Locked(ctx context.Context, key string, opts ...Option) (bool, 
 	case best+n-answered < rd.q: // no token can be on a quorum
 		return false, nil
 	}
-	qe := rd.quorumError(key)
-	if err := callerErr(ctx); err != nil { // the caller stopped waiting
-		return false, fmt.Errorf("%w: %w", qe, err)
-	}
-	return false, qe
+	return false, withCaller(ctx, rd.quorumError(key))
 }
 
 // tallyTokens is Locked's vote: it reads GET replies until settled (one
@@ -437,7 +433,7 @@ func (rd *round) tallyTokens() (best, answered int, sessions bool) {
 		}
 		pending--
 		if rep.Err != nil {
-			rd.res[rep.Node] = failed(rep.Node, rd.c, rep.Err, rep.Latency)
+			rd.res[rep.Node] = failedResult(rep.Node, rd.c, rep.Err, rep.Latency)
 			continue
 		}
 		answered++

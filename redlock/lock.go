@@ -236,9 +236,7 @@ func (l *Lock) extended(ctx context.Context, won, gone bool, quorumErr func() *Q
 			lostNow, why = l.loseLocked("")
 			err = fmt.Errorf("%w: %w", ErrLockLost, qe)
 		}
-		if cerr := callerErr(ctx); cerr != nil { // the caller stopped waiting
-			err = fmt.Errorf("%w: %w", err, cerr)
-		}
+		err = withCaller(ctx, err)
 	}
 	l.mu.Unlock()
 	if lostNow {
@@ -460,11 +458,7 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 		l.declareLost("a quorum of nodes no longer hold the token")
 		return false, nil
 	}
-	qe := rd.quorumError(l.id.key)
-	if err := callerErr(ctx); err != nil { // the caller stopped waiting
-		return false, fmt.Errorf("%w: %w", qe, err)
-	}
-	return false, qe
+	return false, withCaller(ctx, rd.quorumError(l.id.key))
 }
 
 // newLock makes the Lock of a won acquisition, registers it for Close and
@@ -547,14 +541,15 @@ func (c *Client) track(l *Lock) bool {
 	}
 	c.mu.Unlock()
 	if all != nil {
-		c.sweep(all)
+		c.forgetExpired(all)
 	}
 	return true
 }
 
-// sweep forgets the locks among all whose deadline has passed. It takes each
-// lock's mu without c.mu (the order elsewhere is l.mu, then c.mu).
-func (c *Client) sweep(all []*Lock) {
+// forgetExpired forgets the locks among all whose deadline has passed. It
+// takes each lock's mu without c.mu (the order elsewhere is l.mu, then
+// c.mu).
+func (c *Client) forgetExpired(all []*Lock) {
 	now := time.Now()
 	expired := all[:0]
 	for _, l := range all {

@@ -83,7 +83,7 @@ func (c *Client) TryLockAll(ctx context.Context, keys []string, opts ...Option) 
 	}
 	cl := newCall(ctx, cfg, t.key)
 	l, err := c.attempt(ctx, t, cfg, nil, cl)
-	c.failed(cfg, cl, err, true)
+	c.callFailed(cfg, cl, err, true)
 	return l, err
 }
 

@@ -139,9 +139,9 @@ func newCall(ctx context.Context, cfg *config, key string) *call {
 // callIDs numbers the acquiring calls observers see.
 var callIDs atomic.Uint64
 
-// failed tells cfg's observer, if any, that an attempt of cl failed with
+// callFailed tells cfg's observer, if any, that an attempt of cl failed with
 // err: the call returns err (final) or waits and tries again.
-func (c *Client) failed(cfg *config, cl *call, err error, final bool) {
+func (c *Client) callFailed(cfg *config, cl *call, err error, final bool) {
 	if cl == nil || err == nil {
 		return
 	}

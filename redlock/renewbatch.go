@@ -218,7 +218,7 @@ func (rn *renewal) settle() {
 		rn.reps[rep.Node] = rep
 		rd.note(rep) // a failed renewal may begin its node's outage: logged now, not at the loss
 		if rep.Err != nil {
-			rd.res[rep.Node] = failed(rep.Node, rd.c, rep.Err, rep.Latency)
+			rd.res[rep.Node] = failedResult(rep.Node, rd.c, rep.Err, rep.Latency)
 			continue
 		}
 		rd.res[rep.Node] = NodeResult{Node: rd.res[rep.Node].Node, Outcome: OutcomeOK, Latency: rep.Latency}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/quorumlock/quorumlock/drift"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/pool"
 )
@@ -55,9 +54,7 @@ func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) 
 		}
 		session = session || rep.Err == nil && rep.Int < 0
 	}
-	a.elapsed = cfg.now().Sub(a.start)
-	a.validity = drift.Validity(cfg.ttl, a.elapsed, cfg.driftFactor)
-	if a.rd.won() && a.validity > 0 {
+	if a.timed(cfg) > 0 && a.rd.won() {
 		if l := c.newLock(ctx, cfg, key, a); l != nil {
 			return l, nil
 		}
@@ -92,10 +89,7 @@ func resumeError(ctx context.Context, a *acquisition, key string, session bool) 
 	if session {
 		err = fmt.Errorf("%w: %w", qe, ErrSessionToken)
 	}
-	if cerr := callerErr(ctx); cerr != nil {
-		err = fmt.Errorf("%w: %w", err, cerr)
-	}
-	return err
+	return withCaller(ctx, err)
 }
 
 // resumeOn runs a Resume through a Pool's Get and Extend: the key must hold

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -227,7 +228,7 @@ func (rd *round) next() (rep quorum.Reply, yes, ok bool) {
 	rd.note(rep)
 	switch {
 	case rep.Err != nil:
-		rd.res[rep.Node] = failed(rep.Node, rd.c, rep.Err, rep.Latency)
+		rd.res[rep.Node] = failedResult(rep.Node, rd.c, rep.Err, rep.Latency)
 		rd.fail++
 	case yes:
 		rd.res[rep.Node] = NodeResult{Node: rd.res[rep.Node].Node, Outcome: OutcomeOK, Latency: rep.Latency}
@@ -304,6 +305,15 @@ func callerErr(ctx context.Context) error {
 	return nil
 }
 
+// withCaller is err, which also wraps the caller's error when ctx ended
+// (callerErr): the caller stopped waiting, and errors.Is finds both.
+func withCaller(ctx context.Context, err error) error {
+	if cerr := callerErr(ctx); cerr != nil {
+		return fmt.Errorf("%w: %w", err, cerr)
+	}
+	return err
+}
+
 // newResults returns one NodeResult per pool, named and pending.
 func (c *Client) newResults() []NodeResult {
 	res := make([]NodeResult, len(c.pools))
@@ -313,11 +323,11 @@ func (c *Client) newResults() []NodeResult {
 	return res
 }
 
-// failed classifies a node's error as a timeout or an error. A command
+// failedResult classifies a node's error as a timeout or an error. A command
 // whose deadline passed before it could be written (the node's connection
 // was stuck behind earlier commands: a frozen node) got no answer in time
 // either: a timeout.
-func failed(i int, c *Client, err error, latency time.Duration) NodeResult {
+func failedResult(i int, c *Client, err error, latency time.Duration) NodeResult {
 	o := OutcomeError
 	if node.TimedOut(err) {
 		o = OutcomeTimeout

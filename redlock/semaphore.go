@@ -98,7 +98,7 @@ func (s *Semaphore) Permits() int { return s.permits }
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
 	cl := newCall(ctx, s.cfg, s.name)
 	l, err := s.sweep(ctx, s.cfg, cl)
-	s.c.failed(s.cfg, cl, err, true)
+	s.c.callFailed(s.cfg, cl, err, true)
 	return l, err
 }
 

@@ -407,17 +407,13 @@ wait:
 	}
 	elapsed := cfg.now().Sub(start)
 	markUnanswered(res, context.DeadlineExceeded, elapsed)
-	qe := &QuorumError{Op: "extend", Key: l.id.key, Quorum: cfg.quorumOf(len(res)), Nodes: res, Elapsed: elapsed}
-	if err := callerErr(ctx); err != nil {
-		return fmt.Errorf("%w: %w", qe, err)
-	}
-	return qe
+	return withCaller(ctx, &QuorumError{Op: "extend", Key: l.id.key, Quorum: cfg.quorumOf(len(res)), Nodes: res, Elapsed: elapsed})
 }
 
 // sessionResult is a node's session renewal as the NodeResult of a lock.
 func sessionResult(l *Lock, sr sessionReply) NodeResult {
 	if sr.r.Err != nil {
-		return failed(sr.n, l.c, sr.r.Err, sr.latency)
+		return failedResult(sr.n, l.c, sr.r.Err, sr.latency)
 	}
 	o := OutcomeOK
 	l.mu.Lock()

@@ -219,7 +219,7 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *wake.P
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: not attempted: %w (%w)", key, err, ErrNotAcquired)
 	}
-	if err := c.begin(ctx, cfg); err != nil {
+	if err := c.enterRound(ctx, cfg); err != nil {
 		return nil, err
 	}
 	defer c.wg.Done()

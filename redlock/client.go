@@ -39,8 +39,13 @@ type Client struct {
 	watches map[*context.CancelFunc]struct{} // Observe loops, which Close ends
 	sweepAt int                              // forget expired locks in held at this size...
 	sweptAt time.Time                        // ...or a second after the last time
-	wg      sync.WaitGroup                   // every goroutine the Client started
-	closeBy atomic.Int64                     // once Close began: when its bound ends (Unix ns); no background command outlives it
+	// wg counts every operation under way (enter) and every goroutine and
+	// command the Client started, so that Close waits for them. Its rule:
+	// wg.Add only while holding a count (an operation's, between enter and
+	// its Done, or that of the goroutine or command being handled), so that
+	// no Add races with Close's Wait.
+	wg      sync.WaitGroup
+	closeBy atomic.Int64 // once Close began: when its bound ends (Unix ns); no background command outlives it
 
 	ids      *ident.Nodes   // which nodes are verified to be distinct servers
 	gates    wake.Gates     // one acquisition round per key at a time
@@ -221,9 +226,9 @@ func (c *Client) enter() error {
 	return nil
 }
 
-// begin enters an operation (enter) and checks the nodes' identities for
-// it; on success the caller pairs it with c.wg.Done.
-func (c *Client) begin(ctx context.Context, cfg *config) error {
+// enterRound enters an operation that runs rounds (enter) and checks the
+// nodes' identities for it; on success the caller pairs it with c.wg.Done.
+func (c *Client) enterRound(ctx context.Context, cfg *config) error {
 	if err := c.enter(); err != nil {
 		return err
 	}
@@ -396,7 +401,7 @@ func (c *Client) Locked(ctx context.Context, key string, opts ...Option) (bool, 
 	if err != nil {
 		return false, err
 	}
-	if err := c.begin(ctx, cfg); err != nil {
+	if err := c.enterRound(ctx, cfg); err != nil {
 		return false, err
 	}
 	defer c.wg.Done()

@@ -122,7 +122,7 @@ func (c *Client) inspect(ctx context.Context, cfg *config, key string) (*Inspect
 
 // inspectKey is inspect of the Redis key rkey, named key.
 func (c *Client) inspectKey(ctx context.Context, cfg *config, key, rkey string) (*Inspection, error) {
-	if err := c.begin(ctx, cfg); err != nil {
+	if err := c.enterRound(ctx, cfg); err != nil {
 		return nil, err
 	}
 	defer c.wg.Done()

@@ -168,7 +168,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.usable(start); err != nil {
 		return err
 	}
-	if err := l.c.begin(ctx, cfg); err != nil {
+	if err := l.c.enterRound(ctx, cfg); err != nil {
 		return err
 	}
 	defer l.c.wg.Done()
@@ -442,7 +442,7 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	c, cfg := l.c, l.cfg
-	if err := c.begin(ctx, cfg); err != nil {
+	if err := c.enterRound(ctx, cfg); err != nil {
 		return false, err
 	}
 	defer c.wg.Done()

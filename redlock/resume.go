@@ -40,7 +40,7 @@ func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) 
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redlock: resume %q: not attempted: %w (%w)", key, err, ErrNotHeld)
 	}
-	if err := c.begin(ctx, cfg); err != nil {
+	if err := c.enterRound(ctx, cfg); err != nil {
 		return nil, err
 	}
 	defer c.wg.Done()

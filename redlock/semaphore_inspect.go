@@ -40,7 +40,7 @@ var opDeclared = &opSpec{name: "inspect", kind: node.Get}
 // declare a semaphore's permit count under it, nil otherwise (also when
 // too few nodes answered to tell).
 func (c *Client) semaphoreName(ctx context.Context, cfg *config, key string) error {
-	if err := c.begin(ctx, cfg); err != nil {
+	if err := c.enterRound(ctx, cfg); err != nil {
 		return err
 	}
 	defer c.wg.Done()

@@ -120,6 +120,9 @@ func TestLossAfterFailedRenewals(t *testing.T) {
 		if !errors.Is(context.Cause(ctx), ErrLockLost) {
 			t.Fatalf("context cause %v", context.Cause(ctx))
 		}
+		// The Observer hears of the loss on the goroutine that declared
+		// it, after Done closed (no order between them is promised).
+		synctest.Wait()
 		if len(rec.of("extend-failed")) == 0 || len(rec.of("lost")) != 1 {
 			t.Fatalf("observer: %d failed renewals, %d losses", len(rec.of("extend-failed")), len(rec.of("lost")))
 		}

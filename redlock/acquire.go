@@ -435,6 +435,6 @@ func (a *acquisition) writeBack(ctx context.Context, c *Client, cfg *config, key
 	a.won = a.timed(cfg) > 0 && rd.won()
 	if !a.won {
 		a.failure = rd.quorumError(key)
-		a.failure.Phase, a.failure.Elapsed, a.failure.Validity = "fence write-back", a.elapsed, a.validity
+		a.failure.Phase, a.failure.Elapsed, a.failure.Validity, a.failure.TTL = "fence write-back", a.elapsed, a.validity, cfg.ttl
 	}
 }

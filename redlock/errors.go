@@ -106,6 +106,9 @@ type QuorumError struct {
 	// Validity is what was left of the TTL when a quorum agreed but the
 	// round took too long (zero or negative); zero otherwise.
 	Validity time.Duration
+	// TTL is the TTL the operation's command set on the nodes that ran it
+	// (an acquire's, an extend's, a resume's); zero for the others.
+	TTL time.Duration
 
 	cut bool // the caller's context ended the round: its failures say nothing of the nodes
 }

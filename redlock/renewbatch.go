@@ -274,7 +274,7 @@ func (rn *renewal) quorumError(i int) *QuorumError {
 	}
 	elapsed := time.Since(rd.start)
 	markUnanswered(res, rd.r.Err(), elapsed)
-	return &QuorumError{Op: "extend", Key: rn.ls[i].id.key, Quorum: rd.q, Nodes: res, Elapsed: elapsed}
+	return &QuorumError{Op: "extend", Key: rn.ls[i].id.key, Quorum: rd.q, Nodes: res, Elapsed: elapsed, TTL: rn.ttl}
 }
 
 // refreshed records a session lock's key refresh: each node that confirmed

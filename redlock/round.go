@@ -287,7 +287,7 @@ func (rd *round) gone() bool { return rd.no > len(rd.res)-rd.q }
 func (rd *round) quorumError(key string) *QuorumError {
 	elapsed := time.Since(rd.start)
 	markUnanswered(rd.res, rd.r.Err(), elapsed)
-	return &QuorumError{Op: rd.spec.name, Key: key, Quorum: rd.q, Nodes: rd.res, Elapsed: elapsed}
+	return &QuorumError{Op: rd.spec.name, Key: key, Quorum: rd.q, Nodes: rd.res, Elapsed: elapsed, TTL: rd.op.TTL}
 }
 
 // callerErr is ctx.Err() after a round that ctx may have ended: also

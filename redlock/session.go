@@ -407,7 +407,7 @@ wait:
 	}
 	elapsed := cfg.now().Sub(start)
 	markUnanswered(res, context.DeadlineExceeded, elapsed)
-	return withCaller(ctx, &QuorumError{Op: "extend", Key: l.id.key, Quorum: cfg.quorumOf(len(res)), Nodes: res, Elapsed: elapsed})
+	return withCaller(ctx, &QuorumError{Op: "extend", Key: l.id.key, Quorum: cfg.quorumOf(len(res)), Nodes: res, Elapsed: elapsed, TTL: ttl})
 }
 
 // sessionResult is a node's session renewal as the NodeResult of a lock.

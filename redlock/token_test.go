@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestSameTokenIsNoSecondHolder: with a token generator that repeats a
@@ -61,5 +62,28 @@ func TestSameTokenIsNoSecondHolder(t *testing.T) {
 	close(won)
 	if n := len(won); n != 1 {
 		t.Fatalf("%d of 8 concurrent TryLocks with one token won; want 1", n)
+	}
+}
+
+// TestQuorumErrorCarriesTTL: a failed acquire's QuorumError says the TTL
+// its command set, the per-call WithTTL's or the Client's, so that a
+// caller (the test kit's Recorder) can tell how long a key it may have
+// left lives.
+func TestQuorumErrorCarriesTTL(t *testing.T) {
+	e := newEnv(t, 5)
+	ctx := context.Background()
+	c := e.client(WithTTL(2 * time.Second))
+	for _, n := range e.nodes[:3] {
+		n.m.Set(rkey("taken"), "someone-else")
+	}
+	for _, tc := range []struct {
+		opts []Option
+		want time.Duration
+	}{{nil, 2 * time.Second}, {[]Option{WithTTL(5 * time.Second)}, 5 * time.Second}} {
+		_, err := c.TryLock(ctx, "taken", tc.opts...)
+		var qe *QuorumError
+		if !errors.As(err, &qe) || qe.TTL != tc.want {
+			t.Fatalf("TryLock of a taken key: %v (TTL %v); want a QuorumError with TTL %v", err, qe, tc.want)
+		}
 	}
 }

@@ -464,6 +464,10 @@ func (r *Recorder) finishAcquire(op Op, n0 int, ctx context.Context, l *redlock.
 		own, _ := node.SplitToken(op.Token) // as generated, before WithMetadata
 		tried = slices.DeleteFunc(tried, func(s string) bool { return s == op.Token || s == own })
 	}
+	var qe *redlock.QuorumError
+	if op.TTL == 0 && errors.As(err, &qe) && qe.Op == "acquire" {
+		op.TTL = qe.TTL // a failed call with options: the TTL its attempt set
+	}
 	op.Tried = tried
 	r.h.Add(op)
 	r.h.Forget(tried)

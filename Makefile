@@ -29,7 +29,7 @@ demo:
 # 515 s. make test-valkey runs the suite in containers where Docker answers,
 # so both backends run in CI.
 SIM := ./testkit/internal/sim
-BUGS := resumemark:ResumeMark linegrowth:LineGrowth linelapse:LineLapse latedrop:LateDrop leavelate:LeaveLate stalldrop:StallDrop heldresend:HeldResend
+BUGS := resumemark:ResumeMark linegrowth:LineGrowth linelapse:LineLapse latedrop:LateDrop leavelate:LeaveLate stalldrop:StallDrop heldresend:HeldResend lostresend:LostResend
 SIMLOG := .make-test-sim.log
 TEST_BACKEND ?= process
 test:

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/bugs"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 )
@@ -98,7 +99,7 @@ func (l *Lock) ref() ref {
 // earlier delete ran; a key once gone cannot come back).
 func (c *Client) releaseUnsure(cfg *config, i int, r ref, err error) {
 	bg := &background{c: c, cfg: cfg, ref: r, unsure: err != nil && err != errDeleteFailed}
-	if err != nil || resendOwed {
+	if err != nil || !bugs.LateDrop {
 		bg.again = resend{wait: recheckDelay(cfg), horizon: time.Now().Add(c.recheckHorizon(cfg))}
 	}
 	c.sendRelease(bg, i)
@@ -285,21 +286,33 @@ func cleanupTimeout(cfg *config) time.Duration {
 // node in the background: its session may still live on the nodes, which
 // would keep the key held for its whole garbage-collection TTL (10 × TTL)
 // rather than the TTL that frees the key of a lost plain lock. A node whose
-// acquire's fate is unknown is re-checked like a failed round's. Nothing
-// after Close, which has released what it tracks.
+// acquire's fate is unknown is re-checked like a failed round's; one whose
+// acquire has not answered yet is late's, and one already freed is not
+// sent to again (see landing). Nothing after Close, which has released what
+// it tracks.
 func (c *Client) releaseLost(l *Lock) {
 	if l.hold.sess == nil || c.enter() != nil {
 		return
 	}
 	defer c.wg.Done()
+	type owed struct {
+		node int
+		err  error
+	}
+	var send []owed
 	l.mu.Lock()
-	unsure := slices.Clone(l.landing.unsure)
-	l.mu.Unlock()
 	for i := range c.pools {
-		var err error
-		if unsure != nil && unsure[i] {
-			err = errUnknownFate
+		if l.landing.nodes[i] && !bugs.LostResend || !l.freeLocked(i) {
+			continue
 		}
-		c.releaseUnsure(l.cfg, i, l.ref(), err)
+		o := owed{node: i}
+		if l.landing.unsure != nil && l.landing.unsure[i] {
+			o.err = errUnknownFate
+		}
+		send = append(send, o)
+	}
+	l.mu.Unlock()
+	for _, o := range send {
+		c.releaseUnsure(l.cfg, o.node, l.ref(), o.err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/quorumlock/quorumlock/drift"
+	"github.com/quorumlock/quorumlock/internal/bugs"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 )
@@ -19,12 +20,15 @@ import (
 // fate (set before the lock is shared). Guarded by the Lock's mu; only
 // this file and newLock touch it. nodes is the Lock's own (a slice into
 // the acquiring round would keep the round alive as long as the lock is
-// held), stored in v for up to 8 nodes.
+// held), stored in v for up to 8 nodes. freed[i]: a release in the
+// background deletes the key on node i (a lost session lock's, a late
+// answer's), re-sent until the node answers; no other goes there (nil
+// until needed).
 type landing struct {
-	nodes, unsure []bool
-	v             [8]bool
-	chained       []chainedSend
-	resumed       bool
+	nodes, unsure, freed []bool
+	v                    [8]bool
+	chained              []chainedSend
+	resumed              bool
 }
 
 // chainedSend is a round's command held back for a node until the node's
@@ -92,7 +96,8 @@ func (l *Lock) late(rep quorum.Reply) {
 		l.landing.unsure[rep.Node] = true
 	}
 	keep := !l.life.released && !l.life.lost && l.cfg.now().Before(l.deadlineLocked())
-	free := l.life.released || !keep && l.hold.sess != nil             // nobody can count on the token any more
+	free := l.life.released || !keep && l.hold.sess != nil // nobody can count on the token any more
+	free = free && (rep.Int > 0 || node.MayHaveWritten(rep.Err)) && l.freeLocked(rep.Node)
 	waited := l.place.waiter != "" && !(rep.Err == nil && rep.Int > 0) // it may wait in the line there
 	l.place.inLine = l.place.inLine || waited
 	if keep && gen != 0 { // the node counts for the lock from now on
@@ -124,6 +129,31 @@ func (l *Lock) late(rep quorum.Reply) {
 	if free {
 		l.releaseLate(rep, releasing)
 	}
+}
+
+// freeLocked records that a release in the background deletes the key on
+// node i, and reports whether none did yet (with -tags
+// quorumlock_bug_lostresend: always). l.mu must be held.
+func (l *Lock) freeLocked(i int) bool {
+	if l.landing.freed == nil {
+		l.landing.freed = make([]bool, len(l.landing.nodes))
+	}
+	was := l.landing.freed[i]
+	l.landing.freed[i] = !bugs.LostResend
+	return !was
+}
+
+// unfreedLocked returns the nodes whose key no release in the background
+// deletes (nil: every node). l.mu must be held.
+func (l *Lock) unfreedLocked() []bool {
+	if !slices.Contains(l.landing.freed, true) {
+		return nil
+	}
+	ask := make([]bool, len(l.landing.freed))
+	for i, f := range l.landing.freed {
+		ask[i] = !f
+	}
+	return ask
 }
 
 // releaseLate deletes the lock's key on the node of a late answer to its

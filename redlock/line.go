@@ -6,6 +6,7 @@ import (
 	"github.com/quorumlock/quorumlock/pool"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/bugs"
 	"github.com/quorumlock/quorumlock/internal/node"
 )
 
@@ -102,7 +103,7 @@ func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func
 		return
 	}
 	defer c.wg.Done()
-	wait = wait && leaveInOrder
+	wait = wait && !bugs.LeaveLate
 	o := node.Op{Kind: node.Leave, Key: rkey, Waiter: waiter, Grace: handGrace(cfg), LineTTL: stayOut(cfg), Tell: tell, Background: true, Values: ownWork}
 	deadline := c.bgDeadline(cfg)
 	// One receiver for every node (by value, it would be boxed per node).

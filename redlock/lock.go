@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/drift"
+	"github.com/quorumlock/quorumlock/internal/bugs"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 )
@@ -302,13 +303,13 @@ func (l *Lock) release(ctx context.Context) error {
 // releaseLocked releases the lock; l.op and an enter() count (or Close's
 // share of the WaitGroup) must be held.
 func (l *Lock) releaseLocked(ctx context.Context) error {
-	unsure, err := l.endForRelease()
+	unsure, ask, err := l.endForRelease()
 	if err != nil {
 		return err
 	}
 	c, cfg := l.c, l.cfg
 	c.untrack(l)
-	rd := c.run(context.WithoutCancel(ctx), cfg, send{spec: l.ref().spec, o: l.releaseOp(), l: l})
+	rd := c.run(context.WithoutCancel(ctx), cfg, send{spec: l.ref().spec, o: l.releaseOp(), l: l, ask: ask})
 	l.settleRelease(rd)
 	// A delete that failed without the node's refusal (it may not have
 	// reached the node, or was never written) is sent again in the
@@ -318,9 +319,9 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	// was never sent: late, which saw that answer, deletes if it was yes.
 	retry := func(rep quorum.Reply) {
 		switch {
-		case !releaseResendsAll && rd.lateOwns(rep):
+		case !bugs.HeldResend && rd.lateOwns(rep):
 		case rep.Err != nil && !node.Refused(rep.Err):
-			if !releaseResendsAll && (unsure == nil || !unsure[rep.Node]) {
+			if !bugs.HeldResend && (unsure == nil || !unsure[rep.Node]) {
 				rep.Err = errDeleteFailed // the acquire answered: nothing of ours lands later
 			}
 			c.releaseUnsure(cfg, rep.Node, l.ref(), rep.Err)
@@ -331,6 +332,11 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	for i, r := range rd.res {
 		if r.Err != nil || r.Outcome == OutcomeNotHeld {
 			retry(quorum.Reply{Node: i, Result: node.Result{Err: r.Err}})
+		}
+	}
+	for i := range ask {
+		if !ask[i] { // deleted in the background (the lock was lost): not ours
+			rd.res[i].Outcome = OutcomeNotHeld
 		}
 	}
 	if !rd.won() {
@@ -413,11 +419,11 @@ var errUnknownFate = errors.New("the acquire command's fate is unknown")
 // deadline has passed unnoticed: a lock is lost the same way whether or not
 // its lease was watched; from now on late replies release their node) and
 // returns the nodes whose acquire failed without a reply.
-func (l *Lock) endForRelease() (unsure []bool, err error) {
+func (l *Lock) endForRelease() (unsure, ask []bool, err error) {
 	l.mu.Lock()
 	if l.life.released {
 		l.mu.Unlock()
-		return nil, ErrReleased
+		return nil, nil, ErrReleased
 	}
 	lost, why := false, ""
 	if !l.life.lost && !l.cfg.now().Before(l.deadlineLocked()) {
@@ -425,11 +431,15 @@ func (l *Lock) endForRelease() (unsure []bool, err error) {
 	}
 	l.endLocked(false)
 	unsure = slices.Clone(l.landing.unsure) // nil unless some acquire's fate is unknown
+	ask = l.unfreedLocked()
 	l.mu.Unlock()
 	if lost {
-		l.c.lostLock(l, why)
+		l.c.reportLost(l, why) // the release round that follows deletes its key
+		if bugs.LostResend {
+			l.c.releaseLost(l)
+		}
 	}
-	return unsure, nil
+	return unsure, ask, nil
 }
 
 // Held reports whether the lock is still held: its deadline has not passed

@@ -165,10 +165,15 @@ func (c *Client) observe(cfg *config, fn func(Observer)) {
 	}
 }
 
-// lostLock handles a lock that was just lost: it reports it to the log and
-// the observer, and deletes a session lock's key (releaseLost).
+// lostLock handles a lock that was just lost: it reports it (reportLost)
+// and deletes a session lock's key (releaseLost).
 func (c *Client) lostLock(l *Lock, why string) {
+	c.reportLost(l, why)
+	c.releaseLost(l)
+}
+
+// reportLost tells the log and the observer that l was just lost.
+func (c *Client) reportLost(l *Lock, why string) {
 	l.cfg.logger.Warn("redlock: lock lost", "key", l.id.key, "why", why)
 	c.observe(l.cfg, func(o Observer) { o.Lost(l.event(0, ErrLockLost)) })
-	c.releaseLost(l)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/quorumlock/quorumlock/internal/bugs"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/pool"
 )
@@ -72,7 +73,11 @@ func resumable(token string) error {
 	if token == "" {
 		return errors.New("the token is empty: pass the Token of the lock to resume")
 	}
-	if i := strings.IndexAny(token, resumeRefuses); i >= 0 {
+	refuses := node.Marks
+	if bugs.ResumeMark { // as it was: a shared key's mark taken for a token
+		refuses = string(node.Sep) + string(node.Handed)
+	}
+	if i := strings.IndexAny(token, refuses); i >= 0 {
 		return fmt.Errorf("the token has the byte %q at %d, which no lock's token has: it marks values the nodes keep (0x1c a key with shared holders, 0x1e a key handed to a waiter, 0x1f a session lock); pass Lock.Token, not the key's value", token[i], i)
 	}
 	return nil

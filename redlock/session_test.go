@@ -345,6 +345,37 @@ func TestSessionLostLockReleased(t *testing.T) {
 	})
 }
 
+// TestSessionLostLockReleasedOnce: a session lock lost while its session
+// lives on the nodes has its key deleted once per node: a Release after the
+// loss does not send its delete again where the loss's already went.
+func TestSessionLostLockReleasedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps, c, _ := sessionEnv(t)
+		l := lockMany(t, c, 1)[0]
+		synctest.Wait()
+		for _, p := range ps {
+			p.set(node.RenewSession, 0, 1000, nil)
+			p.memPool.mu.Lock()
+			e := p.memPool.keys[l.hold.sess.skey]
+			e.exp = time.Now().Add(time.Hour)
+			p.memPool.keys[l.hold.sess.skey] = e
+			p.memPool.mu.Unlock()
+		}
+		<-l.Done()
+		synctest.Wait() // the loss's releases, answered
+		err := l.Release(t.Context())
+		if !errors.Is(err, ErrNotHeld) || errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Release after the loss: %v, want ErrNotHeld, not ErrUnavailable", err)
+		}
+		synctest.Wait()
+		for i, p := range ps {
+			if n, _ := p.count(node.Release); n != 1 {
+				t.Errorf("node %d was sent %d deletes of the lost lock, want 1", i, n)
+			}
+		}
+	})
+}
+
 // TestSessionExtendFails: Extend on a session lock whose renewals a quorum
 // of nodes leave unanswered returns a *QuorumError matching ErrNotHeld
 // that names those nodes as timed out, and leaves the deadline where it

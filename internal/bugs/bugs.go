@@ -30,10 +30,17 @@ var (
 	// and every failed delete of a Release, are re-sent while they find
 	// nothing, for TTL + the cleanup budget.
 	HeldResend bool
+	// LostResend (quorumlock_bug_lostresend): a session lock's key is
+	// deleted again on a node whose delete a lost lock already owed: a
+	// Release that finds the lock lost deletes it on every node twice (the
+	// loss's background release and the round), and a Release after a loss
+	// asks the nodes whose key the loss, or a late answer, already deletes.
+	LostResend bool
 )
 
 // Restored reports whether the defect named (the tag's suffix: "resumemark",
-// "linegrowth", "linelapse", "latedrop", "leavelate", "heldresend") is put back.
+// "linegrowth", "linelapse", "latedrop", "leavelate", "heldresend",
+// "lostresend") is put back.
 func Restored(name string) bool {
 	switch name {
 	case "resumemark":
@@ -48,6 +55,8 @@ func Restored(name string) bool {
 		return LeaveLate
 	case "heldresend":
 		return HeldResend
+	case "lostresend":
+		return LostResend
 	}
 	return false
 }

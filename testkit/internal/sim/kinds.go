@@ -32,8 +32,9 @@ const (
 	// (work_gaveup.go).
 	gaveUp workload = "gave-up"
 	// lateDrop: session locks, slow nodes whose yes come after their round
-	// was decided, and background releases whose sends fail unwritten for
-	// a while (work_latedrop.go).
+	// was decided, background releases whose sends fail unwritten for a
+	// while, and one client's process standing still once, so that yes
+	// arrive after the lock's validity ran out (work_latedrop.go).
 	lateDrop workload = "late-drop"
 	// stallWork: calm, quick links; every client's process stands still
 	// once or twice (stall.go), each time with its own key in a drawn
@@ -116,6 +117,9 @@ func (s *schedule) shape() {
 		s.calm()
 		s.net.pSlow = 0.15 + 0.25*r.Float64()
 		s.bgCuts = drawBgCuts(r, *s)
+		// Drawn last, so that the draws above are those of the schedules
+		// before it had stalls.
+		s.stalls = []clientStall{drawStall(r, r.IntN(s.clients), time.Duration(r.Int64N(int64(s.span()))))}
 	case stallWork:
 		s.keys, s.clients, s.ops = 1+r.IntN(2), 2+r.IntN(3), 3+r.IntN(4)
 		s.sessions = r.IntN(2) == 0

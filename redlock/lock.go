@@ -311,24 +311,7 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	c.untrack(l)
 	rd := c.run(context.WithoutCancel(ctx), cfg, send{spec: l.ref().spec, o: l.releaseOp(), l: l, ask: ask})
 	l.settleRelease(rd)
-	// A delete that failed without the node's refusal (it may not have
-	// reached the node, or was never written) is sent again in the
-	// background until the node answers; where our acquire's fate is
-	// unknown (its SET may still land), also while it finds nothing. A
-	// delete held back behind a SET that answered after the round ended
-	// was never sent: late, which saw that answer, deletes if it was yes.
-	retry := func(rep quorum.Reply) {
-		switch {
-		case !bugs.HeldResend && rd.lateOwns(rep):
-		case rep.Err != nil && !node.Refused(rep.Err):
-			if !bugs.HeldResend && (unsure == nil || !unsure[rep.Node]) {
-				rep.Err = errDeleteFailed // the acquire answered: nothing of ours lands later
-			}
-			c.releaseUnsure(cfg, rep.Node, l.ref(), rep.Err)
-		case rep.Err == nil && rep.Int == 0 && unsure != nil && unsure[rep.Node]:
-			c.releaseUnsure(cfg, rep.Node, l.ref(), errUnknownFate)
-		}
-	}
+	retry := l.releaseRetry(rd, unsure)
 	for i, r := range rd.res {
 		if r.Err != nil || r.Outcome == OutcomeNotHeld {
 			retry(quorum.Reply{Node: i, Result: node.Result{Err: r.Err}})
@@ -344,6 +327,38 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 	}
 	rd.finish(retry)
 	c.unclaim(cfg, l.eachKey, l.id.token)
+	l.reportRelease(ctx, rd, err)
+	return err
+}
+
+// releaseRetry is what Release does with a node's failed answer to its
+// round rd, and with one that found nothing. A delete that failed without
+// the node's refusal (it may not have reached the node, or was never
+// written) is sent again in the background until the node answers; where
+// our acquire's fate is unknown (unsure: its SET may still land), also
+// while it finds nothing. A delete held back behind a SET that answered
+// after the round ended was never sent: late, which saw that answer,
+// deletes if it was yes.
+func (l *Lock) releaseRetry(rd *round, unsure []bool) func(quorum.Reply) {
+	c, cfg := l.c, l.cfg
+	return func(rep quorum.Reply) {
+		switch {
+		case !bugs.HeldResend && rd.lateOwns(rep):
+		case rep.Err != nil && !node.Refused(rep.Err):
+			if !bugs.HeldResend && (unsure == nil || !unsure[rep.Node]) {
+				rep.Err = errDeleteFailed // the acquire answered: nothing of ours lands later
+			}
+			c.releaseUnsure(cfg, rep.Node, l.ref(), rep.Err)
+		case rep.Err == nil && rep.Int == 0 && unsure != nil && unsure[rep.Node]:
+			c.releaseUnsure(cfg, rep.Node, l.ref(), errUnknownFate)
+		}
+	}
+}
+
+// reportRelease tells the debug log and the observer how the release
+// round rd ended (err).
+func (l *Lock) reportRelease(ctx context.Context, rd *round, err error) {
+	cfg := l.cfg
 	if cfg.debug(ctx) {
 		cfg.logger.Debug("redlock: released", "key", l.id.key, "took", time.Since(rd.start), "err", err)
 	}
@@ -352,7 +367,6 @@ func (l *Lock) releaseLocked(ctx context.Context) error {
 		e.Context = ctx
 		cfg.observer.Released(e)
 	}
-	return err
 }
 
 // releaseOp is the lock's release command: with a hand-off where the nodes

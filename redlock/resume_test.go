@@ -256,12 +256,19 @@ func TestResumeRefusesSessionLocks(t *testing.T) {
 		if l.hold.sess == nil {
 			t.Fatal("the lock is not a session lock")
 		}
-		before := ps[0].memPool.keys[rkey("s")]
+		key := func() memEntry { // under the pool's lock: a send may write it
+			ps[0].memPool.mu.Lock()
+			defer ps[0].memPool.mu.Unlock()
+			return ps[0].memPool.keys[rkey("s")]
+		}
+		synctest.Wait() // the acquire's commands the round did not wait for
+		before := key()
 		_, err = c.Resume(t.Context(), "s", l.Token())
 		if !errors.Is(err, ErrSessionToken) || !errors.Is(err, ErrNotHeld) {
 			t.Fatalf("Resume of a session lock's token: %v, want ErrSessionToken and ErrNotHeld", err)
 		}
-		if after := ps[0].memPool.keys[rkey("s")]; after != before {
+		synctest.Wait()
+		if after := key(); after != before {
 			t.Fatalf("Resume changed the session lock's key: %+v, was %+v", after, before)
 		}
 		if err := l.Release(t.Context()); err != nil {

@@ -18,7 +18,7 @@ func newNotifier(cfg *config, pools []pool.Pool, handoff bool) (*wake.Names, *wa
 	client := ""
 	if handoff {
 		var b [12]byte
-		cfg.rnd.read(b[:])
+		cfg.rnd.Read(b[:])
 		client = base64.RawURLEncoding.EncodeToString(b[:])
 		names = wake.NewNames(client)
 	}
@@ -28,7 +28,7 @@ func newNotifier(cfg *config, pools []pool.Pool, handoff bool) (*wake.Names, *wa
 	}
 	return names, wake.New(wake.Config{
 		Quorum: cfg.quorumOf(len(pools)), Client: client, RetryMax: cfg.retryMax,
-		Random: cfg.rnd.duration, Subscribers: subs,
+		Random: cfg.rnd.Duration, Subscribers: subs,
 		// A connection set-up gets the time of a background command, which
 		// also dials anew: Close stays within its stated bound even where
 		// a Pool cannot end a set-up early.

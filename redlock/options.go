@@ -2,8 +2,6 @@ package redlock
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +9,8 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/drift"
+	"github.com/quorumlock/quorumlock/internal/rng"
+	"github.com/quorumlock/quorumlock/internal/simhook"
 )
 
 // Option configures a Client (in New) or one call, on top of the Client's
@@ -39,7 +39,7 @@ type config struct {
 	quorum      int // 0: a majority of the pools
 	logger      *slog.Logger
 	now         func() time.Time
-	rnd         *random       // nil: math/rand/v2 and crypto/rand
+	rnd         *rng.Source   // nil: math/rand/v2 and crypto/rand
 	recheck     time.Duration // how often unverified nodes are asked for their run_id
 	autoExtend  bool
 	renewEvery  time.Duration // 0: TTL/3
@@ -75,12 +75,23 @@ func defaultConfig() config {
 // randomToken returns 128 random bits as 22 URL-safe base64 characters:
 // more entropy than a UUID v4 (122 bits) in 14 fewer bytes per lock key on
 // every node.
-func randomToken() (string, error) {
-	var b [16]byte
-	if _, err := crand.Read(b[:]); err != nil {
-		return "", err
+func randomToken() (string, error) { return (*rng.Source)(nil).Token() }
+
+// jitter returns a random duration in [d/2, d].
+func (c *config) jitter(d time.Duration) time.Duration { return c.rnd.Jitter(d) }
+
+// The simulator's Option: each of its Clients draws from a seeded
+// generator, so that a schedule replays.
+func init() {
+	simhook.Random = func(next func() uint64) any {
+		return Option(func(c *config) error {
+			c.rnd = rng.New(next)
+			if !c.customToken {
+				c.token = c.rnd.Token // still the library's tokens: sessions apply
+			}
+			return nil
+		})
 	}
-	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
 // apply returns a copy of base with opts applied and checked against n pools.

@@ -63,10 +63,10 @@ func (r *renewer) init(c *Client) {
 func firstRenewal(l *Lock, now time.Time) time.Time {
 	if l.hold.sess != nil { // its key's refresh, every half key TTL
 		iv := keyTTL(l.cfg) / 2
-		return now.Add(iv/2 + l.cfg.rnd.duration(iv/2+1))
+		return now.Add(iv/2 + l.cfg.rnd.Duration(iv/2+1))
 	}
 	iv := l.cfg.renewInterval()
-	return now.Add(min(iv/2+l.cfg.rnd.duration(iv/2+1), l.maxWait(now)))
+	return now.Add(min(iv/2+l.cfg.rnd.Duration(iv/2+1), l.maxWait(now)))
 }
 
 // maxWait is the longest a renewal may wait at now: never so long that it

@@ -78,7 +78,7 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) (*Semaphore
 	s.all.rkey = s.all.sorted[0]
 	slices.Sort(s.all.sorted)
 	s.all.sweep = s.sweep
-	s.next.Store(uint64(own.rnd.duration(time.Duration(permits))))
+	s.next.Store(uint64(own.rnd.Duration(time.Duration(permits))))
 	return s, nil
 }
 

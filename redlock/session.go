@@ -100,7 +100,7 @@ func (c *Client) sessionFor(cfg *config) *session {
 		return nil
 	}
 	var b [12]byte
-	cfg.rnd.read(b[:])
+	cfg.rnd.Read(b[:])
 	sid := base64.RawURLEncoding.EncodeToString(b[:])
 	s := &session{c: c, cfg: cfg, sid: sid, skey: node.SessionKey(cfg.prefix, sid), seq: node.SessionSeq(cfg.prefix),
 		nodes: make([]sessionNode, len(c.pools)), locks: map[*Lock]struct{}{}}

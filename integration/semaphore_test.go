@@ -167,8 +167,10 @@ func (r *semRig) holders(t *testing.T) {
 		}
 		seen[l.Permit()] = true
 		held[i] = l
-	}
-	for _, l := range held {
+		// Before the next holder tries: a round is decided once a quorum
+		// answered, and a permit command still on its way to a node can
+		// be overtaken there by the next holder's try of the same permit,
+		// which then holds it on that node until its roll-back.
 		eventuallyAllKey(t, r.admins, permitKey(name, l.Permit()), l.Token())
 	}
 	countBounded(t, r.admins, all(), name, strconv.Itoa(k), semTTL)

@@ -52,8 +52,9 @@ func (k *kind) acquireArgs(cfg *config, t *target, s *session, o *node.Op) {
 		o.Session, o.Seq, o.KeyTTL, o.PrefixLen = s.skey, s.seq, keyTTL(cfg), len(cfg.prefix)
 	case kindSeveral:
 		o.Keys = t.rkeys
-	case kindPermit:
-		t.permit.fill(o)
+	case kindPermit: // the count key and every permit's, and which is tried
+		p := t.permit
+		o.Keys, o.Permits, o.Slot = p.sem.keys, p.sem.permits, p.slot
 	}
 }
 

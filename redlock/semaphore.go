@@ -206,8 +206,3 @@ func (p *permitTry) next(tried []bool, q, n int) int {
 	}
 	return best
 }
-
-// fill makes o the acquire command of p's permit.
-func (p *permitTry) fill(o *node.Op) {
-	o.Keys, o.Permits, o.Slot = p.sem.keys, p.sem.permits, p.slot
-}

@@ -291,7 +291,7 @@ func cleanupTimeout(cfg *config) time.Duration {
 // sent to again (see landing). Nothing after Close, which has released what
 // it tracks.
 func (c *Client) releaseLost(l *Lock) {
-	if l.hold.sess == nil || c.enter() != nil {
+	if !l.kind.session || c.enter() != nil {
 		return
 	}
 	defer c.wg.Done()

@@ -26,12 +26,15 @@ type kind struct {
 	// line: its Lock calls keep a place in the key's line of waiters, where
 	// the nodes keep lines (Client.handoff).
 	line bool
+	// session: it is renewed through its renewal session (session.go); its
+	// key lives keyTTL, refreshed by the renewal service.
+	session bool
 }
 
 var (
 	kindPlain   = &kind{name: "plain", acquire: opAcquire, extend: opExtend, release: opRelease, held: opHeld, batch: true, line: true}
 	kindFenced  = &kind{name: "fenced", acquire: opFenced, extend: opExtend, release: opRelease, held: opHeld, batch: true, line: true}
-	kindSession = &kind{name: "session", acquire: opSession, release: opRelease, held: opPeek, batch: true, line: true}
+	kindSession = &kind{name: "session", acquire: opSession, release: opRelease, held: opPeek, batch: true, line: true, session: true}
 	kindShared  = &kind{name: "shared", acquire: opAcquireShared, extend: opExtendShared, release: opReleaseShared, held: opHeldShared}
 	kindSeveral = &kind{name: "several keys", acquire: opAcquireAll, extend: opExtendAll, release: opReleaseAll, held: opHeldAll, allKeys: true}
 	kindPermit  = &kind{name: "permit", acquire: opAcquirePermit, extend: opExtendPermit, release: opRelease, held: opHeld}

@@ -3,7 +3,6 @@ package redlock
 import (
 	"slices"
 
-	"github.com/quorumlock/quorumlock/drift"
 	"github.com/quorumlock/quorumlock/internal/bugs"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
@@ -83,10 +82,7 @@ func (l *Lock) chain(rd *round, hold []bool) []bool {
 // lock counts on; its key there lives its TTL, and a Release of the handle
 // still reaches it. (A session lock, which cannot be resumed, is released.)
 func (l *Lock) late(rep quorum.Reply) {
-	var gen uint64 // a session lock's generation on the node, if it said yes
-	if l.hold.sess != nil && rep.Err == nil && rep.Int > 0 {
-		gen = l.hold.sess.accepted(rep.Node, rep.Int, l.life.acquired)
-	}
+	gen := l.sessionAccepted(rep) // a session lock's generation on the node, if it said yes
 	l.mu.Lock()
 	l.landing.nodes[rep.Node] = false
 	if node.MayHaveWritten(rep.Err) && !l.landing.resumed { // a SET may land yet
@@ -96,13 +92,12 @@ func (l *Lock) late(rep quorum.Reply) {
 		l.landing.unsure[rep.Node] = true
 	}
 	keep := !l.life.released && !l.life.lost && l.cfg.now().Before(l.deadlineLocked())
-	free := l.life.released || !keep && l.hold.sess != nil // nobody can count on the token any more
+	free := l.life.released || !keep && l.kind.session // nobody can count on the token any more
 	free = free && (rep.Int > 0 || node.MayHaveWritten(rep.Err)) && l.freeLocked(rep.Node)
 	waited := l.place.waiter != "" && !(rep.Err == nil && rep.Int > 0) // it may wait in the line there
 	l.place.inLine = l.place.inLine || waited
 	if keep && gen != 0 { // the node counts for the lock from now on
-		l.hold.gens[rep.Node] = gen
-		l.hold.keyUntil[rep.Node] = drift.Deadline(l.life.acquired, keyTTL(l.cfg), l.cfg.driftFactor)
+		l.countNodeLocked(rep.Node, gen)
 	}
 	var buf [4]chainedSend
 	waiting := buf[:0]

@@ -142,9 +142,7 @@ func (l *Lock) endLocked(lost bool) bool {
 		l.c.untrack(l)
 		l.c.unclaim(l.cfg, l.eachKey, l.id.token)
 	}
-	if l.hold.sess != nil {
-		l.hold.sess.remove(l)
-	}
+	l.leaveSession()
 	return true
 }
 

@@ -122,8 +122,8 @@ func (l *Lock) Deadline() time.Time {
 // deadlineLocked is the lock's deadline: l.life.deadline, which a session lock
 // computes anew from its session while it is held. l.mu must be held.
 func (l *Lock) deadlineLocked() time.Time {
-	if l.hold.sess != nil && !l.life.released && !l.life.lost {
-		l.life.deadline = l.hold.sess.deadline(l)
+	if l.kind.session && !l.life.released && !l.life.lost {
+		l.life.deadline = l.sessionDeadlineLocked()
 	}
 	return l.life.deadline
 }
@@ -505,18 +505,11 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 	if cfg.fencing {
 		l.id.fence = a.fence
 	}
-	if a.sess != nil {
-		l.hold.sess, l.hold.gens, l.hold.keyUntil = a.sess, a.gens, make([]time.Time, len(a.gens))
-		for i := range l.hold.keyUntil {
-			l.hold.keyUntil[i] = drift.Deadline(a.start, keyTTL(cfg), cfg.driftFactor)
-		}
-	}
+	l.holdSession(a.sess, a.gens, a.start)
 	if !c.track(l) {
 		return nil
 	}
-	if l.hold.sess != nil {
-		l.hold.sess.add(l)
-	}
+	l.joinSession()
 	if a.unsure != nil { // a Release re-checks these nodes (see vote)
 		l.landing.unsure = slices.Clone(a.unsure)
 	}

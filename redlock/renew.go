@@ -61,7 +61,7 @@ func (r *renewer) init(c *Client) {
 // point in the second half of its renewal interval, so that locks acquired
 // together do not all come due together.
 func firstRenewal(l *Lock, now time.Time) time.Time {
-	if l.hold.sess != nil { // its key's refresh, every half key TTL
+	if l.kind.session { // its key's refresh, every half key TTL
 		iv := keyTTL(l.cfg) / 2
 		return now.Add(iv/2 + l.cfg.rnd.Duration(iv/2+1))
 	}

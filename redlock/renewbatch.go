@@ -32,14 +32,14 @@ func (r *renewer) renew(batch []*Lock) {
 		switch {
 		case !ok:
 			<-l.op
-		case l.landingNow() != nil && l.hold.sess != nil: // its key's TTL is long: later
+		case l.landingNow() != nil && l.kind.session: // its key's TTL is long: later
 			<-l.op
 			r.add(l, now.Add(l.cfg.nodeTimeout))
 		case l.landingNow() != nil || !l.kind.batch: // its own round chains behind the SET; the kinds that do not batch have commands of their own
 			<-l.op
 			c.wg.Go(func() { r.renewOne(l, ttl) })
 		default:
-			k := renewKey{ttl: ttl, timeout: l.cfg.nodeTimeout, quorum: l.cfg.quorum, keys: l.hold.sess != nil, slot: -1}
+			k := renewKey{ttl: ttl, timeout: l.cfg.nodeTimeout, quorum: l.cfg.quorum, keys: l.kind.session, slot: -1}
 			if c.slotted { // one command's keys must share a slot on a Cluster
 				k.slot = node.Slot(l.id.rkey)
 			}
@@ -93,7 +93,7 @@ func (l *Lock) renewalTTL(now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	cfg := l.cfg
-	if l.hold.sess != nil { // its session renews it; its key only needs to live
+	if l.kind.session { // its session renews it; its key only needs to live
 		return keyTTL(cfg), true
 	}
 	if left := l.Deadline().Sub(now); left <= cfg.nodeTimeout {
@@ -155,7 +155,7 @@ func (r *renewer) failAll(ls []*Lock, err error) {
 	for _, l := range ls {
 		start := l.cfg.now()
 		<-l.op
-		if l.hold.sess != nil {
+		if l.kind.session {
 			r.add(l, start.Add(keyTTL(l.cfg)/8))
 			continue
 		}
@@ -252,7 +252,7 @@ func (rn *renewal) apply(r *renewer) {
 	rd.finish(nil)
 	n, q := len(rd.res), rd.q
 	for i, l := range rn.ls {
-		if l.hold.sess != nil {
+		if l.kind.session {
 			rn.refreshed(r, i, l)
 			continue
 		}
@@ -291,18 +291,7 @@ func (rn *renewal) refreshed(r *renewer, i int, l *Lock) {
 	all := true
 	l.mu.Lock()
 	for j, rep := range rn.reps {
-		switch {
-		case l.hold.gens[j] == 0:
-		case rep.Err != nil || len(rep.Str) <= i:
-			all = false
-		case rep.Str[i] == '1' && now.Before(l.hold.keyUntil[j]):
-			l.hold.keyUntil[j] = later(l.hold.keyUntil[j], until)
-		default:
-			l.hold.gens[j], all = 0, false
-			if !l.life.released && !l.life.lost {
-				l.life.lease.rearm(l.deadlineLocked().Sub(cfg.now()))
-			}
-		}
+		all = l.keyRefreshedLocked(j, rep, i, now, until) && all
 	}
 	l.mu.Unlock()
 	<-l.op

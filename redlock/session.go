@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/drift"
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/quorum"
 )
 
 // Renewal sessions: the auto-extended locks of a Client that share a TTL hang
@@ -64,6 +65,79 @@ type sessionHold struct {
 	sess     *session
 	gens     []uint64
 	keyUntil []time.Time
+}
+
+// holdSession makes l a lock of session s (nil: l is no session lock),
+// held on the nodes i with gens[i] != 0, whose keys were set from start.
+// Before l is shared.
+func (l *Lock) holdSession(s *session, gens []uint64, start time.Time) {
+	if s == nil {
+		return
+	}
+	l.hold.sess, l.hold.gens, l.hold.keyUntil = s, gens, make([]time.Time, len(gens))
+	for i := range l.hold.keyUntil {
+		l.hold.keyUntil[i] = drift.Deadline(start, keyTTL(l.cfg), l.cfg.driftFactor)
+	}
+}
+
+// joinSession has a session lock's session renew it (once it is tracked);
+// leaveSession ends that (released or lost). Neither does anything for
+// other locks.
+func (l *Lock) joinSession() {
+	if l.kind.session {
+		l.hold.sess.add(l)
+	}
+}
+
+func (l *Lock) leaveSession() {
+	if l.kind.session {
+		l.hold.sess.remove(l)
+	}
+}
+
+// sessionDeadlineLocked is a session lock's deadline as its session's
+// confirmations tell it; l.mu must be held.
+func (l *Lock) sessionDeadlineLocked() time.Time { return l.hold.sess.deadline(l) }
+
+// sessionAccepted records a late answer to a session lock's acquire and
+// returns the session's generation a yes puts the lock in on its node (0:
+// none, or no session lock).
+func (l *Lock) sessionAccepted(rep quorum.Reply) uint64 {
+	if !l.kind.session || rep.Err != nil || rep.Int <= 0 {
+		return 0
+	}
+	return l.hold.sess.accepted(rep.Node, rep.Int, l.life.acquired)
+}
+
+// countNodeLocked counts node n, with the session's generation gen, for a
+// session lock from now on; l.mu must be held.
+func (l *Lock) countNodeLocked(n int, gen uint64) {
+	l.hold.gens[n] = gen
+	l.hold.keyUntil[n] = drift.Deadline(l.life.acquired, keyTTL(l.cfg), l.cfg.driftFactor)
+}
+
+// keyRefreshedLocked records node j's answer rep to a refresh of a session
+// lock's key, the i-th of its command, read at now: a confirmation read in
+// time vouches for the key until until; a node that said the key no longer
+// holds the token, or whose earlier refresh had stopped vouching before
+// this one was read (the key may have expired in between), stops counting
+// for the lock. It reports whether the node, if the lock counts it,
+// confirmed. l.mu must be held.
+func (l *Lock) keyRefreshedLocked(j int, rep quorum.Reply, i int, now, until time.Time) bool {
+	switch {
+	case l.hold.gens[j] == 0:
+	case rep.Err != nil || len(rep.Str) <= i:
+		return false
+	case rep.Str[i] == '1' && now.Before(l.hold.keyUntil[j]):
+		l.hold.keyUntil[j] = later(l.hold.keyUntil[j], until)
+	default:
+		l.hold.gens[j] = 0
+		if !l.life.released && !l.life.lost {
+			l.life.lease.rearm(l.deadlineLocked().Sub(l.cfg.now()))
+		}
+		return false
+	}
+	return true
 }
 
 // sessionNode is what the Client knows of the session on one node.

@@ -295,24 +295,7 @@ func (c *Client) releaseLost(l *Lock) {
 		return
 	}
 	defer c.wg.Done()
-	type owed struct {
-		node int
-		err  error
-	}
-	var send []owed
-	l.mu.Lock()
-	for i := range c.pools {
-		if l.landing.nodes[i] && !bugs.LostResend || !l.freeLocked(i) {
-			continue
-		}
-		o := owed{node: i}
-		if l.landing.unsure != nil && l.landing.unsure[i] {
-			o.err = errUnknownFate
-		}
-		send = append(send, o)
-	}
-	l.mu.Unlock()
-	for _, o := range send {
+	for _, o := range l.lossDeletes() {
 		c.releaseUnsure(l.cfg, o.node, l.ref(), o.err)
 	}
 }

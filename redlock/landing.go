@@ -38,6 +38,26 @@ type chainedSend struct {
 	release bool // a release round: when sent, the node needs no other
 }
 
+// land starts l's landing part, before l is shared: out, the nodes the
+// acquiring round asked whose answer it did not take; unsure, those whose
+// acquire failed without a reply (nil: none); resumed, whether Resume
+// acquired it.
+func (l *Lock) land(out, unsure []bool, resumed bool) {
+	l.landing.nodes = append(l.landing.v[:0], out...)
+	l.landing.resumed = resumed
+	if unsure != nil { // a Release re-checks these nodes (see vote)
+		l.landing.unsure = slices.Clone(unsure)
+	}
+}
+
+// answered reports whether node i's acquire has answered; for newLock,
+// before late sees the answers.
+func (l *Lock) answered(i int) bool { return !l.landing.nodes[i] }
+
+// unsureLocked returns the nodes whose acquire failed without a reply (nil:
+// none), in a slice of the caller's; l.mu must be held.
+func (l *Lock) unsureLocked() []bool { return slices.Clone(l.landing.unsure) }
+
 // landingNow returns which nodes' acquire commands have not answered yet,
 // or nil when none.
 func (l *Lock) landingNow() []bool {
@@ -136,6 +156,33 @@ func (l *Lock) freeLocked(i int) bool {
 	was := l.landing.freed[i]
 	l.landing.freed[i] = !bugs.LostResend
 	return !was
+}
+
+// owedDelete is a delete a lock owes node: err is releaseUnsure's.
+type owedDelete struct {
+	node int
+	err  error
+}
+
+// lossDeletes returns the deletes a lost lock owes and marks their nodes
+// freed: to every node but those already freed and those whose acquire has
+// not answered (late frees those), re-checked (errUnknownFate) where the
+// acquire's fate is unknown.
+func (l *Lock) lossDeletes() []owedDelete {
+	var owed []owedDelete
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range l.landing.nodes {
+		if l.landing.nodes[i] && !bugs.LostResend || !l.freeLocked(i) {
+			continue
+		}
+		o := owedDelete{node: i}
+		if l.landing.unsure != nil && l.landing.unsure[i] {
+			o.err = errUnknownFate
+		}
+		owed = append(owed, o)
+	}
+	return owed
 }
 
 // unfreedLocked returns the nodes whose key no release in the background

@@ -46,6 +46,25 @@ type linePlace struct {
 	inLine bool
 }
 
+// leaveLineHeld leaves the line on the nodes where l, just acquired (before
+// late sees its answers), holds the key (said) and whose acquire answered,
+// if it may be in the line there: it must not be handed the key it holds.
+func (l *Lock) leaveLineHeld(said []bool) {
+	if l.place.inLine {
+		l.c.leaveLine(l.cfg, l.id.rkey, l.place.waiter, false, func(i int) bool { return !said[i] && l.answered(i) }, false)
+	}
+}
+
+// leaveArgs makes o, the lock's release, also take its waiter out of the
+// line for good, if it may be in it.
+func (l *Lock) leaveArgs(o *node.Op) {
+	l.mu.Lock()
+	if l.place.inLine {
+		o.Waiter, o.LineTTL = l.place.waiter, stayOut(l.cfg)
+	}
+	l.mu.Unlock()
+}
+
 // fillPlace makes o, an acquire, the waiter's at place ln.
 func fillPlace(o *node.Op, ln *wake.Place, cfg *config) {
 	o.Waiter, o.Rank, o.LineTTL, o.InLine = ln.ID, ln.Rank, lineTTL(cfg), ln.Joined

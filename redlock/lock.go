@@ -375,11 +375,7 @@ func (l *Lock) reportRelease(ctx context.Context, rd *round, err error) {
 func (l *Lock) releaseOp() node.Op {
 	c, cfg := l.c, l.cfg
 	o := node.Op{Key: l.id.rkey, Keys: l.id.keyArgs, Token: l.id.token, KeyArg: l.id.keyArg, TokenArg: l.id.tokenArg, Grace: c.grace(cfg)}
-	l.mu.Lock()
-	if l.place.inLine {
-		o.Waiter, o.LineTTL = l.place.waiter, stayOut(cfg)
-	}
-	l.mu.Unlock()
+	l.leaveArgs(&o)
 	return o
 }
 
@@ -444,8 +440,7 @@ func (l *Lock) endForRelease() (unsure, ask []bool, err error) {
 		lost, why = l.loseLocked("validity ran out")
 	}
 	l.endLocked(false)
-	unsure = slices.Clone(l.landing.unsure) // nil unless some acquire's fate is unknown
-	ask = l.unfreedLocked()
+	unsure, ask = l.unsureLocked(), l.unfreedLocked()
 	l.mu.Unlock()
 	if lost {
 		l.c.reportLost(l, why) // the release round that follows deletes its key
@@ -493,15 +488,15 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 	l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), id: lockID{key: key, rkey: op.Key, token: op.Token, keyArg: op.KeyArg, tokenArg: op.TokenArg},
 		life: lifetime{acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor)}}
 	l.renewal.l = l
-	l.kind, l.landing.resumed = a.kind, op.Kind == node.Resume
+	l.kind = a.kind
 	if a.kind.allKeys {
 		l.id.keys, l.id.keyArgs = a.keys, op.Keys
 	}
 	if a.kind == kindPermit {
 		l.id.permit = &permitOf{count: op.Keys[0].(string), permits: op.Permits, slot: op.Slot}
 	}
-	l.landing.nodes = append(l.landing.v[:0], a.rd.out...)
-	l.place.waiter, l.place.inLine = a.waiter, a.inLine
+	l.land(a.rd.out, a.unsure, op.Kind == node.Resume)
+	l.place = linePlace{waiter: a.waiter, inLine: a.inLine}
 	if cfg.fencing {
 		l.id.fence = a.fence
 	}
@@ -510,12 +505,7 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 		return nil
 	}
 	l.joinSession()
-	if a.unsure != nil { // a Release re-checks these nodes (see vote)
-		l.landing.unsure = slices.Clone(a.unsure)
-	}
-	if l.place.inLine { // it holds the key; it must not be handed it where it waits
-		c.leaveLine(cfg, l.id.rkey, l.place.waiter, false, func(i int) bool { return !a.said[i] && !l.landing.nodes[i] }, false)
-	}
+	l.leaveLineHeld(a.said)
 	a.rd.finish(l.late)
 	if cfg.autoExtend {
 		c.renew.add(l, firstRenewal(l, cfg.now()))

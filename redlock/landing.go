@@ -111,8 +111,8 @@ func (l *Lock) late(rep quorum.Reply) {
 		}
 		l.landing.unsure[rep.Node] = true
 	}
-	keep := !l.life.released && !l.life.lost && l.cfg.now().Before(l.deadlineLocked())
-	free := l.life.released || !keep && l.kind.session // nobody can count on the token any more
+	keep := l.heldLocked() && l.cfg.now().Before(l.deadlineLocked())
+	free := l.releasedLocked() || !keep && l.kind.session // nobody can count on the token any more
 	free = free && (rep.Int > 0 || node.MayHaveWritten(rep.Err)) && l.freeLocked(rep.Node)
 	waited := l.place.waiter != "" && !(rep.Err == nil && rep.Int > 0) // it may wait in the line there
 	l.place.inLine = l.place.inLine || waited

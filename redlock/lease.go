@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/quorumlock/quorumlock/drift"
 )
 
 // lifetime is a Lock's validity and end, guarded by the Lock's mu; this
 // file ends it (released or lost) and hands out its lease.
 type lifetime struct {
-	acquired time.Time // start of the acquiring round
 	deadline time.Time // end of validity on the local monotonic clock
 	released bool      // Release or Close ran
 	lost     bool      // the lock was lost (sticky: a later release keeps it)
@@ -252,4 +253,110 @@ func (c *Client) under(ctx context.Context, name string, fn func(ctx context.Con
 	err = fn(lctx)
 	panicked = false
 	return err
+}
+
+// deadlineLocked is the lock's deadline: l.life.deadline, which a session lock
+// computes anew from its session while it is held. l.mu must be held.
+func (l *Lock) deadlineLocked() time.Time {
+	if l.kind.session && !l.life.released && !l.life.lost {
+		l.life.deadline = l.sessionDeadlineLocked()
+	}
+	return l.life.deadline
+}
+
+// extended records an extend round's outcome while the op slot is held, so
+// that no later Extend or Release comes in between: whether a quorum
+// confirmed (won), whether so many nodes said the token is gone that none
+// can (gone), and the round's error, made only when needed.
+func (l *Lock) extended(ctx context.Context, won, gone bool, quorumErr func() *QuorumError, start time.Time, ttl time.Duration) error {
+	cfg := l.cfg
+	end := cfg.now()
+	deadline := drift.Deadline(start, ttl, cfg.driftFactor)
+	var err error
+	var qe *QuorumError
+	lostNow, why := false, ""
+	l.mu.Lock()
+	switch {
+	case l.life.released:
+		err = ErrReleased
+	case l.life.lost: // the lease ran out during the round: it stays lost
+		err = ErrLockLost
+	case won && end.Before(deadline):
+		l.life.deadline, l.life.lastFail = deadline, nil
+		l.life.lease.rearm(deadline.Sub(cfg.now()))
+	default:
+		if deadline.Before(l.life.deadline) {
+			l.life.deadline = deadline
+			l.life.lease.rearm(deadline.Sub(cfg.now()))
+		}
+		qe = quorumErr()
+		qe.Elapsed = end.Sub(start)
+		if won {
+			qe.Validity = deadline.Sub(end)
+		}
+		err, l.life.lastFail = qe, qe
+		if gone || !end.Before(l.life.deadline) {
+			lostNow, why = l.loseLocked("")
+			err = fmt.Errorf("%w: %w", ErrLockLost, qe)
+		}
+		err = withCaller(ctx, err)
+	}
+	l.mu.Unlock()
+	if lostNow {
+		l.c.lostLock(l, why)
+	}
+	return err
+}
+
+// usable returns why the lock can no longer be used at now, if it cannot: it
+// was released, lost, or its deadline passed (which marks it lost).
+func (l *Lock) usable(now time.Time) error {
+	l.mu.Lock()
+	released, wasLost := l.life.released, l.life.lost
+	deadline := l.deadlineLocked()
+	lost, why := false, ""
+	if !released && !wasLost && !now.Before(deadline) {
+		lost, why = l.loseLocked("validity ran out")
+	}
+	l.mu.Unlock()
+	if lost {
+		l.c.lostLock(l, why)
+	}
+	switch {
+	case released:
+		return ErrReleased
+	case wasLost:
+		return ErrLockLost
+	case lost:
+		return fmt.Errorf("%w: its validity ended at %v", ErrLockLost, deadline.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// heldLocked reports whether the lock is neither released nor lost, and
+// releasedLocked whether it was released; l.mu must be held.
+func (l *Lock) heldLocked() bool     { return !l.life.released && !l.life.lost }
+func (l *Lock) releasedLocked() bool { return l.life.released }
+
+// rearmLocked moves a held lock's lease timer to its deadline, which may
+// have moved earlier; l.mu must be held.
+func (l *Lock) rearmLocked() {
+	if l.heldLocked() {
+		l.life.lease.rearm(l.deadlineLocked().Sub(l.cfg.now()))
+	}
+}
+
+// endForReleaseLocked marks the lock released, lost first (lost, why: to
+// be reported) when its deadline has passed unnoticed: a lock is lost the
+// same way whether or not its lease was watched. ErrReleased if it was
+// released already. l.mu must be held.
+func (l *Lock) endForReleaseLocked() (lost bool, why string, err error) {
+	if l.life.released {
+		return false, "", ErrReleased
+	}
+	if !l.life.lost && !l.cfg.now().Before(l.deadlineLocked()) {
+		lost, why = l.loseLocked("validity ran out")
+	}
+	l.endLocked(false)
+	return lost, why, nil
 }

@@ -30,6 +30,7 @@ type lockID struct {
 	keyArg, tokenArg any
 	permit           *permitOf // a semaphore's permit, else nil
 	fence            uint64    // 0 without fencing
+	acquired         time.Time // start of the acquiring round
 }
 
 // Lock is a lock acquired on a quorum of nodes, the handle that extends,
@@ -119,15 +120,6 @@ func (l *Lock) Deadline() time.Time {
 	return l.deadlineLocked()
 }
 
-// deadlineLocked is the lock's deadline: l.life.deadline, which a session lock
-// computes anew from its session while it is held. l.mu must be held.
-func (l *Lock) deadlineLocked() time.Time {
-	if l.kind.session && !l.life.released && !l.life.lost {
-		l.life.deadline = l.sessionDeadlineLocked()
-	}
-	return l.life.deadline
-}
-
 // Extend makes the lock live at least ttl (0: its TTL) more on the nodes
 // that hold it; it never re-creates an expired lock, and never shortens a
 // key's TTL there: a shorter ttl moves only this Lock's deadline earlier, and
@@ -202,75 +194,6 @@ func (l *Lock) freeAfter(ctx context.Context, rd *round) {
 	})
 }
 
-// extended records an extend round's outcome while the op slot is held, so
-// that no later Extend or Release comes in between: whether a quorum
-// confirmed (won), whether so many nodes said the token is gone that none
-// can (gone), and the round's error, made only when needed.
-func (l *Lock) extended(ctx context.Context, won, gone bool, quorumErr func() *QuorumError, start time.Time, ttl time.Duration) error {
-	cfg := l.cfg
-	end := cfg.now()
-	deadline := drift.Deadline(start, ttl, cfg.driftFactor)
-	var err error
-	var qe *QuorumError
-	lostNow, why := false, ""
-	l.mu.Lock()
-	switch {
-	case l.life.released:
-		err = ErrReleased
-	case l.life.lost: // the lease ran out during the round: it stays lost
-		err = ErrLockLost
-	case won && end.Before(deadline):
-		l.life.deadline, l.life.lastFail = deadline, nil
-		l.life.lease.rearm(deadline.Sub(cfg.now()))
-	default:
-		if deadline.Before(l.life.deadline) {
-			l.life.deadline = deadline
-			l.life.lease.rearm(deadline.Sub(cfg.now()))
-		}
-		qe = quorumErr()
-		qe.Elapsed = end.Sub(start)
-		if won {
-			qe.Validity = deadline.Sub(end)
-		}
-		err, l.life.lastFail = qe, qe
-		if gone || !end.Before(l.life.deadline) {
-			lostNow, why = l.loseLocked("")
-			err = fmt.Errorf("%w: %w", ErrLockLost, qe)
-		}
-		err = withCaller(ctx, err)
-	}
-	l.mu.Unlock()
-	if lostNow {
-		l.c.lostLock(l, why)
-	}
-	return err
-}
-
-// usable returns why the lock can no longer be used at now, if it cannot: it
-// was released, lost, or its deadline passed (which marks it lost).
-func (l *Lock) usable(now time.Time) error {
-	l.mu.Lock()
-	released, wasLost := l.life.released, l.life.lost
-	deadline := l.deadlineLocked()
-	lost, why := false, ""
-	if !released && !wasLost && !now.Before(deadline) {
-		lost, why = l.loseLocked("validity ran out")
-	}
-	l.mu.Unlock()
-	if lost {
-		l.c.lostLock(l, why)
-	}
-	switch {
-	case released:
-		return ErrReleased
-	case wasLost:
-		return ErrLockLost
-	case lost:
-		return fmt.Errorf("%w: its validity ended at %v", ErrLockLost, deadline.Format(time.RFC3339Nano))
-	}
-	return nil
-}
-
 // Release deletes the lock's token from the nodes (never another token) and
 // marks the handle released whatever the outcome. It returns nil once a
 // quorum confirmed, ErrReleased if already released (by Release or
@@ -288,7 +211,7 @@ func (l *Lock) release(ctx context.Context) error {
 	l.op <- struct{}{} // one Extend or Release at a time
 	defer func() { <-l.op }()
 	l.mu.Lock()
-	released := l.life.released
+	released := l.releasedLocked()
 	l.mu.Unlock()
 	if released {
 		return ErrReleased
@@ -431,15 +354,11 @@ var errUnknownFate = errors.New("the acquire command's fate is unknown")
 // returns the nodes whose acquire failed without a reply.
 func (l *Lock) endForRelease() (unsure, ask []bool, err error) {
 	l.mu.Lock()
-	if l.life.released {
+	lost, why, err := l.endForReleaseLocked()
+	if err != nil {
 		l.mu.Unlock()
-		return nil, nil, ErrReleased
+		return nil, nil, err
 	}
-	lost, why := false, ""
-	if !l.life.lost && !l.cfg.now().Before(l.deadlineLocked()) {
-		lost, why = l.loseLocked("validity ran out")
-	}
-	l.endLocked(false)
 	unsure, ask = l.unsureLocked(), l.unfreedLocked()
 	l.mu.Unlock()
 	if lost {
@@ -485,8 +404,8 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 // begun (the caller rolls back).
 func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquisition) *Lock {
 	op := a.rd.op
-	l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), id: lockID{key: key, rkey: op.Key, token: op.Token, keyArg: op.KeyArg, tokenArg: op.TokenArg},
-		life: lifetime{acquired: a.start, deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor)}}
+	l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), id: lockID{key: key, rkey: op.Key, token: op.Token, keyArg: op.KeyArg, tokenArg: op.TokenArg, acquired: a.start},
+		life: lifetime{deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor)}}
 	l.renewal.l = l
 	l.kind = a.kind
 	if a.kind.allKeys {

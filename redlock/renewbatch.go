@@ -102,7 +102,7 @@ func (l *Lock) renewalTTL(now time.Time) (time.Duration, bool) {
 	}
 	ttl := cfg.ttl
 	if cfg.maxHold > 0 {
-		remaining := l.life.acquired.Add(cfg.maxHold).Sub(now)
+		remaining := l.id.acquired.Add(cfg.maxHold).Sub(now)
 		if drift.Check(remaining, cfg.driftFactor, cfg.nodeTimeout) != nil {
 			cfg.logger.Warn("redlock: maximum hold time reached; the lock is left to expire", "key", l.id.key, "max_hold", cfg.maxHold)
 			return 0, false // the lease timer marks it lost at its deadline

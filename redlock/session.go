@@ -106,14 +106,14 @@ func (l *Lock) sessionAccepted(rep quorum.Reply) uint64 {
 	if !l.kind.session || rep.Err != nil || rep.Int <= 0 {
 		return 0
 	}
-	return l.hold.sess.accepted(rep.Node, rep.Int, l.life.acquired)
+	return l.hold.sess.accepted(rep.Node, rep.Int, l.id.acquired)
 }
 
 // countNodeLocked counts node n, with the session's generation gen, for a
 // session lock from now on; l.mu must be held.
 func (l *Lock) countNodeLocked(n int, gen uint64) {
 	l.hold.gens[n] = gen
-	l.hold.keyUntil[n] = drift.Deadline(l.life.acquired, keyTTL(l.cfg), l.cfg.driftFactor)
+	l.hold.keyUntil[n] = drift.Deadline(l.id.acquired, keyTTL(l.cfg), l.cfg.driftFactor)
 }
 
 // keyRefreshedLocked records node j's answer rep to a refresh of a session
@@ -132,9 +132,7 @@ func (l *Lock) keyRefreshedLocked(j int, rep quorum.Reply, i int, now, until tim
 		l.hold.keyUntil[j] = later(l.hold.keyUntil[j], until)
 	default:
 		l.hold.gens[j] = 0
-		if !l.life.released && !l.life.lost {
-			l.life.lease.rearm(l.deadlineLocked().Sub(l.cfg.now()))
-		}
+		l.rearmLocked()
 		return false
 	}
 	return true
@@ -255,9 +253,7 @@ func (s *session) snapshotLocked(dropped bool) []*Lock {
 func rearm(ls []*Lock) {
 	for _, l := range ls {
 		l.mu.Lock()
-		if !l.life.released && !l.life.lost {
-			l.life.lease.rearm(l.deadlineLocked().Sub(l.cfg.now()))
-		}
+		l.rearmLocked()
 		l.mu.Unlock()
 	}
 }
@@ -278,7 +274,7 @@ func (s *session) deadline(l *Lock) time.Time {
 	s.mu.Unlock()
 	q := l.cfg.quorumOf(len(l.hold.gens))
 	if len(ts) < q {
-		return l.life.acquired
+		return l.id.acquired
 	}
 	slices.SortFunc(ts, func(a, b time.Time) int { return b.Compare(a) })
 	return ts[q-1]

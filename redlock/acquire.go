@@ -10,6 +10,7 @@ import (
 	"github.com/quorumlock/quorumlock/drift"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
+	"github.com/quorumlock/quorumlock/internal/session"
 )
 
 // TryLock makes one attempt to acquire key, without waiting for it to be
@@ -302,18 +303,18 @@ type acquisition struct {
 	askv     [8]bool // the write-back's nodes, for up to 8
 	fence    uint64  // the highest counter among them
 	won      bool
-	failure  *QuorumError    // the write-back's, when it failed
-	landed   []chan struct{} // fencing over Pools that do not queue: closed when node i's acquire call returned
-	sess     *session        // a session lock's session, else nil
-	gens     []uint64        // per node that said yes: the session's generation there
-	refused  bool            // a node said "taken", or failed in a way that may have run the script
-	lineLen  int             // the longest line of waiters a node that said "taken" reported
-	waiter   string          // the Lock call's name in the key's line ("": a TryLock)
-	inLine   bool            // the waiter may be in the line on some node
-	keys     []string        // a lock of several keys: the caller's keys (nil: one key)
-	permit   *permitTry      // a semaphore's permit: the attempt at it (nil: none)
-	unsure   []bool          // nodes whose call failed in a way that may still set the key (nil: none)
-	call     *call           // the acquiring call, for the observer (nil: none)
+	failure  *QuorumError     // the write-back's, when it failed
+	landed   []chan struct{}  // fencing over Pools that do not queue: closed when node i's acquire call returned
+	sess     *session.Session // a session lock's session, else nil
+	gens     []uint64         // per node that said yes: the session's generation there
+	refused  bool             // a node said "taken", or failed in a way that may have run the script
+	lineLen  int              // the longest line of waiters a node that said "taken" reported
+	waiter   string           // the Lock call's name in the key's line ("": a TryLock)
+	inLine   bool             // the waiter may be in the line on some node
+	keys     []string         // a lock of several keys: the caller's keys (nil: one key)
+	permit   *permitTry       // a semaphore's permit: the attempt at it (nil: none)
+	unsure   []bool           // nodes whose call failed in a way that may still set the key (nil: none)
+	call     *call            // the acquiring call, for the observer (nil: none)
 }
 
 // vote runs the SET round for t with a new token (of session s, when not
@@ -322,7 +323,7 @@ type acquisition struct {
 // still have set the key is released in the background at once (it does
 // not count for the lock). The error is the token generator's, or the
 // claim's (tokens.go).
-func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session, ln *wake.Place) (*acquisition, error) {
+func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session.Session, ln *wake.Place) (*acquisition, error) {
 	token, err := newToken(cfg, s)
 	if err != nil {
 		return nil, fmt.Errorf("token generator: %w", err)
@@ -380,7 +381,7 @@ func (a *acquisition) vote(rep quorum.Reply, yes bool) {
 		a.said[rep.Node] = true
 		a.fence = max(a.fence, uint64(rep.Int))
 		if a.sess != nil {
-			a.gens[rep.Node] = a.sess.accepted(rep.Node, rep.Int, a.start)
+			a.gens[rep.Node] = a.sess.Accepted(rep.Node, rep.Int, a.start)
 		}
 	case node.MayHaveWritten(rep.Err):
 		if a.unsure == nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
+	"github.com/quorumlock/quorumlock/internal/session"
 	"github.com/quorumlock/quorumlock/pool"
 )
 
@@ -56,7 +57,7 @@ type Client struct {
 	health   *health.Log    // logs nodes' outages once each (nil: no logger)
 
 	sessMu   sync.Mutex
-	sessions map[sessionKey]*session // renewal sessions, made on first use
+	sessions map[sessionKey]*session.Session // renewal sessions, made on first use
 }
 
 // New returns a Client over pools, one per independent Redis master, without

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/session"
 )
 
 // The kinds of lock. A lock's kind is decided once, by the attempt that
@@ -49,10 +50,10 @@ var (
 
 // acquireArgs adds to o, an acquire for t (with session s), what k's
 // command needs.
-func (k *kind) acquireArgs(cfg *config, t *target, s *session, o *node.Op) {
+func (k *kind) acquireArgs(cfg *config, t *target, s *session.Session, o *node.Op) {
 	switch k {
 	case kindSession:
-		o.Session, o.Seq, o.KeyTTL, o.PrefixLen = s.skey, s.seq, keyTTL(cfg), len(cfg.prefix)
+		o.Session, o.Seq, o.KeyTTL, o.PrefixLen = s.Key(), s.Seq(), keyTTL(cfg), len(cfg.prefix)
 	case kindSeveral:
 		o.Keys = t.rkeys
 	case kindPermit: // the count key and every permit's, and which is tried
@@ -85,7 +86,7 @@ func (k *kind) heldArgs(l *Lock, o *node.Op) {
 // kindOf is the kind an attempt for t under cfg acquires (with session s,
 // when not nil). Fencing applies to a lock of several keys too: its one
 // command then also raises the counter.
-func kindOf(cfg *config, t *target, s *session) *kind {
+func kindOf(cfg *config, t *target, s *session.Session) *kind {
 	switch {
 	case t.permit != nil:
 		return kindPermit

@@ -4,26 +4,22 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"slices"
-	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/quorumlock/drift"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
+	"github.com/quorumlock/quorumlock/internal/session"
 )
 
-// Renewal sessions: the auto-extended locks of a Client that share a TTL hang
-// on one session key per node, and renewing the session renews them all, at
-// a cost that does not grow with their number. A lock key names its session
-// and the session's incarnation on the node; it is held exactly while the
-// session key holds that incarnation. The lock keys carry a long TTL of
-// their own (keyTTL) that only collects them once their session has ended,
-// refreshed by the renewal service every half of it. docs/safety.md,
-// "Renewal sessions", has the argument; docs/design.md, "Leases", the
-// mechanism.
+// Renewal sessions (internal/session): the auto-extended locks of a Client
+// that share a TTL hang on one session key per node, and renewing the
+// session renews them all. This file makes a Client's sessions and is the
+// only one that touches a Lock's hold on its session. The lock keys carry
+// a long TTL of their own (keyTTL) that only collects them once their
+// session has ended, refreshed by the renewal service every half of it.
+// docs/safety.md, "Renewal sessions", has the argument; docs/design.md,
+// "Leases", the mechanism.
 
 // keyTTL is the TTL of a session lock's key: long, so that refreshing it
 // costs little, yet bounded, so that the keys of a session that ended are
@@ -38,31 +34,14 @@ type sessionKey struct {
 	drift          float64
 }
 
-// session is one session of a Client, on every node.
-type session struct {
-	c    *Client
-	cfg  *config // the first lock's: its ttl, drift, timeout and clock are the session's
-	sid  string  // 16 characters: the first bytes of every token of the session
-	skey string  // the session key: prefix + "s:" + sid
-	seq  string  // the nodes' incarnation sequence: prefix + "s:seq"
-	ctr  atomic.Uint64
-
-	mu      sync.Mutex
-	nodes   []sessionNode
-	gens    uint64             // the last generation handed out
-	locks   map[*Lock]struct{} // locks of the session not yet released or lost
-	watched int                // how many of them have an Observer
-	running bool               // run's goroutine is live
-}
-
 // sessionHold is a Lock's hold on its renewal session: sess is the session
 // of a session lock (nil for the others); gens[i] the session's generation
 // the lock holds on node i (0: not held there), keyUntil[i] how long its
 // key there lives at least, as far as the replies tell (see
-// session.deadline). Guarded by the Lock's mu; set before the lock is
+// session.Deadline). Guarded by the Lock's mu; set before the lock is
 // shared.
 type sessionHold struct {
-	sess     *session
+	sess     *session.Session
 	gens     []uint64
 	keyUntil []time.Time
 }
@@ -70,7 +49,7 @@ type sessionHold struct {
 // holdSession makes l a lock of session s (nil: l is no session lock),
 // held on the nodes i with gens[i] != 0, whose keys were set from start.
 // Before l is shared.
-func (l *Lock) holdSession(s *session, gens []uint64, start time.Time) {
+func (l *Lock) holdSession(s *session.Session, gens []uint64, start time.Time) {
 	if s == nil {
 		return
 	}
@@ -85,19 +64,21 @@ func (l *Lock) holdSession(s *session, gens []uint64, start time.Time) {
 // other locks.
 func (l *Lock) joinSession() {
 	if l.kind.session {
-		l.hold.sess.add(l)
+		l.hold.sess.Add((*member)(l), l.cfg.observer != nil)
 	}
 }
 
 func (l *Lock) leaveSession() {
 	if l.kind.session {
-		l.hold.sess.remove(l)
+		l.hold.sess.Remove((*member)(l))
 	}
 }
 
 // sessionDeadlineLocked is a session lock's deadline as its session's
 // confirmations tell it; l.mu must be held.
-func (l *Lock) sessionDeadlineLocked() time.Time { return l.hold.sess.deadline(l) }
+func (l *Lock) sessionDeadlineLocked() time.Time {
+	return l.hold.sess.Deadline(l.hold.gens, l.hold.keyUntil, l.id.acquired, l.cfg.quorumOf(len(l.hold.gens)))
+}
 
 // sessionAccepted records a late answer to a session lock's acquire and
 // returns the session's generation a yes puts the lock in on its node (0:
@@ -106,7 +87,7 @@ func (l *Lock) sessionAccepted(rep quorum.Reply) uint64 {
 	if !l.kind.session || rep.Err != nil || rep.Int <= 0 {
 		return 0
 	}
-	return l.hold.sess.accepted(rep.Node, rep.Int, l.id.acquired)
+	return l.hold.sess.Accepted(rep.Node, rep.Int, l.id.acquired)
 }
 
 // countNodeLocked counts node n, with the session's generation gen, for a
@@ -138,12 +119,30 @@ func (l *Lock) keyRefreshedLocked(j int, rep quorum.Reply, i int, now, until tim
 	return true
 }
 
-// sessionNode is what the Client knows of the session on one node.
-type sessionNode struct {
-	inc  int64     // the incarnation the node's session key holds
-	gen  uint64    // the Client's name for (node, inc); 0: none known to live
-	conf time.Time // start of the latest round the node confirmed inc in
-	busy int       // renewals in flight
+// member is a Lock as a member of its session.
+type member Lock
+
+// Rearm moves the lock's lease timer to its deadline, which may have moved
+// earlier.
+func (m *member) Rearm() {
+	l := (*Lock)(m)
+	l.mu.Lock()
+	l.rearmLocked()
+	l.mu.Unlock()
+}
+
+// Renewed tells the lock's Observer of one background renewal of its
+// session, as an automatic renewal of the lock: Extended once a quorum of
+// nodes confirmed it, ExtendFailed once every node it was sent to answered
+// (or timed out) without a quorum.
+func (m *member) Renewed(took time.Duration, won bool, confirmed, sent, q int) {
+	l := (*Lock)(m)
+	if won {
+		l.cfg.observer.Extended(l.event(took, nil))
+		return
+	}
+	err := fmt.Errorf("redlock: renewal session of %q: %d of %d nodes confirmed its renewal, %d needed: %w", l.id.key, confirmed, sent, q, ErrNotHeld)
+	l.cfg.observer.ExtendFailed(l.event(took, err))
 }
 
 // maxSessions bounds a Client's renewal sessions, whatever the TTLs its
@@ -158,7 +157,7 @@ const maxSessions = 16
 // queue commands or are Redis Clusters (a script there may only touch the
 // keys of one hash slot), or when the Client has maxSessions sessions of
 // other kinds.
-func (c *Client) sessionFor(cfg *config) *session {
+func (c *Client) sessionFor(cfg *config) *session.Session {
 	if !c.sessionLocks(cfg) {
 		return nil
 	}
@@ -174,10 +173,12 @@ func (c *Client) sessionFor(cfg *config) *session {
 	var b [12]byte
 	cfg.rnd.Read(b[:])
 	sid := base64.RawURLEncoding.EncodeToString(b[:])
-	s := &session{c: c, cfg: cfg, sid: sid, skey: node.SessionKey(cfg.prefix, sid), seq: node.SessionSeq(cfg.prefix),
-		nodes: make([]sessionNode, len(c.pools)), locks: map[*Lock]struct{}{}}
+	s := session.New(session.Config{TTL: cfg.ttl, Every: cfg.renewInterval(), NodeTimeout: cfg.nodeTimeout, MaxWait: cleanupTimeout(cfg),
+		Drift: cfg.driftFactor, Now: cfg.now, Quorum: cfg.quorumOf(len(c.pools))},
+		session.Env{Send: c.sendOwn, Done: c.wg.Done, Go: c.wg.Go, Stop: c.renew.ctx.Done(), Verified: c.ids.Verified},
+		sid, node.SessionKey(cfg.prefix, sid), node.SessionSeq(cfg.prefix), len(c.pools))
 	if c.sessions == nil {
-		c.sessions = map[sessionKey]*session{}
+		c.sessions = map[sessionKey]*session.Session{}
 	}
 	c.sessions[k] = s
 	return s
@@ -187,260 +188,6 @@ func (c *Client) sessionFor(cfg *config) *session {
 // sessionFor).
 func (c *Client) sessionLocks(cfg *config) bool {
 	return cfg.autoExtend && cfg.maxHold == 0 && !cfg.fencing && !cfg.customToken && !cfg.shared && !cfg.several && !cfg.permit && c.queued && !c.slotted
-}
-
-// token returns a new lock token of the session: its id and a counter.
-func (s *session) token() string {
-	return s.sid + strconv.FormatUint(s.ctr.Add(1), 36)
-}
-
-// until is when node n's confirmation of the session stops vouching for it
-// on the local clock; s.mu must be held.
-func (s *session) until(n int) time.Time {
-	return drift.Deadline(s.nodes[n].conf, s.cfg.ttl, s.cfg.driftFactor)
-}
-
-// accepted records that node n said at a round started at start that the
-// session lives there with incarnation inc, and returns the generation a
-// lock acquired by that round holds on n (0: none). While the node's last
-// confirmation still vouches (now, and at start), an incarnation below the
-// known one is a reply older than it: that incarnation has ended, and the
-// lock does not count n. Any other incarnation, or one whose confirmation
-// may have lapsed, is a new generation: the locks of the old one lose n.
-// A generation's vouching, once lapsed, never comes back, so no deadline
-// ever moves from the past to the future.
-func (s *session) accepted(n int, inc int64, start time.Time) uint64 {
-	now := s.cfg.now()
-	s.mu.Lock()
-	nd := &s.nodes[n]
-	vouching := start.Before(s.until(n)) && now.Before(s.until(n))
-	if vouching && inc < nd.inc {
-		s.mu.Unlock()
-		return 0
-	}
-	dropped := nd.gen != 0 && (nd.inc != inc || !vouching)
-	if dropped {
-		nd.gen = 0
-	}
-	if nd.gen == 0 {
-		s.gens++
-		*nd = sessionNode{inc: inc, gen: s.gens, conf: start, busy: nd.busy}
-	} else if start.After(nd.conf) {
-		nd.conf = start
-	}
-	gen := nd.gen
-	locks := s.snapshotLocked(dropped)
-	s.mu.Unlock()
-	rearm(locks)
-	return gen
-}
-
-// snapshotLocked returns the session's locks when a generation was dropped
-// (their deadlines may have moved earlier), else nil; s.mu must be held.
-func (s *session) snapshotLocked(dropped bool) []*Lock {
-	if !dropped {
-		return nil
-	}
-	ls := make([]*Lock, 0, len(s.locks))
-	for l := range s.locks {
-		ls = append(ls, l)
-	}
-	return ls
-}
-
-// rearm moves the lease timers of locks whose deadline may have moved
-// earlier.
-func rearm(ls []*Lock) {
-	for _, l := range ls {
-		l.mu.Lock()
-		l.rearmLocked()
-		l.mu.Unlock()
-	}
-}
-
-// deadline is lock l's deadline: the latest instant by which a quorum of
-// the nodes it holds has vouched, each node for the shorter of its session
-// and its lock key; the start of its acquisition (long past) when no quorum
-// does. l.mu must be held.
-func (s *session) deadline(l *Lock) time.Time {
-	var buf [8]time.Time
-	ts := buf[:0]
-	s.mu.Lock()
-	for n, g := range l.hold.gens {
-		if g != 0 && g == s.nodes[n].gen {
-			ts = append(ts, earlier(s.until(n), l.hold.keyUntil[n]))
-		}
-	}
-	s.mu.Unlock()
-	q := l.cfg.quorumOf(len(l.hold.gens))
-	if len(ts) < q {
-		return l.id.acquired
-	}
-	slices.SortFunc(ts, func(a, b time.Time) int { return b.Compare(a) })
-	return ts[q-1]
-}
-
-func earlier(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-// add makes l one of the session's locks and starts the renewals if they
-// are not running.
-func (s *session) add(l *Lock) {
-	s.mu.Lock()
-	s.locks[l] = struct{}{}
-	if l.cfg.observer != nil {
-		s.watched++
-	}
-	start := !s.running
-	s.running = true
-	s.mu.Unlock()
-	if start {
-		s.c.wg.Go(s.run)
-	}
-}
-
-// remove forgets l (released or lost).
-func (s *session) remove(l *Lock) {
-	s.mu.Lock()
-	if _, ok := s.locks[l]; ok && l.cfg.observer != nil {
-		s.watched--
-	}
-	delete(s.locks, l)
-	s.mu.Unlock()
-}
-
-// run renews the session on every node where it lives, every renewal
-// interval, until it has no locks left or the Client closes.
-func (s *session) run() {
-	t := time.NewTimer(s.cfg.renewInterval())
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-		case <-s.c.renew.ctx.Done():
-			s.stopped()
-			return
-		}
-		if !s.renew() {
-			return
-		}
-		t.Reset(s.cfg.renewInterval())
-	}
-}
-
-func (s *session) stopped() {
-	s.mu.Lock()
-	s.running = false
-	s.mu.Unlock()
-}
-
-// renew sends one renewal to each node where the session lives and whose
-// previous renewal has answered (so that a slow node is never sent more
-// than it can answer); false, and the goroutine stops, when the session has
-// no locks left.
-func (s *session) renew() bool {
-	s.mu.Lock()
-	if len(s.locks) == 0 {
-		s.running = false
-		s.mu.Unlock()
-		return false
-	}
-	s.mu.Unlock()
-	s.send(s.cfg.now(), nil)
-	return true
-}
-
-// send renews the session on the nodes where it lives: those whose last
-// renewal has answered, or all of them when replies is not nil (Extend),
-// which then gets every reply. It returns how many it sent. Its caller
-// holds a count on c.wg (run's, or Extend's enter), so that each command's
-// own count can be added; Deliver ends it.
-func (s *session) send(now time.Time, replies chan sessionReply) int {
-	var sends []sessionRenewal
-	var cy *sessionCycle
-	if replies == nil {
-		cy = &sessionCycle{start: now}
-	}
-	s.mu.Lock()
-	for n := range s.nodes {
-		nd := &s.nodes[n]
-		if nd.gen == 0 || nd.busy > 0 && replies == nil || !s.c.ids.Verified(n) {
-			continue
-		}
-		nd.busy++
-		wait := min(max(s.cfg.nodeTimeout, (s.until(n).Sub(now)-s.cfg.nodeTimeout)/2), cleanupTimeout(s.cfg))
-		sends = append(sends, sessionRenewal{s: s, n: n, start: now, gen: nd.gen, inc: nd.inc, deadline: now.Add(wait), replies: replies, cycle: cy})
-	}
-	if cy != nil {
-		cy.sent = len(sends)
-	}
-	s.mu.Unlock()
-	if cy != nil && len(sends) == 0 {
-		s.renewed(cy, false, false)
-	}
-	for i := range sends {
-		sr := &sends[i] // Close waits for the reply (by sr.deadline at most)
-		s.c.sendOwn(node.Op{Kind: node.RenewSession, Key: s.skey, Token: strconv.FormatInt(sr.inc, 10), TTL: s.cfg.ttl}, sr.deadline, sr.n, sr)
-	}
-	return len(sends)
-}
-
-// sessionReply is one node's answer to a renewal Extend waits for.
-type sessionReply struct {
-	n       int
-	r       node.Result
-	latency time.Duration
-}
-
-// sessionRenewal is one node's renewal command, and its receiver.
-type sessionRenewal struct {
-	s        *session
-	n        int
-	start    time.Time
-	gen      uint64
-	inc      int64
-	deadline time.Time
-	replies  chan sessionReply // nil, or buffered for every reply
-	cycle    *sessionCycle     // the background renewal it is part of (nil: Extend's)
-}
-
-// Deliver records node n's answer: a confirmation moves the node's
-// confirmation time; a "no" (the incarnation has ended there, for good), or
-// a confirmation sent or read after the node's last one stopped vouching
-// (the session may have lapsed in between, and a deadline read meanwhile
-// must not come back), drops the generation. An error changes nothing:
-// the deadlines it would have moved stay where they are.
-func (sr *sessionRenewal) Deliver(n int, r node.Result) {
-	s := sr.s
-	defer s.c.wg.Done()
-	now := s.cfg.now()
-	s.mu.Lock()
-	nd := &s.nodes[n]
-	nd.busy--
-	dropped, confirmed := false, false
-	if r.Err == nil && nd.gen == sr.gen && sr.gen != 0 {
-		if r.Int == 1 && sr.start.Before(s.until(n)) && now.Before(s.until(n)) {
-			if sr.start.After(nd.conf) {
-				nd.conf = sr.start
-			}
-			confirmed = true
-		} else {
-			nd.gen, dropped = 0, true
-		}
-	}
-	locks := s.snapshotLocked(dropped)
-	s.mu.Unlock()
-	rearm(locks)
-	if sr.cycle != nil {
-		s.renewed(sr.cycle, true, confirmed)
-	}
-	if sr.replies != nil {
-		sr.replies <- sessionReply{n: n, r: r, latency: s.cfg.now().Sub(sr.start)}
-	}
 }
 
 // extendSession is Extend for a session lock, whose TTL is its session's: it
@@ -453,8 +200,8 @@ func (l *Lock) extendSession(ctx context.Context, ttl time.Duration, start time.
 	if ttl != cfg.ttl {
 		return fmt.Errorf("redlock: extend %q: an auto-extended lock is renewed with its session, to its TTL (%v); extend it with 0 or that TTL, or acquire it without auto-extension to extend it to %v", l.id.key, cfg.ttl, ttl)
 	}
-	replies := make(chan sessionReply, len(l.hold.gens))
-	sent := s.send(start, replies)
+	replies := make(chan session.Reply, len(l.hold.gens))
+	sent := s.Renew(start, replies)
 	res := l.c.newResults()
 	t := time.NewTimer(cleanupTimeout(cfg))
 	defer t.Stop()
@@ -462,7 +209,7 @@ wait:
 	for range sent {
 		select {
 		case sr := <-replies:
-			res[sr.n] = sessionResult(l, sr)
+			res[sr.N] = sessionResult(l, sr)
 		case <-ctx.Done():
 			break wait
 		case <-t.C:
@@ -481,15 +228,15 @@ wait:
 }
 
 // sessionResult is a node's session renewal as the NodeResult of a lock.
-func sessionResult(l *Lock, sr sessionReply) NodeResult {
-	if sr.r.Err != nil {
-		return failedResult(sr.n, l.c, sr.r.Err, sr.latency)
+func sessionResult(l *Lock, sr session.Reply) NodeResult {
+	if sr.R.Err != nil {
+		return failedResult(sr.N, l.c, sr.R.Err, sr.Latency)
 	}
 	o := OutcomeOK
 	l.mu.Lock()
-	if sr.r.Int != 1 || l.hold.gens[sr.n] == 0 {
+	if sr.R.Int != 1 || l.hold.gens[sr.N] == 0 {
 		o = OutcomeNotHeld
 	}
 	l.mu.Unlock()
-	return NodeResult{Node: l.c.pools[sr.n].Name(), Outcome: o, Latency: sr.latency}
+	return NodeResult{Node: l.c.pools[sr.N].Name(), Outcome: o, Latency: sr.Latency}
 }

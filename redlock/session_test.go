@@ -92,7 +92,7 @@ func TestSessionNoLosesNodeAtOnce(t *testing.T) {
 		s := ls[0].hold.sess
 		for _, p := range ps[:3] {
 			p.memPool.mu.Lock()
-			delete(p.memPool.keys, s.skey)
+			delete(p.memPool.keys, s.Key())
 			p.memPool.mu.Unlock()
 		}
 		start := time.Now()
@@ -116,7 +116,7 @@ func TestSessionIncarnationNeverComesBack(t *testing.T) {
 		synctest.Wait() // the acquire's late replies
 		s := old.hold.sess
 		ps[0].memPool.mu.Lock()
-		delete(ps[0].memPool.keys, s.skey) // node 0 lost the session
+		delete(ps[0].memPool.keys, s.Key()) // node 0 lost the session
 		ps[0].memPool.mu.Unlock()
 		fresh, err := c.TryLock(t.Context(), "fresh")
 		if err != nil {
@@ -132,10 +132,7 @@ func TestSessionIncarnationNeverComesBack(t *testing.T) {
 		if owner != "" || !strings.HasPrefix(v, old.id.token) {
 			t.Fatalf("node 0: old lock's key %q reads as held by %q after its incarnation ended", v, owner)
 		}
-		s.mu.Lock()
-		current := s.nodes[0].gen
-		s.mu.Unlock()
-		if genOn(old, 0) == current {
+		if genOn(old, 0) == s.Node(0).Gen {
 			t.Fatal("the old lock still counts node 0")
 		}
 		if err := old.Err(); err != nil {
@@ -263,17 +260,14 @@ func TestSessionOlderIncarnationIgnored(t *testing.T) {
 		l := lockMany(t, c, 1)[0]
 		synctest.Wait()
 		s := l.hold.sess
-		s.mu.Lock()
-		inc, gen := s.nodes[0].inc, s.nodes[0].gen
-		s.mu.Unlock()
-		if g := s.accepted(0, inc-1, time.Now()); g != 0 {
+		before := s.Node(0)
+		inc, gen := before.Inc, before.Gen
+		if g := s.Accepted(0, inc-1, time.Now()); g != 0 {
 			t.Fatalf("an older incarnation got generation %d", g)
 		}
-		s.mu.Lock()
-		after := s.nodes[0]
-		s.mu.Unlock()
-		if after.inc != inc || after.gen != gen || genOn(l, 0) != gen {
-			t.Fatalf("node 0 after an older reply: inc %d gen %d (was %d, %d); the lock's generation %d", after.inc, after.gen, inc, gen, genOn(l, 0))
+		after := s.Node(0)
+		if after.Inc != inc || after.Gen != gen || genOn(l, 0) != gen {
+			t.Fatalf("node 0 after an older reply: inc %d gen %d (was %d, %d); the lock's generation %d", after.Inc, after.Gen, inc, gen, genOn(l, 0))
 		}
 	})
 }
@@ -292,21 +286,18 @@ func TestSessionDeadlineNeverComesBack(t *testing.T) {
 		}
 		time.Sleep(1500 * time.Millisecond) // the renewals sent from here on stall
 		s := l.hold.sess
-		var stalled []*sessionRenewal
-		s.mu.Lock()
-		for n := range s.nodes {
-			s.nodes[n].busy++
-			c.wg.Add(1) // as send does for each command
-			stalled = append(stalled, &sessionRenewal{s: s, n: n, start: time.Now(), gen: s.nodes[n].gen, inc: s.nodes[n].inc})
+		var stalled []node.Receiver
+		for n := range ps {
+			c.wg.Add(1) // as sendOwn does for each command
+			stalled = append(stalled, s.Begin(n, time.Now()))
 		}
-		s.mu.Unlock()
 		deadline := l.Deadline()
 		time.Sleep(time.Until(deadline) + time.Millisecond)
 		if d := l.Deadline(); d.After(time.Now()) {
 			t.Fatalf("deadline %v after it passed at %v", d, deadline)
 		}
-		for _, sr := range stalled { // the nodes said yes at start
-			sr.Deliver(sr.n, node.Result{Int: 1})
+		for n, sr := range stalled { // the nodes said yes at start
+			sr.Deliver(n, node.Result{Int: 1})
 		}
 		if d := l.Deadline(); d.After(time.Now()) {
 			t.Fatalf("deadline came back to %v after a late confirmation", d)
@@ -329,9 +320,9 @@ func TestSessionLostLockReleased(t *testing.T) {
 		for _, p := range ps {
 			p.set(node.RenewSession, 0, 1000, nil)
 			p.memPool.mu.Lock()
-			e := p.memPool.keys[l.hold.sess.skey]
+			e := p.memPool.keys[l.hold.sess.Key()]
 			e.exp = time.Now().Add(time.Hour)
-			p.memPool.keys[l.hold.sess.skey] = e
+			p.memPool.keys[l.hold.sess.Key()] = e
 			p.memPool.mu.Unlock()
 		}
 		<-l.Done()
@@ -356,9 +347,9 @@ func TestSessionLostLockReleasedOnce(t *testing.T) {
 		for _, p := range ps {
 			p.set(node.RenewSession, 0, 1000, nil)
 			p.memPool.mu.Lock()
-			e := p.memPool.keys[l.hold.sess.skey]
+			e := p.memPool.keys[l.hold.sess.Key()]
 			e.exp = time.Now().Add(time.Hour)
-			p.memPool.keys[l.hold.sess.skey] = e
+			p.memPool.keys[l.hold.sess.Key()] = e
 			p.memPool.mu.Unlock()
 		}
 		<-l.Done()
@@ -419,18 +410,13 @@ func TestSessionCloseJoinsRenewals(t *testing.T) {
 		}
 		time.Sleep(c.cfg.renewInterval() + 10*time.Millisecond) // a renewal is in flight on every node
 		s := l.hold.sess
-		s.mu.Lock()
-		inFlight := s.nodes[0].busy
-		s.mu.Unlock()
-		if inFlight == 0 {
+		if s.Node(0).Busy == 0 {
 			t.Fatal("no renewal in flight")
 		}
 		_ = c.Close()
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for n, nd := range s.nodes {
-			if nd.busy != 0 {
-				t.Fatalf("node %d: %d renewals still in flight after Close", n, nd.busy)
+		for n := range ps {
+			if busy := s.Node(n).Busy; busy != 0 {
+				t.Fatalf("node %d: %d renewals still in flight after Close", n, busy)
 			}
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/session"
 )
 
 // An attempt's token: made by the session, the library or the caller's
@@ -15,9 +16,9 @@ import (
 
 // newToken returns an attempt's token: the session's, or cfg's generator's,
 // checked.
-func newToken(cfg *config, s *session) (string, error) {
+func newToken(cfg *config, s *session.Session) (string, error) {
 	if s != nil {
-		return withMetadata(s.token(), cfg), nil
+		return withMetadata(s.Token(), cfg), nil
 	}
 	token, err := cfg.token()
 	switch {

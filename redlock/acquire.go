@@ -11,6 +11,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 	"github.com/quorumlock/quorumlock/internal/session"
+	"github.com/quorumlock/quorumlock/internal/tokens"
 )
 
 // TryLock makes one attempt to acquire key, without waiting for it to be
@@ -322,13 +323,10 @@ type acquisition struct {
 // said yes and validity is left. A node whose call failed in a way that may
 // still have set the key is released in the background at once (it does
 // not count for the lock). The error is the token generator's, or the
-// claim's (tokens.go).
+// claim's (attemptToken).
 func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session.Session, ln *wake.Place) (*acquisition, error) {
-	token, err := newToken(cfg, s)
+	token, err := c.attemptToken(cfg, t, s)
 	if err != nil {
-		return nil, fmt.Errorf("token generator: %w", err)
-	}
-	if err := c.claim(cfg, t, token); err != nil {
 		return nil, err
 	}
 	k := kindOf(cfg, t, s)
@@ -355,6 +353,26 @@ func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session.Se
 		a.waiter, a.inLine = ln.ID, ln.Joined
 	}
 	return a, nil
+}
+
+// attemptToken returns the token of an attempt for t under cfg: session
+// s's (when not nil), else cfg's generator's, checked, with cfg's metadata.
+// A token the caller's generator made is claimed on every key of t (the
+// library's and sessions' tokens never repeat: nothing to claim); when one
+// of them is claimed already, the error matches ErrNotAcquired.
+func (c *Client) attemptToken(cfg *config, t *target, s *session.Session) (string, error) {
+	var sess string
+	if s != nil {
+		sess = s.Token()
+	}
+	token, err := tokens.Make(cfg.token, sess, cfg.metadata)
+	if err != nil {
+		return "", fmt.Errorf("token generator: %w", err)
+	}
+	if cfg.customToken && !c.claims.Claim(t.each, token) {
+		return "", fmt.Errorf("the token generator returned %q, which a Lock of this Client holds on the key, or an attempt under way may take: a second holder of one token (tokens must be unique, see WithTokenGenerator): %w", token, ErrNotAcquired)
+	}
+	return token, nil
 }
 
 // timed records the time a took since its start and the validity that

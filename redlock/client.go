@@ -18,6 +18,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 	"github.com/quorumlock/quorumlock/internal/session"
+	"github.com/quorumlock/quorumlock/internal/tokens"
 	"github.com/quorumlock/quorumlock/pool"
 )
 
@@ -36,7 +37,7 @@ type Client struct {
 	mu      sync.RWMutex
 	closed  bool
 	held    map[*Lock]struct{}               // locks neither released nor lost, for Close
-	claims  map[tokenClaim]struct{}          // generated tokens held or being tried, per key (tokens.go)
+	claims  tokens.Claims                    // generated tokens held or being tried, per key
 	watches map[*context.CancelFunc]struct{} // Observe loops, which Close ends
 	sweepAt int                              // forget expired locks in held at this size...
 	sweptAt time.Time                        // ...or a second after the last time
@@ -264,7 +265,8 @@ func (c *Client) Close() error {
 	for l := range c.held {
 		locks = append(locks, l)
 	}
-	c.held, c.claims = nil, nil
+	c.held = nil
+	c.claims.Reset()
 	for stop := range c.watches {
 		(*stop)()
 	}
@@ -462,4 +464,12 @@ func poolNames(pools []pool.Pool) []string {
 		names[i] = p.Name()
 	}
 	return names
+}
+
+// unclaim ends the claims of token on the keys each visits, made under cfg
+// (only tokens of the caller's generator are claimed: attemptToken).
+func (c *Client) unclaim(cfg *config, each func(func(rkey string)), token string) {
+	if cfg.customToken {
+		c.claims.Unclaim(each, token)
+	}
 }

@@ -398,7 +398,7 @@ func (a *acquisition) vote(rep quorum.Reply, yes bool) {
 	case yes:
 		a.said[rep.Node] = true
 		a.fence = max(a.fence, uint64(rep.Int))
-		if a.sess != nil {
+		if a.kind.session {
 			a.gens[rep.Node] = a.sess.Accepted(rep.Node, rep.Int, a.start)
 		}
 	case node.MayHaveWritten(rep.Err):

@@ -62,6 +62,17 @@ func (k *kind) acquireArgs(cfg *config, t *target, s *session.Session, o *node.O
 	}
 }
 
+// identify adds to id, a lock's acquired by a with the command op, what
+// of k it names: the keys of a lock of several, the permit of a permit.
+func (k *kind) identify(id *lockID, a *acquisition, op *node.Op) {
+	switch k {
+	case kindSeveral:
+		id.keys, id.keyArgs = a.keys, op.Keys
+	case kindPermit:
+		id.permit = &permitOf{count: op.Keys[0].(string), permits: op.Permits, slot: op.Slot}
+	}
+}
+
 // extendArgs adds to o, an extend of l, what k's command needs.
 func (k *kind) extendArgs(l *Lock, o *node.Op) {
 	switch k {
@@ -100,6 +111,12 @@ func kindOf(cfg *config, t *target, s *session.Session) *kind {
 		return kindSession
 	}
 	return kindPlain
+}
+
+// sessionKind reports whether the locks cfg asks for are of the kind a
+// renewal session may renew (plain ones), given a session.
+func sessionKind(cfg *config) bool {
+	return !cfg.fencing && !cfg.shared && !cfg.several && !cfg.permit
 }
 
 // kindAcquiredBy is the kind of lock the acquire command op may have taken.

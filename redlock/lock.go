@@ -336,7 +336,7 @@ func (l *Lock) settleRelease(rd *round) {
 
 // eachKey calls f with each of the lock's Redis keys.
 func (l *Lock) eachKey(f func(rkey string)) {
-	if l.id.keys == nil {
+	if !l.kind.allKeys {
 		f(l.id.rkey)
 		return
 	}
@@ -408,12 +408,7 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 		life: lifetime{deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor)}}
 	l.renewal.l = l
 	l.kind = a.kind
-	if a.kind.allKeys {
-		l.id.keys, l.id.keyArgs = a.keys, op.Keys
-	}
-	if a.kind == kindPermit {
-		l.id.permit = &permitOf{count: op.Keys[0].(string), permits: op.Permits, slot: op.Slot}
-	}
+	a.kind.identify(&l.id, a, op)
 	l.land(a.rd.out, a.unsure, op.Kind == node.Resume)
 	l.place = linePlace{waiter: a.waiter, inLine: a.inLine}
 	if cfg.fencing {

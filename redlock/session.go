@@ -187,7 +187,7 @@ func (c *Client) sessionFor(cfg *config) *session.Session {
 // sessionLocks reports whether the locks of cfg hang on a session (see
 // sessionFor).
 func (c *Client) sessionLocks(cfg *config) bool {
-	return cfg.autoExtend && cfg.maxHold == 0 && !cfg.fencing && !cfg.customToken && !cfg.shared && !cfg.several && !cfg.permit && c.queued && !c.slotted
+	return cfg.autoExtend && cfg.maxHold == 0 && !cfg.customToken && c.queued && !c.slotted && sessionKind(cfg)
 }
 
 // extendSession is Extend for a session lock, whose TTL is its session's: it

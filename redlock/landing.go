@@ -167,11 +167,16 @@ type owedDelete struct {
 // lossDeletes returns the deletes a lost lock owes and marks their nodes
 // freed: to every node but those already freed and those whose acquire has
 // not answered (late frees those), re-checked (errUnknownFate) where the
-// acquire's fate is unknown.
+// acquire's fate is unknown. None once the lock was released: a Release
+// that came between the loss and these deletes sent its own round to every
+// node not freed.
 func (l *Lock) lossDeletes() []owedDelete {
 	var owed []owedDelete
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.releasedLocked() && !bugs.LostResend {
+		return nil
+	}
 	for i := range l.landing.nodes {
 		if l.landing.nodes[i] && !bugs.LostResend || !l.freeLocked(i) {
 			continue

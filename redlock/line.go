@@ -55,6 +55,10 @@ func (l *Lock) leaveLineHeld(said []bool) {
 	}
 }
 
+// inLineLocked reports whether the lock may wait in the key's line on some
+// node; l.mu must be held.
+func (l *Lock) inLineLocked() bool { return l.place.inLine }
+
 // leaveArgs makes o, the lock's release, also take its waiter out of the
 // line for good, if it may be in it.
 func (l *Lock) leaveArgs(o *node.Op) {

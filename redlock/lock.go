@@ -351,7 +351,10 @@ var errUnknownFate = errors.New("the acquire command's fate is unknown")
 // endForRelease marks the lock released (lost first, and reported, when its
 // deadline has passed unnoticed: a lock is lost the same way whether or not
 // its lease was watched; from now on late replies release their node) and
-// returns the nodes whose acquire failed without a reply.
+// returns the nodes whose acquire failed without a reply (unsure), and the
+// nodes the release round asks (nil: every node): not those whose key a
+// background delete already frees (landing.freed), unless the lock's
+// waiter may be in the line, which the round takes it out of.
 func (l *Lock) endForRelease() (unsure, ask []bool, err error) {
 	l.mu.Lock()
 	lost, why, err := l.endForReleaseLocked()
@@ -359,7 +362,10 @@ func (l *Lock) endForRelease() (unsure, ask []bool, err error) {
 		l.mu.Unlock()
 		return nil, nil, err
 	}
-	unsure, ask = l.unsureLocked(), l.unfreedLocked()
+	unsure = l.unsureLocked()
+	if !l.inLineLocked() { // else every node: the round takes its waiter out of the line
+		ask = l.unfreedLocked()
+	}
 	l.mu.Unlock()
 	if lost {
 		l.c.reportLost(l, why) // the release round that follows deletes its key

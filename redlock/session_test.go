@@ -367,6 +367,50 @@ func TestSessionLostLockReleasedOnce(t *testing.T) {
 	})
 }
 
+// holdLost is an Observer whose Lost waits until let is closed: what a
+// Release does between a loss and the loss's own clean-up.
+type holdLost struct {
+	NopObserver
+	lost chan struct{}
+	let  chan struct{}
+}
+
+func (h *holdLost) Lost(Event) { close(h.lost); <-h.let }
+
+// TestSessionReleaseRightAfterLoss: a Release that runs after a session
+// lock was found lost but before the loss's background deletes were sent
+// (here: while the Observer hears of the loss) deletes the key once per
+// node: the loss sends none where the Release round went.
+func TestSessionReleaseRightAfterLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &holdLost{lost: make(chan struct{}), let: make(chan struct{})}
+		ps, c, _ := sessionEnv(t, WithObserver(h))
+		l := lockMany(t, c, 1)[0]
+		_ = l.Done() // its lease's timer finds the loss, holding no operation slot
+		synctest.Wait()
+		for _, p := range ps {
+			p.set(node.RenewSession, 0, 1000, nil)
+			p.memPool.mu.Lock()
+			e := p.memPool.keys[l.hold.sess.Key()]
+			e.exp = time.Now().Add(time.Hour)
+			p.memPool.keys[l.hold.sess.Key()] = e
+			p.memPool.mu.Unlock()
+		}
+		<-h.lost
+		err := l.Release(t.Context()) // the keys are still there: it may well delete them
+		close(h.let)
+		if err != nil && !errors.Is(err, ErrNotHeld) {
+			t.Errorf("Release after the loss: %v, want nil or ErrNotHeld", err)
+		}
+		synctest.Wait()
+		for i, p := range ps {
+			if n, _ := p.count(node.Release); n != 1 {
+				t.Errorf("node %d was sent %d deletes of the lost lock, want 1", i, n)
+			}
+		}
+	})
+}
+
 // TestSessionExtendFails: Extend on a session lock whose renewals a quorum
 // of nodes leave unanswered returns a *QuorumError matching ErrNotHeld
 // that names those nodes as timed out, and leaves the deadline where it

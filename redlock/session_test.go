@@ -308,25 +308,40 @@ func TestSessionDeadlineNeverComesBack(t *testing.T) {
 	})
 }
 
+// unansweredLiveSession has the nodes leave l's session renewals unanswered
+// from now on while its session key lives on (for an hour), as renewals
+// that ran on the nodes but whose replies came too late would keep it.
+func unansweredLiveSession(ps []*sendPool, l *Lock) {
+	for _, p := range ps {
+		p.set(node.RenewSession, 0, 1000, nil)
+		p.memPool.mu.Lock()
+		e := p.memPool.keys[l.hold.sess.Key()]
+		e.exp = time.Now().Add(time.Hour)
+		p.memPool.keys[l.hold.sess.Key()] = e
+		p.memPool.mu.Unlock()
+	}
+}
+
+// lostSessionLock acquires a session lock, has its renewals go unanswered
+// while its session lives (unansweredLiveSession), and returns once it is
+// lost and the loss's background deletes were answered. In a bubble.
+func lostSessionLock(t *testing.T) ([]*sendPool, *Lock) {
+	ps, c, _ := sessionEnv(t)
+	l := lockMany(t, c, 1)[0]
+	synctest.Wait()
+	unansweredLiveSession(ps, l)
+	<-l.Done()
+	synctest.Wait()
+	return ps, l
+}
+
 // TestSessionLostLockReleased: a session lock lost on the client while its
 // session still lives on the nodes (kept alive here by hand, as renewals
 // that ran on the nodes but whose replies came too late would) has its key
 // deleted: it does not keep others out for its key's whole 10 × TTL.
 func TestSessionLostLockReleased(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ps, c, _ := sessionEnv(t)
-		l := lockMany(t, c, 1)[0]
-		synctest.Wait()
-		for _, p := range ps {
-			p.set(node.RenewSession, 0, 1000, nil)
-			p.memPool.mu.Lock()
-			e := p.memPool.keys[l.hold.sess.Key()]
-			e.exp = time.Now().Add(time.Hour)
-			p.memPool.keys[l.hold.sess.Key()] = e
-			p.memPool.mu.Unlock()
-		}
-		<-l.Done()
-		synctest.Wait() // the background releases
+		ps, l := lostSessionLock(t)
 		if n := memHolders(ps, l); n != 0 {
 			t.Fatalf("a lost session lock still held on %d nodes", n)
 		}
@@ -341,19 +356,7 @@ func TestSessionLostLockReleased(t *testing.T) {
 // loss does not send its delete again where the loss's already went.
 func TestSessionLostLockReleasedOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ps, c, _ := sessionEnv(t)
-		l := lockMany(t, c, 1)[0]
-		synctest.Wait()
-		for _, p := range ps {
-			p.set(node.RenewSession, 0, 1000, nil)
-			p.memPool.mu.Lock()
-			e := p.memPool.keys[l.hold.sess.Key()]
-			e.exp = time.Now().Add(time.Hour)
-			p.memPool.keys[l.hold.sess.Key()] = e
-			p.memPool.mu.Unlock()
-		}
-		<-l.Done()
-		synctest.Wait() // the loss's releases, answered
+		ps, l := lostSessionLock(t)
 		err := l.Release(t.Context())
 		if !errors.Is(err, ErrNotHeld) || errors.Is(err, ErrUnavailable) {
 			t.Fatalf("Release after the loss: %v, want ErrNotHeld, not ErrUnavailable", err)
@@ -388,14 +391,7 @@ func TestSessionReleaseRightAfterLoss(t *testing.T) {
 		l := lockMany(t, c, 1)[0]
 		_ = l.Done() // its lease's timer finds the loss, holding no operation slot
 		synctest.Wait()
-		for _, p := range ps {
-			p.set(node.RenewSession, 0, 1000, nil)
-			p.memPool.mu.Lock()
-			e := p.memPool.keys[l.hold.sess.Key()]
-			e.exp = time.Now().Add(time.Hour)
-			p.memPool.keys[l.hold.sess.Key()] = e
-			p.memPool.mu.Unlock()
-		}
+		unansweredLiveSession(ps, l)
 		<-h.lost
 		err := l.Release(t.Context()) // the keys are still there: it may well delete them
 		close(h.let)

@@ -23,6 +23,7 @@ type sendPool struct {
 	mu    sync.Mutex
 	sent  map[node.Kind]int
 	keys  map[node.Kind]int // keys carried, for ExtendMany
+	leave map[node.Kind]int // commands that take a waiter out of the line
 	wait  map[node.Kind]time.Duration
 	drop  map[node.Kind]int
 	begun chan struct{} // if not nil, told of every ExtendMany sent
@@ -33,7 +34,7 @@ var _ node.Sender = (*sendPool)(nil)
 func newSendPools(n int) []*sendPool {
 	ps := make([]*sendPool, n)
 	for i, m := range newMemPools(n) {
-		ps[i] = &sendPool{memPool: m, sent: map[node.Kind]int{}, keys: map[node.Kind]int{}, wait: map[node.Kind]time.Duration{}, drop: map[node.Kind]int{}}
+		ps[i] = &sendPool{memPool: m, sent: map[node.Kind]int{}, keys: map[node.Kind]int{}, leave: map[node.Kind]int{}, wait: map[node.Kind]time.Duration{}, drop: map[node.Kind]int{}}
 	}
 	return ps
 }
@@ -42,6 +43,9 @@ func (p *sendPool) Send(op *node.Op, deadline time.Time, rcv node.Receiver, tag 
 	p.mu.Lock()
 	p.sent[op.Kind]++
 	p.keys[op.Kind] += max(1, len(op.Keys))
+	if op.Waiter != "" {
+		p.leave[op.Kind]++
+	}
 	wait, drop, begun := p.wait[op.Kind], p.drop[op.Kind] > 0, p.begun
 	if drop {
 		p.drop[op.Kind]--

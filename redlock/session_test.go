@@ -407,6 +407,29 @@ func TestSessionReleaseRightAfterLoss(t *testing.T) {
 	})
 }
 
+// TestSessionLostReleaseLeavesLine: the Release of a lost session lock
+// whose waiter may still be in the key's line takes it out of the line on
+// every node, those whose key the loss's deletes already freed too: only
+// the release round carries the waiter.
+func TestSessionLostReleaseLeavesLine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps, l := lostSessionLock(t)
+		l.mu.Lock()
+		l.place = linePlace{waiter: "w1", inLine: true} // as a Lock that waited, told "taken", leaves it
+		l.mu.Unlock()
+		_ = l.Release(t.Context())
+		synctest.Wait()
+		for i, p := range ps {
+			p.mu.Lock()
+			n := p.leave[node.Release]
+			p.mu.Unlock()
+			if n != 1 {
+				t.Errorf("node %d: %d releases took the waiter out of the line, want 1", i, n)
+			}
+		}
+	})
+}
+
 // TestSessionExtendFails: Extend on a session lock whose renewals a quorum
 // of nodes leave unanswered returns a *QuorumError matching ErrNotHeld
 // that names those nodes as timed out, and leaves the deadline where it

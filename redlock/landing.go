@@ -17,7 +17,7 @@ import (
 // land (nil until needed). resumed: the lock came from Resume, whose
 // command sets no key, so none of its answers leaves a key of unknown
 // fate (set before the lock is shared). Guarded by the Lock's mu; only
-// this file and newLock touch it. nodes is the Lock's own (a slice into
+// this file touches it (newLock through land). nodes is the Lock's own (a slice into
 // the acquiring round would keep the round alive as long as the lock is
 // held), stored in v for up to 8 nodes. freed[i]: a release in the
 // background deletes the key on node i (a lost session lock's, a late

@@ -30,7 +30,7 @@ type Config struct {
 	MaxWait     time.Duration    // and at most this long
 	Drift       float64          // the clock drift factor
 	Now         func() time.Time // the local clock
-	Quorum      int              // of the nodes: a background renewal's
+	Quorum      int              // of the nodes, for a background renewal's events
 }
 
 // Env is what a session needs of its Client.
@@ -87,7 +87,7 @@ func New(cfg Config, env Env, sid, key, seq string, n int) *Session {
 	return &Session{cfg: cfg, env: env, sid: sid, key: key, seq: seq, nodes: make([]nodeState, n), members: map[Member]bool{}}
 }
 
-// Key returns the session key, and Seq the incarnation sequence's key.
+// Key returns the session key.
 func (s *Session) Key() string { return s.key }
 
 // Seq returns the key of the nodes' incarnation sequence.

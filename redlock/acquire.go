@@ -62,8 +62,8 @@ func (c *Client) wait(ctx context.Context, t *target, cfg *config) (*Lock, error
 func (c *Client) waitFor(ctx context.Context, t *target, cfg *config, cl *call) (*Lock, error) {
 	key := t.key
 	begin := time.Now()
-	s := &sleeper{c: c, cfg: cfg, t: *t}
-	if c.handoff && kindOf(cfg, t, nil).line {
+	s := newSleeper(c, cfg, t)
+	if c.handoff && s.k.line {
 		s.ln = c.names.Next()
 	}
 	defer s.stop()
@@ -153,12 +153,18 @@ type sleeper struct {
 	c     *Client
 	cfg   *config
 	t     target      // the key or keys waited for (a copy: the caller's stays on its stack)
+	k     *kind       // of the lock waited for (a session's are plain ones here)
 	ln    *wake.Place // the waiter's place in the key's line, when the Client keeps lines
 	won   bool
 	woken bool      // the last sleep was cut short by a release
 	quick time.Time // the last quick retry after a split
 	w     *wake.Waiter
 	timer *time.Timer
+}
+
+// newSleeper is the sleeper of a Lock call for t under cfg.
+func newSleeper(c *Client, cfg *config, t *target) *sleeper {
+	return &sleeper{c: c, cfg: cfg, t: *t, k: kindOf(cfg, t, nil)}
 }
 
 // sleep waits for delay, a release of the key, or ctx's end.
@@ -168,7 +174,7 @@ func (s *sleeper) sleep(ctx context.Context, delay time.Duration) {
 		if s.ln != nil {
 			id = s.ln.ID
 		}
-		s.w = s.c.notes.Add(s.t.first(), id, s.cfg.shared)
+		s.w = s.c.notes.Add(s.t.first(), id, s.k.shared)
 		s.t.each(func(rkey string) {
 			if rkey != s.t.first() {
 				s.c.notes.Also(rkey, s.w)
@@ -237,11 +243,11 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *wake.P
 		return nil, fmt.Errorf("redlock: acquire %q: %w", key, err)
 	}
 	v.call = cl
-	if v.won && cfg.fencing {
+	if v.won && v.kind.fenced {
 		v.writeBack(ctx, c, cfg, key)
 	}
 	if v.won {
-		if l := c.newLock(ctx, unobserved(cfg, t), key, v); l != nil {
+		if l := c.newLock(ctx, v.kind.observed(cfg, v), key, v); l != nil {
 			return l, nil
 		}
 		// Close began during the round and will not release this lock:
@@ -278,19 +284,6 @@ func (c *Client) lose(ctx context.Context, cfg *config, t *target, v *acquisitio
 		return fmt.Errorf("%w: %w", qe, ended)
 	}
 	return qe
-}
-
-// unobserved is cfg, or, for an attempt at a permit that met another
-// permit count, a copy without the Observer: the permit is given back at
-// once and the call fails, so the Observer hears of the call only as its
-// AcquireFailed.
-func unobserved(cfg *config, t *target) *config {
-	if cfg.observer == nil || t.permit == nil || t.permit.declared < 0 {
-		return cfg
-	}
-	quiet := *cfg
-	quiet.observer = nil
-	return &quiet
 }
 
 // acquisition is the state of one acquisition round.
@@ -337,7 +330,7 @@ func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session.Se
 		a.sess, a.gens = s, make([]uint64, len(c.pools))
 	}
 	call := c.call
-	if cfg.fencing {
+	if k.fenced {
 		o.FenceKey = c.fenceKey(cfg, t.rkey)
 		call = a.noteLanded(c)
 	}
@@ -391,7 +384,7 @@ func (a *acquisition) timed(cfg *config) time.Duration {
 // the key meanwhile, count for an extend of the lock, and then lose it to
 // the background release: the lock below its quorum while held.)
 func (a *acquisition) vote(rep quorum.Reply, yes bool) {
-	if a.permit != nil {
+	if a.kind.permit {
 		a.permit.saw(rep)
 	}
 	switch {
@@ -409,7 +402,7 @@ func (a *acquisition) vote(rep quorum.Reply, yes bool) {
 		a.refused = true
 	case rep.Err == nil:
 		a.refused = true // taken: a waiter joined the line there
-		if a.permit == nil {
+		if !a.kind.permit {
 			a.lineLen = max(a.lineLen, int(-rep.Int))
 		}
 	}

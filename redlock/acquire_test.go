@@ -614,7 +614,7 @@ func TestDelayedWakeCutShort(t *testing.T) {
 	}
 	defer c.Close()
 	n := c.notes
-	s := &sleeper{c: c, cfg: c.cfg, t: target{key: "k", rkey: "k"}}
+	s := newSleeper(c, c.cfg, single("k", "k"))
 	defer s.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -342,14 +342,11 @@ func (c *Client) callConfig(op, key string, opts []Option) (*config, error) {
 // shared holder's (Shared).
 func (c *Client) acquireConfig(key string, opts []Option) (*config, error) {
 	cfg, err := c.callConfig("acquire", key, opts)
-	if err != nil || !cfg.shared {
-		return cfg, err
+	if err != nil {
+		return nil, err
 	}
-	switch {
-	case cfg.fencing:
-		return nil, fmt.Errorf("redlock: acquire %q: Shared and WithFencing: fences order the writers of a resource, and shared holders get none", key)
-	case !c.handoff:
-		return nil, fmt.Errorf("redlock: acquire %q: Shared needs every Pool to be of package pool and none a Cluster client: the masters keep the line of waiters that holds new shared holders back", key)
+	if why := refused(cfg, shapeOne, c.handoff); why != "" {
+		return nil, fmt.Errorf("redlock: acquire %q: %s", key, why)
 	}
 	return cfg, nil
 }

@@ -215,7 +215,7 @@ func (c *Client) unwatch(stop *context.CancelFunc) {
 
 // watchLeader is Observe's loop.
 func (c *Client) watchLeader(ctx context.Context, cfg *config, name string, ch chan Leadership) {
-	s := &sleeper{c: c, cfg: cfg, t: *c.one(cfg, name)}
+	s := newSleeper(c, cfg, c.one(cfg, name))
 	defer s.stop()
 	var last uint64 // the last leader's term, and its token
 	var holder string

@@ -30,18 +30,30 @@ type kind struct {
 	// session: it is renewed through its renewal session (session.go); its
 	// key lives keyTTL, refreshed by the renewal service.
 	session bool
+	// fenced: its acquire raises the fencing counter; a won round writes
+	// the highest back (acquisition.writeBack) and the Lock has a Fence.
+	fenced bool
+	// shared: its holders share the key (Shared).
+	shared bool
+	// permit: a semaphore's permit; its acquire's refusals report the count
+	// a node declared (permitTry.saw), not the length of a line.
+	permit bool
 }
 
 var (
 	kindPlain   = &kind{name: "plain", acquire: opAcquire, extend: opExtend, release: opRelease, held: opHeld, batch: true, line: true}
-	kindFenced  = &kind{name: "fenced", acquire: opFenced, extend: opExtend, release: opRelease, held: opHeld, batch: true, line: true}
+	kindFenced  = &kind{name: "fenced", acquire: opFenced, extend: opExtend, release: opRelease, held: opHeld, batch: true, line: true, fenced: true}
 	kindSession = &kind{name: "session", acquire: opSession, release: opRelease, held: opPeek, batch: true, line: true, session: true}
-	kindShared  = &kind{name: "shared", acquire: opAcquireShared, extend: opExtendShared, release: opReleaseShared, held: opHeldShared}
+	kindShared  = &kind{name: "shared", acquire: opAcquireShared, extend: opExtendShared, release: opReleaseShared, held: opHeldShared, shared: true}
 	kindSeveral = &kind{name: "several keys", acquire: opAcquireAll, extend: opExtendAll, release: opReleaseAll, held: opHeldAll, allKeys: true}
-	kindPermit  = &kind{name: "permit", acquire: opAcquirePermit, extend: opExtendPermit, release: opRelease, held: opHeld}
+	// kindSeveralFenced runs kindSeveral's commands; its acquire also
+	// raises the counter (node.Op.FenceKey).
+	kindSeveralFenced = &kind{name: "several keys, fenced", acquire: opAcquireAll, extend: opExtendAll, release: opReleaseAll, held: opHeldAll, allKeys: true, fenced: true}
+	kindPermit        = &kind{name: "permit", acquire: opAcquirePermit, extend: opExtendPermit, release: opRelease, held: opHeld, permit: true}
 
-	// kinds lists every kind, for lookups by command.
-	kinds = [...]*kind{kindPlain, kindFenced, kindSession, kindShared, kindSeveral, kindPermit}
+	// kinds lists every kind, for lookups by command (a kind that shares
+	// another's commands comes after it).
+	kinds = [...]*kind{kindPlain, kindFenced, kindSession, kindShared, kindSeveral, kindSeveralFenced, kindPermit}
 )
 
 // The arguments each kind's commands need beyond the key, token and TTL.
@@ -54,7 +66,7 @@ func (k *kind) acquireArgs(cfg *config, t *target, s *session.Session, o *node.O
 	switch k {
 	case kindSession:
 		o.Session, o.Seq, o.KeyTTL, o.PrefixLen = s.Key(), s.Seq(), keyTTL(cfg), len(cfg.prefix)
-	case kindSeveral:
+	case kindSeveral, kindSeveralFenced:
 		o.Keys = t.rkeys
 	case kindPermit: // the count key and every permit's, and which is tried
 		p := t.permit
@@ -66,7 +78,7 @@ func (k *kind) acquireArgs(cfg *config, t *target, s *session.Session, o *node.O
 // of k it names: the keys of a lock of several, the permit of a permit.
 func (k *kind) identify(id *lockID, a *acquisition, op *node.Op) {
 	switch k {
-	case kindSeveral:
+	case kindSeveral, kindSeveralFenced:
 		id.keys, id.keyArgs = a.keys, op.Keys
 	case kindPermit:
 		id.permit = &permitOf{count: op.Keys[0].(string), permits: op.Permits, slot: op.Slot}
@@ -76,7 +88,7 @@ func (k *kind) identify(id *lockID, a *acquisition, op *node.Op) {
 // extendArgs adds to o, an extend of l, what k's command needs.
 func (k *kind) extendArgs(l *Lock, o *node.Op) {
 	switch k {
-	case kindSeveral: // every key, each with the token
+	case kindSeveral, kindSeveralFenced: // every key, each with the token
 		o.Keys, o.Tokens = l.id.keyArgs, slices.Repeat([]any{l.id.tokenArg}, len(l.id.keyArgs))
 	case kindPermit: // and the semaphore's count key
 		o.FenceKey, o.Permits = l.id.permit.count, l.id.permit.permits
@@ -86,12 +98,25 @@ func (k *kind) extendArgs(l *Lock, o *node.Op) {
 // heldArgs adds to o, a Held of l, what k's command needs.
 func (k *kind) heldArgs(l *Lock, o *node.Op) {
 	switch k {
-	case kindSeveral:
+	case kindSeveral, kindSeveralFenced:
 		o.Keys = l.id.keyArgs
 		o.Token, o.TokenArg = l.id.token, l.id.tokenArg
 	case kindShared:
 		o.Token, o.TokenArg = l.id.token, l.id.tokenArg
 	}
+}
+
+// observed is cfg, or, for an attempt a at a permit that met another
+// permit count, a copy without the Observer: the permit is given back at
+// once and the call fails, so the Observer hears of the call only as its
+// AcquireFailed.
+func (k *kind) observed(cfg *config, a *acquisition) *config {
+	if cfg.observer == nil || !k.permit || a.permit.declared < 0 {
+		return cfg
+	}
+	quiet := *cfg
+	quiet.observer = nil
+	return &quiet
 }
 
 // kindOf is the kind an attempt for t under cfg acquires (with session s,
@@ -101,6 +126,8 @@ func kindOf(cfg *config, t *target, s *session.Session) *kind {
 	switch {
 	case t.permit != nil:
 		return kindPermit
+	case t.keys != nil && cfg.fencing:
+		return kindSeveralFenced
 	case t.keys != nil:
 		return kindSeveral
 	case cfg.shared:
@@ -111,6 +138,35 @@ func kindOf(cfg *config, t *target, s *session.Session) *kind {
 		return kindSession
 	}
 	return kindPlain
+}
+
+// shape is what an acquisition names: one key, several keys as one lock, or
+// a semaphore's permits.
+type shape int
+
+const (
+	shapeOne shape = iota
+	shapeSeveral
+	shapePermit
+)
+
+// refused says why cfg's options cannot make a lock of shape sh ("": they
+// can), on a Client whose nodes keep lines if handoff. (A semaphore's
+// Pools, and several keys', are checked where they are made.)
+func refused(cfg *config, sh shape, handoff bool) string {
+	switch {
+	case cfg.fencing && sh == shapePermit:
+		return "WithFencing: a fence orders one holder after another, and a semaphore's permits are held at once"
+	case cfg.shared && sh == shapePermit:
+		return "Shared: permits are not shared (a semaphore of n permits already admits n holders)"
+	case cfg.shared && sh == shapeSeveral:
+		return "a lock of several keys cannot be shared (Shared): take each key's shared lock"
+	case cfg.shared && cfg.fencing:
+		return "Shared and WithFencing: fences order the writers of a resource, and shared holders get none"
+	case cfg.shared && !handoff:
+		return "Shared needs every Pool to be of package pool and none a Cluster client: the masters keep the line of waiters that holds new shared holders back"
+	}
+	return ""
 }
 
 // sessionKind reports whether the locks cfg asks for are of the kind a

@@ -61,7 +61,7 @@ type Lock struct {
 // Key returns the lock's key without prefix (of several keys, the first; of
 // a semaphore's permit, the semaphore's name).
 func (l *Lock) Key() string {
-	if l.id.keys != nil {
+	if l.kind.allKeys {
 		return l.id.keys[0]
 	}
 	return l.id.key
@@ -70,7 +70,7 @@ func (l *Lock) Key() string {
 // Keys returns every key the lock covers, without prefix, in the caller's
 // order, in a slice the caller may modify.
 func (l *Lock) Keys() []string {
-	if l.id.keys != nil {
+	if l.kind.allKeys {
 		return slices.Clone(l.id.keys)
 	}
 	return []string{l.id.key}
@@ -78,12 +78,12 @@ func (l *Lock) Keys() []string {
 
 // Shared reports whether the lock is one of its key's shared holders
 // (acquired with Shared). Safe for concurrent use.
-func (l *Lock) Shared() bool { return l.kind == kindShared }
+func (l *Lock) Shared() bool { return l.kind.shared }
 
 // Permit returns which of its semaphore's permits the lock is, from 0 to
 // Permits()-1, or -1 for a lock that is no permit.
 func (l *Lock) Permit() int {
-	if l.id.permit == nil {
+	if !l.kind.permit {
 		return -1
 	}
 	return l.id.permit.slot
@@ -417,7 +417,7 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 	a.kind.identify(&l.id, a, op)
 	l.land(a.rd.out, a.unsure, op.Kind == node.Resume)
 	l.place = linePlace{waiter: a.waiter, inLine: a.inLine}
-	if cfg.fencing {
+	if a.kind.fenced {
 		l.id.fence = a.fence
 	}
 	l.holdSession(a.sess, a.gens, a.start)

@@ -16,7 +16,8 @@ type target struct {
 	rkey   string   // the Redis key; several: the first
 	keys   []string // several: the caller's keys, in the caller's order (nil: one)
 	rkeys  []any    // several: the Redis keys, as command arguments, in that order
-	sorted []string // several: the Redis keys, sorted (this Client's turns are taken in this order)
+	sorted []string // the Redis keys, sorted (this Client's turns are taken in this order); one: one[:]
+	one    [1]string
 	// sweep, when not nil, is an attempt for t other than one round: a
 	// semaphore's, which tries its permits (keys) until it takes one.
 	sweep  func(ctx context.Context, cfg *config, cl *call) (*Lock, error)
@@ -25,24 +26,23 @@ type target struct {
 
 // one is the target of a lock of key.
 func (c *Client) one(cfg *config, key string) *target {
-	return &target{key: key, rkey: c.redisKey(cfg, key)}
+	return single(key, c.redisKey(cfg, key))
+}
+
+// single is the target of a lock of the one Redis key rkey, named key.
+func single(key, rkey string) *target {
+	t := &target{key: key, rkey: rkey}
+	t.one[0] = rkey
+	t.sorted = t.one[:]
+	return t
 }
 
 // first is the Redis key a waiter's line and notices are keyed by: the
 // key, or the first of several in sorted order.
-func (t *target) first() string {
-	if t.keys == nil {
-		return t.rkey
-	}
-	return t.sorted[0]
-}
+func (t *target) first() string { return t.sorted[0] }
 
 // each calls f with each Redis key of t, in sorted order.
 func (t *target) each(f func(rkey string)) {
-	if t.keys == nil {
-		f(t.rkey)
-		return
-	}
 	for _, k := range t.sorted {
 		f(k)
 	}
@@ -52,9 +52,6 @@ func (t *target) each(f func(rkey string)) {
 // order, so that two attempts never wait for each other's turns. It
 // returns ctx's error, holding no turn, when ctx ends first.
 func (t *target) enter(ctx context.Context, g *wake.Gates) error {
-	if t.keys == nil {
-		return g.Enter(ctx, t.rkey)
-	}
 	for i, k := range t.sorted {
 		if err := g.Enter(ctx, k); err != nil {
 			for _, k := range t.sorted[:i] {
@@ -132,8 +129,8 @@ func (c *Client) several(op string, keys []string, opts []Option) (*target, *con
 	if err != nil {
 		return nil, nil, err
 	}
-	if cfg.shared {
-		return nil, nil, fmt.Errorf("redlock: %s %q: a lock of several keys cannot be shared (Shared): take each key's shared lock", op, name)
+	if why := refused(cfg, shapeSeveral, c.handoff); why != "" {
+		return nil, nil, fmt.Errorf("redlock: %s %q: %s", op, name, why)
 	}
 	for _, k := range keys {
 		if err := checkTag(cfg, k); err != nil {

@@ -59,11 +59,8 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) (*Semaphore
 	if err := checkTag(cfg, name); err != nil {
 		return nil, fmt.Errorf("redlock: semaphore %q: %w", name, err)
 	}
-	switch {
-	case cfg.fencing:
-		return nil, fmt.Errorf("redlock: semaphore %q: WithFencing: a fence orders one holder after another, and a semaphore's permits are held at once", name)
-	case cfg.shared:
-		return nil, fmt.Errorf("redlock: semaphore %q: Shared: permits are not shared (a semaphore of n permits already admits n holders)", name)
+	if why := refused(cfg, shapePermit, c.handoff); why != "" {
+		return nil, fmt.Errorf("redlock: semaphore %q: %s", name, why)
 	}
 	own := *cfg // renewed by its own extends, never through a session
 	own.permit = true
@@ -127,8 +124,9 @@ func (s *Semaphore) sweep(ctx context.Context, cfg *config, cl *call) (*Lock, er
 	slot := int(s.next.Add(1) % uint64(s.permits))
 	for n := 1; ; n++ {
 		p := &permitTry{sem: s, slot: slot, free: make([]int, s.permits), declared: -1}
-		t := target{key: s.name, rkey: s.keys[1+slot].(string), permit: p}
-		l, err := s.c.attempt(ctx, &t, cfg, nil, cl)
+		t := single(s.name, s.keys[1+slot].(string))
+		t.permit = p
+		l, err := s.c.attempt(ctx, t, cfg, nil, cl)
 		if p.declared >= 0 {
 			return nil, s.mismatch(ctx, l, p)
 		}

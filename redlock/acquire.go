@@ -450,3 +450,41 @@ func (a *acquisition) writeBack(ctx context.Context, c *Client, cfg *config, key
 		a.failure.Phase, a.failure.Elapsed, a.failure.Validity, a.failure.TTL = "fence write-back", a.elapsed, a.validity, cfg.ttl
 	}
 }
+
+// rollback takes a failed round's token back: at once from the nodes that
+// said yes (their SET has landed), in parallel, bounded by the node timeout;
+// from the nodes still in flight when their reply arrives (late). It
+// returns when the nodes that said yes answered or the timeout passed.
+func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bool) {
+	ref := refOf(rd.op)
+	rkey := ref.rkey
+	rd.finish(func(rep quorum.Reply) {
+		if rep.Int > 0 || node.MayHaveWritten(rep.Err) {
+			c.releaseUnsure(cfg, rep.Node, ref, rep.Err)
+		}
+		if rep.Int > 0 && rd.op.Waiter != "" {
+			c.notes.SplitLate(rkey, rd.op.Waiter, cfg.jitter(handGrace(cfg)))
+		}
+	})
+	rel := c.run(context.WithoutCancel(ctx), cfg, send{spec: ref.spec, o: node.Op{Key: rkey, Keys: ref.keys, Token: ref.token, KeyArg: rd.op.KeyArg, TokenArg: rd.op.TokenArg, Grace: c.grace(cfg)}, ask: said})
+	retry := func(rep quorum.Reply) {
+		switch {
+		case rep.Err == nil:
+		case node.Refused(rep.Err): // sent again, it would be refused again; the key expires with its TTL
+			c.health.Failed(rep.Node, rep.Err)
+		default:
+			// Of unknown fate, or never written (no connection, queued
+			// past its deadline): the node said yes, so the key was there,
+			// and an answer that finds nothing means the first delete ran.
+			c.releaseUnsure(cfg, rep.Node, ref, errDeleteFailed)
+		}
+	}
+	for {
+		rep, ok := rel.r.Next()
+		if !ok {
+			break
+		}
+		retry(rep)
+	}
+	rel.finish(retry)
+}

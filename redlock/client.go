@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/owed"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 	"github.com/quorumlock/quorumlock/internal/session"
 	"github.com/quorumlock/quorumlock/internal/tokens"
@@ -49,13 +50,14 @@ type Client struct {
 	wg      sync.WaitGroup
 	closeBy atomic.Int64 // once Close began: when its bound ends (Unix ns); no background command outlives it
 
-	ids      *ident.Nodes   // which nodes are verified to be distinct servers
-	gates    wake.Gates     // one acquisition round per key at a time
-	notes    *wake.Notifier // wakes waiting Lock calls on releases
-	names    *wake.Names    // names this Client's waiters, where handoff (else nil)
-	rechecks rechecks       // releases to send again; Close sends them at once
-	renew    renewer        // renews auto-extended locks
-	health   *health.Log    // logs nodes' outages once each (nil: no logger)
+	ids    *ident.Nodes   // which nodes are verified to be distinct servers
+	gates  wake.Gates     // one acquisition round per key at a time
+	notes  *wake.Notifier // wakes waiting Lock calls on releases
+	names  *wake.Names    // names this Client's waiters, where handoff (else nil)
+	later  owed.Later     // owed commands to send again; Close sends them at once
+	owed   owed.Env       // how owed commands reach the nodes
+	renew  renewer        // renews auto-extended locks
+	health *health.Log    // logs nodes' outages once each (nil: no logger)
 
 	sessMu   sync.Mutex
 	sessions map[sessionKey]*session.Session // renewal sessions, made on first use
@@ -101,6 +103,7 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	c.names, c.notes = newNotifier(cfg, pools, c.handoff)
 	c.renew.init(c)
 	c.health = health.New(cfg.logger, poolNames(pools))
+	c.owed = owed.Env{Send: c.sendOwn, WG: &c.wg, Later: &c.later, Failed: c.health.Failed, Answered: c.health.Answered}
 	c.ids = ident.New(ident.Config{Names: poolNames(pools), Health: c.health, Logger: cfg.logger, Go: c.wg.Go,
 		RunID: func(ctx context.Context, i int) (string, error) { return c.pools[i].RunID(ctx) }})
 	return c, nil
@@ -277,7 +280,7 @@ func (c *Client) Close() error {
 	notes.Go(c.notes.Close) // beside the releases: a subscription's set-up may take a budget
 	c.renew.close()         // renewals under way end before their locks are released
 	errs := c.releaseAll(locks)
-	c.rechecks.stop(&c.wg) // pending rechecks go now, once
+	c.later.Stop(&c.wg) // pending re-sends go now, once
 	c.wg.Done()
 	c.wg.Wait()
 	notes.Wait()
@@ -470,3 +473,42 @@ func (c *Client) unclaim(cfg *config, each func(func(rkey string)), token string
 		c.claims.Unclaim(each, token)
 	}
 }
+
+// sendOwn sends o, a command the Client sends on its own (nobody waits for
+// its reply: a background release, a waiter leaving a line, a session's
+// renewal), to node i, bounded by deadline; rcv gets its result, and must
+// call c.wg.Done once it has (the command is counted in c.wg, so that Close
+// waits for it). It goes through the node's queue, or, for a Pool that has
+// none, a call on a goroutine. The caller must hold a count on c.wg.
+func (c *Client) sendOwn(o node.Op, deadline time.Time, i int, rcv node.Receiver) {
+	o.Background, o.Values = true, ownWork
+	op := node.New(o)
+	c.wg.Add(1)
+	if s := c.senders[i]; s != nil {
+		s.Send(op, deadline, rcv, i)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		defer cancel()
+		rcv.Deliver(i, c.call(ctx, i, op))
+	}()
+}
+
+// cleanupTimeout bounds a release nobody waits for, and how long a command
+// is followed after its round stopped waiting: longer than the node timeout,
+// because the node it goes to was slow or failing, so that a node that is
+// merely slow still gets it (a new connection may need connect, HELLO, the
+// restart guard's INFO, EVALSHA and perhaps EVAL); never longer than the
+// TTL. Close waits for these releases.
+func cleanupTimeout(cfg *config) time.Duration {
+	return min(cfg.ttl, max(10*cfg.nodeTimeout, 2*time.Second))
+}
+
+// ownWork is the context whose values the commands the Client sends on its
+// own carry (background releases, leaving lines): none of a caller's, whose
+// context may be recycled once its call returned (pool.WithHooks). Its one
+// value marks them for tests.
+var ownWork = context.WithValue(context.Background(), ownWorkKey{}, true)
+
+type ownWorkKey struct{}

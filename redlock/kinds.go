@@ -190,3 +190,27 @@ func kindAcquiredBy(op *node.Op) *kind {
 func isRelease(spec *opSpec) bool {
 	return slices.ContainsFunc(kinds[:], func(k *kind) bool { return k.release == spec })
 }
+
+// refOf is what the acquire command op may have taken.
+func refOf(op *node.Op) ref {
+	k := kindAcquiredBy(op)
+	r := ref{rkey: op.Key, token: op.Token, spec: k.release}
+	if k.allKeys {
+		r.keys = op.Keys
+	}
+	return r
+}
+
+// ref is what the lock holds.
+func (l *Lock) ref() ref {
+	return ref{rkey: l.id.rkey, keys: l.id.keyArgs, token: l.id.token, spec: l.kind.release}
+}
+
+// ref is what a release takes back from the nodes: a token on a key, on
+// several keys, or a shared holder's place.
+type ref struct {
+	rkey  string
+	keys  []any // a lock of several keys: all of them (rkey is the first); else nil
+	token string
+	spec  *opSpec // the release
+}

@@ -1,10 +1,13 @@
 package redlock
 
 import (
+	"errors"
 	"slices"
+	"time"
 
 	"github.com/quorumlock/quorumlock/internal/bugs"
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/owed"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 )
 
@@ -220,3 +223,51 @@ func (l *Lock) releaseLate(rep quorum.Reply, releasing bool) {
 		l.c.releaseUnsure(l.cfg, rep.Node, l.ref(), errDeleteFailed)
 	}
 }
+
+// releaseUnsure releases r on node i when it may hold it and no caller is
+// waiting: after a yes that arrived after its round was decided, or for a
+// lock that was lost (err nil), or after a call that failed with err. It
+// does not wait: the release is queued on the node's Pool (or runs on a
+// goroutine for Pools that do not queue), bounded by cleanupTimeout, and
+// counted in c.wg so that Close waits for it; the caller must hold a count
+// on c.wg. Until recheckHorizon from now, it is sent again after
+// recheckDelay, doubling up to owed.MaxWait, as long as it fails without the
+// node's refusal (it may never have been written) and, when err is not nil
+// (the acquire whose fate err left unknown may still land: held in a
+// proxy, in a frozen server's socket), also while it finds nothing of
+// ours. A caller that saw the acquire's yes and sends a delete again
+// because an earlier one failed passes errDeleteFailed: it is sent again
+// until the node answers, and an answer that finds nothing ends it (the
+// earlier delete ran; a key once gone cannot come back).
+func (c *Client) releaseUnsure(cfg *config, i int, r ref, err error) {
+	d := &owed.Delete{Env: &c.owed, Op: node.Op{Kind: r.spec.kind, Key: r.rkey, Keys: r.keys, Token: r.token, Grace: c.grace(cfg)},
+		Deadline: func() time.Time { return c.bgDeadline(cfg) }, Unsure: err != nil && err != errDeleteFailed}
+	if err != nil || !bugs.LateDrop {
+		d.Again = owed.Policy{Wait: recheckDelay(cfg), Horizon: time.Now().Add(c.recheckHorizon(cfg))}
+	}
+	d.Send(i)
+}
+
+// recheckDelay is the first wait before a release is sent again: a command
+// still in flight when its call failed arrives within one more one-way
+// latency of the link, below the node timeout on any link the lock can work
+// over; 100 ms at most.
+func recheckDelay(cfg *config) time.Duration {
+	return min(cfg.nodeTimeout, 100*time.Millisecond)
+}
+
+// recheckHorizon is how long a release of unknown fate is re-sent: a SET
+// that lands within it is gone within owed.MaxWait (docs/design.md, the
+// leftover bound); one that lands later lives its TTL. A session lock's
+// acquire that lands is held while its session lives, up to its key's own
+// TTL: its releases are re-sent for that long.
+func (c *Client) recheckHorizon(cfg *config) time.Duration {
+	if c.sessionLocks(cfg) {
+		return keyTTL(cfg) + cleanupTimeout(cfg)
+	}
+	return cfg.ttl + cleanupTimeout(cfg)
+}
+
+// errDeleteFailed stands for a delete that failed (no reply, or never
+// written) on a node whose acquire's yes was seen (see releaseUnsure).
+var errDeleteFailed = errors.New("the delete failed on a node that said yes")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/bugs"
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/owed"
 )
 
 // newNotifier returns the namer of a Client's waiters (nil unless the
@@ -130,7 +131,7 @@ func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func
 	o := node.Op{Kind: node.Leave, Key: rkey, Waiter: waiter, Grace: handGrace(cfg), LineTTL: stayOut(cfg), Tell: tell, Background: true, Values: ownWork}
 	deadline := c.bgDeadline(cfg)
 	// One receiver for every node (by value, it would be boxed per node).
-	lv := &leaving{c: c, cfg: cfg, o: o, again: resend{wait: recheckDelay(cfg), horizon: time.Now().Add(stayOut(cfg))}}
+	lv := &leaving{c: c, cfg: cfg, o: o, again: owed.Policy{Wait: recheckDelay(cfg), Horizon: time.Now().Add(stayOut(cfg))}}
 	if wait { // with the rounds' commands, bounded like one of them
 		o.Background, o.Follow = false, follow(cfg)
 		if d := time.Now().Add(cfg.nodeTimeout); d.Before(deadline) {
@@ -163,7 +164,7 @@ type leaving struct {
 	c     *Client
 	cfg   *config
 	o     node.Op
-	again resend
+	again owed.Policy
 	done  chan struct{}
 }
 
@@ -177,7 +178,7 @@ func (l *leaving) Deliver(i int, r node.Result) {
 	if r.Err == nil || node.MayHaveWritten(r.Err) || node.Refused(r.Err) {
 		return
 	}
-	l.c.sendAgain(l.again, func(next resend) {
+	l.c.later.Again(&l.c.wg, l.again, func(next owed.Policy) {
 		again := &leaving{c: l.c, cfg: l.cfg, o: l.o, again: next}
 		o := l.o
 		o.Follow = 0

@@ -240,3 +240,21 @@ func sessionResult(l *Lock, sr session.Reply) NodeResult {
 	l.mu.Unlock()
 	return NodeResult{Node: l.c.pools[sr.N].Name(), Outcome: o, Latency: sr.Latency}
 }
+
+// releaseLost deletes a lost session lock's key (token-checked) from every
+// node in the background: its session may still live on the nodes, which
+// would keep the key held for its whole garbage-collection TTL (10 × TTL)
+// rather than the TTL that frees the key of a lost plain lock. A node whose
+// acquire's fate is unknown is re-checked like a failed round's; one whose
+// acquire has not answered yet is late's, and one already freed is not
+// sent to again (see landing). Nothing after Close, which has released what
+// it tracks.
+func (c *Client) releaseLost(l *Lock) {
+	if !l.kind.session || c.enter() != nil {
+		return
+	}
+	defer c.wg.Done()
+	for _, o := range l.lossDeletes() {
+		c.releaseUnsure(l.cfg, o.node, l.ref(), o.err)
+	}
+}

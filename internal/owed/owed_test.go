@@ -1,0 +1,84 @@
+package owed
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
+)
+
+// TestDeleteSentAgainUntilAnswered: a delete that fails unwritten is sent
+// again, after 100 ms, 200 ms, ...; an unsure one also while it finds
+// nothing; one that is answered, or refused, is not; the health log hears
+// of the last answer.
+func TestDeleteSentAgainUntilAnswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var wg sync.WaitGroup
+		var lt Later
+		var mu sync.Mutex
+		var sends []time.Duration
+		replies := []node.Result{{Err: errors.New("not sent")}, {Int: 0}, {Int: 1}}
+		failed, answered := 0, 0
+		start := time.Now()
+		env := &Env{WG: &wg, Later: &lt,
+			Send: func(o node.Op, _ time.Time, n int, r node.Receiver) {
+				mu.Lock()
+				k := len(sends)
+				sends = append(sends, time.Since(start))
+				mu.Unlock()
+				wg.Add(1)
+				go r.Deliver(n, replies[min(k, len(replies)-1)])
+			},
+			Failed:   func(int, error) { failed++ },
+			Answered: func(int) { answered++ },
+		}
+		d := &Delete{Env: env, Op: node.Op{Kind: node.Release}, Deadline: time.Now, Unsure: true,
+			Again: Policy{Wait: 100 * time.Millisecond, Horizon: start.Add(time.Minute)}}
+		d.Send(0)
+		synctest.Wait()
+		time.Sleep(time.Second)
+		wg.Wait()
+		want := []time.Duration{0, 100 * time.Millisecond, 300 * time.Millisecond}
+		if len(sends) != len(want) {
+			t.Fatalf("sent at %v, want at %v", sends, want)
+		}
+		for i := range want {
+			if sends[i] != want[i] {
+				t.Fatalf("sent at %v, want at %v", sends, want)
+			}
+		}
+		if failed != 0 || answered != 1 {
+			t.Fatalf("health log: %d failures, %d answers; want 0 and 1", failed, answered)
+		}
+	})
+}
+
+// TestStopSendsPendingOnceInOrder: Stop runs the pending re-sends at once,
+// in the order they were scheduled; a re-send asked for after Stop runs at
+// once, with no policy left.
+func TestStopSendsPendingOnceInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var wg sync.WaitGroup
+		var lt Later
+		var got []int
+		for i := range 5 {
+			lt.Again(&wg, Policy{Wait: time.Duration(5-i) * time.Second, Horizon: time.Now().Add(time.Hour)}, func(Policy) { got = append(got, i) })
+		}
+		lt.Stop(&wg)
+		wg.Wait()
+		if len(got) != 5 || got[0] != 0 || got[4] != 4 {
+			t.Fatalf("ran %v at Stop, want [0 1 2 3 4]", got)
+		}
+		var last Policy
+		ran := lt.Again(&wg, Policy{Wait: time.Second, Horizon: time.Now().Add(time.Hour)}, func(p Policy) { last = p })
+		if !ran || last != (Policy{}) {
+			t.Fatalf("after Stop: ran %v with policy %+v, want at once with none", ran, last)
+		}
+		if lt.Again(&wg, Policy{}, func(Policy) { t.Fatal("sent with no policy") }) {
+			t.Fatal("a policy of no wait sends again")
+		}
+	})
+}

@@ -2,10 +2,10 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"github.com/quorumlock/quorumlock/internal/wake"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/wake"
 
 	"github.com/quorumlock/quorumlock/drift"
 	"github.com/quorumlock/quorumlock/internal/node"
@@ -31,193 +31,6 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock
 	l, err := c.attempt(ctx, c.one(cfg, key), cfg, nil, cl)
 	c.callFailed(cfg, cl, err, true)
 	return l, err
-}
-
-// Lock acquires key like TryLock, retrying (WithRetryBackoff; a release of
-// key wakes it) until it succeeds, ctx ends or the WithMaxWait budget is
-// spent. With Pools of package pool that are not Cluster clients, waiters
-// get key in the order they first asked, across Clients, before later
-// askers. When ctx ends the error matches ErrNotAcquired and ctx.Err(), when
-// the budget is spent ErrNotAcquired, with the last round's *QuorumError if
-// one ran; TryLock's other errors, and ErrAuth, return at once.
-func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	cfg, err := c.acquireConfig(key, opts)
-	if err != nil {
-		return nil, err
-	}
-	return c.wait(ctx, c.one(cfg, key), cfg)
-}
-
-// wait is Lock's loop, for the key or keys t names: waiters of one key keep
-// their place in its line, where the nodes keep lines; waiters of several
-// keys never wait in a line (docs/design.md, "Several keys").
-func (c *Client) wait(ctx context.Context, t *target, cfg *config) (*Lock, error) {
-	cl := newCall(ctx, cfg, t.key)
-	l, err := c.waitFor(ctx, t, cfg, cl)
-	c.callFailed(cfg, cl, err, true)
-	return l, err
-}
-
-// waitFor is wait's loop, as the call cl.
-func (c *Client) waitFor(ctx context.Context, t *target, cfg *config, cl *call) (*Lock, error) {
-	key := t.key
-	begin := time.Now()
-	s := newSleeper(c, cfg, t)
-	if c.handoff && s.k.line {
-		s.ln = c.names.Next()
-	}
-	defer s.stop()
-	var last error // the previous attempt's error
-	for attempt := 0; ; attempt++ {
-		if err := ctx.Err(); err != nil && last != nil {
-			return nil, fmt.Errorf("redlock: acquire %q: stopped after %d attempts: %w; last attempt: %w", key, attempt, err, last)
-		}
-		l, err := c.try(ctx, t, cfg, s.ln, cl)
-		if err == nil || !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrAuth) {
-			s.won = err == nil
-			return l, err
-		}
-		if cerr := ctx.Err(); cerr != nil {
-			if !errors.Is(err, cerr) { // ctx ended after the round was decided
-				err = fmt.Errorf("%w: %w", err, cerr)
-			}
-			var qe *QuorumError
-			if last != nil && (!errors.As(err, &qe) || qe.cut) { // no round ran (the gate), or ctx cut it: keep the last one's detail
-				err = fmt.Errorf("%w; last attempt: %w", err, last)
-			}
-			return nil, err
-		}
-		last = err
-		delay := s.delay(attempt, err)
-		if cfg.retryWait != nil { // an election's candidate: its leader may have died
-			delay = cfg.retryWait(c, ctx, cfg, key, delay)
-		}
-		if cfg.maxWait > 0 {
-			left := cfg.maxWait - time.Since(begin)
-			if left <= 0 {
-				return nil, fmt.Errorf("redlock: acquire %q: gave up after %d attempts in %v (WithMaxWait %v): %w", key, attempt+1, time.Since(begin).Round(time.Millisecond), cfg.maxWait, err)
-			}
-			delay = min(delay, left) // one last attempt when the budget ends
-		}
-		c.callFailed(cfg, cl, err, false)
-		s.sleep(ctx, delay)
-	}
-}
-
-// try is one attempt of wait: one round for t, or t's own sweep.
-func (c *Client) try(ctx context.Context, t *target, cfg *config, ln *wake.Place, cl *call) (*Lock, error) {
-	if t.sweep != nil {
-		return t.sweep(ctx, cfg, cl)
-	}
-	return c.attempt(ctx, t, cfg, ln, cl)
-}
-
-// delay is the wait before the attempt after attempt, which failed with
-// err.
-func (s *sleeper) delay(attempt int, err error) time.Duration {
-	var qe *QuorumError
-	split := errors.As(err, &qe) && qe.Agreed() > 0
-	if split {
-		s.c.notes.Stats.SplitAttempts.Add(1)
-	}
-	split = split && time.Since(s.quick) >= s.cfg.retryMax
-	if split {
-		s.quick = time.Now() // once per retry max: a lock held on a bare quorum would make it spin
-	}
-	switch {
-	case s.c.handoff && (s.woken || split):
-		// Woken by a release, or some nodes said yes, and still not the
-		// holder: some nodes had not released yet (their messages wake
-		// it again), handed the key to a waiter that is not coming, or
-		// another attempt took some of them: the votes split, both
-		// sides roll back, and no release is coming to wake anyone (a
-		// yes that comes late wakes the waiter the same way: splitLate).
-		// The hand-offs lapse within handGrace: try again by then,
-		// whatever the retry delays.
-		return s.cfg.jitter(handGrace(s.cfg))
-	case s.woken:
-		return s.cfg.retryDelay(0)
-	case s.ln != nil && s.ln.Joined:
-		// In the line, a release names this waiter when its turn
-		// comes: polling only covers lost messages, and keeps its
-		// entry from lapsing (lineTTL).
-		return s.cfg.jitter(s.cfg.retryMax)
-	}
-	return s.cfg.retryDelay(attempt)
-}
-
-// sleeper is Lock's wait between attempts: a timer, cut short when a release
-// of the key (of any of the keys) wakes the waiter it registers after the
-// first failed attempt.
-type sleeper struct {
-	c     *Client
-	cfg   *config
-	t     target      // the key or keys waited for (a copy: the caller's stays on its stack)
-	k     *kind       // of the lock waited for (a session's are plain ones here)
-	ln    *wake.Place // the waiter's place in the key's line, when the Client keeps lines
-	won   bool
-	woken bool      // the last sleep was cut short by a release
-	quick time.Time // the last quick retry after a split
-	w     *wake.Waiter
-	timer *time.Timer
-}
-
-// newSleeper is the sleeper of a Lock call for t under cfg.
-func newSleeper(c *Client, cfg *config, t *target) *sleeper {
-	return &sleeper{c: c, cfg: cfg, t: *t, k: kindOf(cfg, t, nil)}
-}
-
-// sleep waits for delay, a release of the key, or ctx's end.
-func (s *sleeper) sleep(ctx context.Context, delay time.Duration) {
-	if s.w == nil {
-		id := ""
-		if s.ln != nil {
-			id = s.ln.ID
-		}
-		s.w = s.c.notes.Add(s.t.first(), id, s.k.shared)
-		s.t.each(func(rkey string) {
-			if rkey != s.t.first() {
-				s.c.notes.Also(rkey, s.w)
-			}
-		})
-	}
-	if s.timer == nil {
-		s.timer = time.NewTimer(delay)
-	} else {
-		s.timer.Reset(delay)
-	}
-	s.c.notes.Rest(s.t.first(), s.w, s.ln)
-	s.woken = false
-	select {
-	case <-s.timer.C:
-		s.c.notes.Sleep(s.w, false)
-	case d := <-s.w.Wake(): // the key was released
-		s.woken = true
-		if d > 0 { // after d, unless another wake-up comes sooner
-			s.timer.Reset(d)
-			select {
-			case <-s.timer.C:
-			case <-s.w.Wake():
-			case <-ctx.Done():
-			}
-		}
-	case <-ctx.Done():
-		s.c.notes.Sleep(s.w, false)
-	}
-}
-
-// stop leaves the notifier and stops the timer. A waiter that did not take
-// the lock leaves the key's line; one that did leaves it with its release.
-func (s *sleeper) stop() {
-	if s.w != nil {
-		s.t.each(func(rkey string) { s.c.notes.Remove(rkey, s.w) })
-	}
-	if ln := s.ln; ln != nil && ln.Joined && !s.won {
-		s.c.leaveLine(s.cfg, s.t.rkey, ln.ID, true, nil, true)
-	}
-	if s.timer != nil {
-		s.timer.Stop()
-	}
 }
 
 // attempt is one acquisition round for t, of the waiter ln when it is not
@@ -488,3 +301,60 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 	}
 	rel.finish(retry)
 }
+
+// target names what an acquisition takes: one key, or several keys as one
+// lock (TryLockAll).
+type target struct {
+	key    string   // the caller's key; several: the keys joined by ", " (errors, logs)
+	rkey   string   // the Redis key; several: the first
+	keys   []string // several: the caller's keys, in the caller's order (nil: one)
+	rkeys  []any    // several: the Redis keys, as command arguments, in that order
+	sorted []string // the Redis keys, sorted (this Client's turns are taken in this order); one: one[:]
+	one    [1]string
+	// sweep, when not nil, is an attempt for t other than one round: a
+	// semaphore's, which tries its permits (keys) until it takes one.
+	sweep  func(ctx context.Context, cfg *config, cl *call) (*Lock, error)
+	permit *permitTry // one permit of a semaphore (rkey): the attempt at it
+}
+
+// one is the target of a lock of key.
+func (c *Client) one(cfg *config, key string) *target {
+	return single(key, c.redisKey(cfg, key))
+}
+
+// single is the target of a lock of the one Redis key rkey, named key.
+func single(key, rkey string) *target {
+	t := &target{key: key, rkey: rkey}
+	t.one[0] = rkey
+	t.sorted = t.one[:]
+	return t
+}
+
+// first is the Redis key a waiter's line and notices are keyed by: the
+// key, or the first of several in sorted order.
+func (t *target) first() string { return t.sorted[0] }
+
+// each calls f with each Redis key of t, in sorted order.
+func (t *target) each(f func(rkey string)) {
+	for _, k := range t.sorted {
+		f(k)
+	}
+}
+
+// enter takes this Client's turn on every key of t (gates), in sorted
+// order, so that two attempts never wait for each other's turns. It
+// returns ctx's error, holding no turn, when ctx ends first.
+func (t *target) enter(ctx context.Context, g *wake.Gates) error {
+	for i, k := range t.sorted {
+		if err := g.Enter(ctx, k); err != nil {
+			for _, k := range t.sorted[:i] {
+				g.Exit(k)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// exit ends the turns of a successful enter.
+func (t *target) exit(g *wake.Gates) { t.each(g.Exit) }

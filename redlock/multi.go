@@ -3,68 +3,11 @@ package redlock
 import (
 	"context"
 	"fmt"
-	"github.com/quorumlock/quorumlock/internal/node"
-	"github.com/quorumlock/quorumlock/internal/wake"
 	"slices"
 	"strings"
+
+	"github.com/quorumlock/quorumlock/internal/node"
 )
-
-// target names what an acquisition takes: one key, or several keys as one
-// lock (TryLockAll).
-type target struct {
-	key    string   // the caller's key; several: the keys joined by ", " (errors, logs)
-	rkey   string   // the Redis key; several: the first
-	keys   []string // several: the caller's keys, in the caller's order (nil: one)
-	rkeys  []any    // several: the Redis keys, as command arguments, in that order
-	sorted []string // the Redis keys, sorted (this Client's turns are taken in this order); one: one[:]
-	one    [1]string
-	// sweep, when not nil, is an attempt for t other than one round: a
-	// semaphore's, which tries its permits (keys) until it takes one.
-	sweep  func(ctx context.Context, cfg *config, cl *call) (*Lock, error)
-	permit *permitTry // one permit of a semaphore (rkey): the attempt at it
-}
-
-// one is the target of a lock of key.
-func (c *Client) one(cfg *config, key string) *target {
-	return single(key, c.redisKey(cfg, key))
-}
-
-// single is the target of a lock of the one Redis key rkey, named key.
-func single(key, rkey string) *target {
-	t := &target{key: key, rkey: rkey}
-	t.one[0] = rkey
-	t.sorted = t.one[:]
-	return t
-}
-
-// first is the Redis key a waiter's line and notices are keyed by: the
-// key, or the first of several in sorted order.
-func (t *target) first() string { return t.sorted[0] }
-
-// each calls f with each Redis key of t, in sorted order.
-func (t *target) each(f func(rkey string)) {
-	for _, k := range t.sorted {
-		f(k)
-	}
-}
-
-// enter takes this Client's turn on every key of t (gates), in sorted
-// order, so that two attempts never wait for each other's turns. It
-// returns ctx's error, holding no turn, when ctx ends first.
-func (t *target) enter(ctx context.Context, g *wake.Gates) error {
-	for i, k := range t.sorted {
-		if err := g.Enter(ctx, k); err != nil {
-			for _, k := range t.sorted[:i] {
-				g.Exit(k)
-			}
-			return err
-		}
-	}
-	return nil
-}
-
-// exit ends the turns of a successful enter.
-func (t *target) exit(g *wake.Gates) { t.each(g.Exit) }
 
 // TryLockAll makes one attempt to acquire keys as one lock, like TryLock: on
 // success every key is held on a quorum of nodes until the Deadline, and no

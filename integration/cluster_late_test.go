@@ -6,9 +6,10 @@ package integration
 // *redis.ClusterClient), as TestClusterPools runs them. Client a reaches
 // every cluster node through a fault proxy of its own; client b connects
 // directly. In each scenario a's command to the master that owns the lock
-// key's slot in cluster 0 is held in that master's proxy (Hold(HoldOpen))
-// past a's node timeout, the lock changes hands, and then the held command
-// is delivered and runs:
+// key's slot in cluster 0 is held in that master's proxy (a SET with every
+// connection open, Hold(HoldOpen); an extend or a release with the one it
+// is written on, HoldWrite) past a's node timeout, the lock changes hands,
+// and then the held command is delivered and runs:
 //
 //	late SET, lock retaken      a won round's SET lands on b's key
 //	late SET, lock released     a won round's SET lands on a key released meanwhile
@@ -24,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -299,12 +301,19 @@ func (r *clusterRig) retakeAndLand(t *testing.T, key, aToken string, m *redis.Cl
 			t.Errorf("b: Release: %v", err)
 		}
 	}()
-	before := r.copies(t, key)
-	for c, kc := range before {
-		if kc.val != lb.Token() {
-			t.Logf("premise: cluster %d holds %q, not b's token, before the landing", c, kc.val)
-			return false
+	// b's TryLock returns at its quorum: its SET to the third cluster may
+	// still be on its way.
+	var before []keyCopy
+	if !soon(time.Second, func() bool {
+		before = r.copies(t, key)
+		return !slices.ContainsFunc(before, func(kc keyCopy) bool { return kc.val != lb.Token() })
+	}) {
+		for c, kc := range before {
+			if kc.val != lb.Token() {
+				t.Logf("premise: cluster %d holds %q, not b's token, before the landing", c, kc.val)
+			}
 		}
+		return false
 	}
 	at := r.land(t, m, p)
 	r.untouched(t, key, before)
@@ -407,8 +416,8 @@ func (r *clusterRig) goneWithin(t *testing.T, key, token string, at time.Time) {
 }
 
 // takenThenHeld has a take key with opts (after a warm-up cycle on it),
-// then holds what a sends to the master of key's slot in cluster 0 from
-// then on: it returns a's lock, a direct client of that master and a's
+// then holds the connection on which a next writes key to the master of
+// key's slot in cluster 0: it returns a's lock, a direct client of that master and a's
 // proxy to it, the hold on. ok is false when a could not take the key.
 func (r *clusterRig) takenThenHeld(t *testing.T, key string, opts ...redlock.Option) (_ *redlock.Lock, _ *redis.Client, _ *testkit.Proxy, ok bool) {
 	if !r.cycle(t, r.a, key) {
@@ -421,6 +430,10 @@ func (r *clusterRig) takenThenHeld(t *testing.T, key string, opts ...redlock.Opt
 	}
 	settle()
 	m, p := r.master(t, 0, key)
-	p.Hold(testkit.HoldOpen)
+	// Only the connection a's next command on key goes out on: a's
+	// commands after it go on others, as they would past a stalled TCP
+	// path. (Holding every connection open, HoldOpen, held whichever
+	// pooled connection the release took too, for its 2 s clean-up bound.)
+	p.HoldWrite(rkey(key))
 	return la, m, p, true
 }

@@ -103,7 +103,7 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	c.names, c.notes = newNotifier(cfg, pools, c.handoff)
 	c.renew.init(c)
 	c.health = health.New(cfg.logger, poolNames(pools))
-	c.owed = owed.Env{Send: c.sendOwn, WG: &c.wg, Later: &c.later, Failed: c.health.Failed, Answered: c.health.Answered}
+	c.owed = owed.Env{Send: c.sendWithin, WG: &c.wg, Later: &c.later, Failed: c.health.Failed, Answered: c.health.Answered}
 	c.ids = ident.New(ident.Config{Names: poolNames(pools), Health: c.health, Logger: cfg.logger, Go: c.wg.Go,
 		RunID: func(ctx context.Context, i int) (string, error) { return c.pools[i].RunID(ctx) }})
 	return c, nil
@@ -316,14 +316,23 @@ func (c *Client) releaseAll(locks []*Lock) []error {
 }
 
 // bgDeadline is the deadline of a command nobody waits for, sent now for a
-// call of cfg: a cleanup budget from now, and never past Close's bound
-// once Close has begun.
-func (c *Client) bgDeadline(cfg *config) time.Time {
-	d := time.Now().Add(cleanupTimeout(cfg))
+// call of cfg: a cleanup budget from now (deadlineIn).
+func (c *Client) bgDeadline(cfg *config) time.Time { return c.deadlineIn(cleanupTimeout(cfg)) }
+
+// deadlineIn is the deadline of a command nobody waits for, bounded by
+// bound from now: never past Close's bound once Close has begun.
+func (c *Client) deadlineIn(bound time.Duration) time.Time {
+	d := time.Now().Add(bound)
 	if by := c.closeBy.Load(); by != 0 && d.UnixNano() > by {
 		d = time.Unix(0, by)
 	}
 	return d
+}
+
+// sendWithin is sendOwn bounded by bound from now (deadlineIn): how owed
+// commands reach the nodes (owed.Env).
+func (c *Client) sendWithin(o node.Op, bound time.Duration, i int, rcv node.Receiver) {
+	c.sendOwn(o, c.deadlineIn(bound), i, rcv)
 }
 
 // callConfig applies per-call options and checks the key.

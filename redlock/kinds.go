@@ -1,13 +1,16 @@
 package redlock
 
 import (
+	"context"
 	"slices"
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/session"
+	"github.com/quorumlock/quorumlock/internal/wake"
 )
 
-// The kinds of lock. A lock's kind is decided once, by the attempt that
+// The kinds of lock, and the targets they are acquired for (one key,
+// several, a permit). A lock's kind is decided once, by the attempt that
 // acquires it (kindOf), and says which command each of its operations runs
 // and what it can do; the rest of the package asks the kind rather than
 // the fields in which kinds differ (docs/design.md, "Kinds of lock").
@@ -214,3 +217,70 @@ type ref struct {
 	token string
 	spec  *opSpec // the release
 }
+
+// target names what an acquisition takes: one key, several keys as one
+// lock (TryLockAll), or a semaphore's permit.
+type target struct {
+	key    string   // the caller's key; several: the keys joined by ", " (errors, logs)
+	rkey   string   // the Redis key; several: the first
+	keys   []string // several: the caller's keys, in the caller's order (nil: one)
+	rkeys  []any    // several: the Redis keys, as command arguments, in that order
+	sorted []string // several: the Redis keys, sorted (this Client's turns are taken in this order); one: nil
+	// sweep, when not nil, is an attempt for t other than one round: a
+	// semaphore's, which tries its permits (keys) until it takes one.
+	sweep  func(ctx context.Context, cfg *config, cl *call) (*Lock, error)
+	permit *permitTry // one permit of a semaphore (rkey): the attempt at it
+}
+
+// one is the target of a lock of key.
+func (c *Client) one(cfg *config, key string) *target {
+	return single(key, c.redisKey(cfg, key))
+}
+
+// single is the target of a lock of the one Redis key rkey, named key.
+// (Its sorted stays nil: a slice of one, or of an array in the target,
+// would cost the hot path an allocation.)
+func single(key, rkey string) *target {
+	return &target{key: key, rkey: rkey}
+}
+
+// first is the Redis key a waiter's line and notices are keyed by: the
+// key, or the first of several in sorted order.
+func (t *target) first() string {
+	if t.sorted == nil {
+		return t.rkey
+	}
+	return t.sorted[0]
+}
+
+// each calls f with each Redis key of t, in sorted order.
+func (t *target) each(f func(rkey string)) {
+	if t.sorted == nil {
+		f(t.rkey)
+		return
+	}
+	for _, k := range t.sorted {
+		f(k)
+	}
+}
+
+// enter takes this Client's turn on every key of t (gates), in sorted
+// order, so that two attempts never wait for each other's turns. It
+// returns ctx's error, holding no turn, when ctx ends first.
+func (t *target) enter(ctx context.Context, g *wake.Gates) error {
+	if t.sorted == nil {
+		return g.Enter(ctx, t.rkey)
+	}
+	for i, k := range t.sorted {
+		if err := g.Enter(ctx, k); err != nil {
+			for _, k := range t.sorted[:i] {
+				g.Exit(k)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// exit ends the turns of a successful enter.
+func (t *target) exit(g *wake.Gates) { t.each(g.Exit) }

@@ -22,13 +22,13 @@ import (
 // fate (set before the lock is shared). Guarded by the Lock's mu; only
 // this file touches it (newLock through land). nodes is the Lock's own (a slice into
 // the acquiring round would keep the round alive as long as the lock is
-// held), stored in v for up to 8 nodes. freed[i]: a release in the
+// held), stored in v[:8] for up to 8 nodes. freed[i]: a release in the
 // background deletes the key on node i (a lost session lock's, a late
 // answer's), re-sent until the node answers; no other goes there (nil
-// until needed).
+// until needed; in v[8:] for up to 8 nodes).
 type landing struct {
 	nodes, unsure, freed []bool
-	v                    [8]bool
+	v                    [16]bool
 	chained              []chainedSend
 	resumed              bool
 }
@@ -46,7 +46,7 @@ type chainedSend struct {
 // acquire failed without a reply (nil: none); resumed, whether Resume
 // acquired it.
 func (l *Lock) land(out, unsure []bool, resumed bool) {
-	l.landing.nodes = append(l.landing.v[:0], out...)
+	l.landing.nodes = append(l.landing.v[:0:8], out...)
 	l.landing.resumed = resumed
 	if unsure != nil { // a Release re-checks these nodes (see vote)
 		l.landing.unsure = slices.Clone(unsure)
@@ -153,8 +153,10 @@ func (l *Lock) late(rep quorum.Reply) {
 // node i, and reports whether none did yet (with -tags
 // quorumlock_bug_lostresend: always). l.mu must be held.
 func (l *Lock) freeLocked(i int) bool {
-	if l.landing.freed == nil {
-		l.landing.freed = make([]bool, len(l.landing.nodes))
+	if n := len(l.landing.nodes); l.landing.freed == nil && n <= 8 {
+		l.landing.freed = l.landing.v[8 : 8+n : 8+n]
+	} else if l.landing.freed == nil {
+		l.landing.freed = make([]bool, n)
 	}
 	was := l.landing.freed[i]
 	l.landing.freed[i] = !bugs.LostResend
@@ -241,7 +243,7 @@ func (l *Lock) releaseLate(rep quorum.Reply, releasing bool) {
 // earlier delete ran; a key once gone cannot come back).
 func (c *Client) releaseUnsure(cfg *config, i int, r ref, err error) {
 	d := &owed.Delete{Env: &c.owed, Op: node.Op{Kind: r.spec.kind, Key: r.rkey, Keys: r.keys, Token: r.token, Grace: c.grace(cfg)},
-		Deadline: func() time.Time { return c.bgDeadline(cfg) }, Unsure: err != nil && err != errDeleteFailed}
+		Bound: cleanupTimeout(cfg), Unsure: err != nil && err != errDeleteFailed}
 	if err != nil || !bugs.LateDrop {
 		d.Again = owed.Policy{Wait: recheckDelay(cfg), Horizon: time.Now().Add(c.recheckHorizon(cfg))}
 	}

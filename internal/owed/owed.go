@@ -102,9 +102,10 @@ func (lt *Later) Stop(wg *sync.WaitGroup) {
 
 // Env is how a Client's owed commands reach its nodes.
 type Env struct {
-	// Send sends o to node n, bounded by deadline, counted in WG; r gets
-	// its result and calls WG.Done once it has.
-	Send     func(o node.Op, deadline time.Time, n int, r node.Receiver)
+	// Send sends o to node n, bounded by bound from now (or sooner, as the
+	// Client bounds it), counted in WG; r gets its result and calls
+	// WG.Done once it has.
+	Send     func(o node.Op, bound time.Duration, n int, r node.Receiver)
 	WG       *sync.WaitGroup
 	Later    *Later
 	Failed   func(n int, err error) // a node's failure, for the health log
@@ -116,16 +117,16 @@ type Env struct {
 // (it may never have been written) and, when Unsure (the acquire whose
 // fate is unknown may still land), also while it finds nothing.
 type Delete struct {
-	Env      *Env
-	Op       node.Op          // the delete
-	Deadline func() time.Time // of each send
-	Unsure   bool
-	Again    Policy
+	Env    *Env
+	Op     node.Op       // the delete
+	Bound  time.Duration // of each send, from when it is sent
+	Unsure bool
+	Again  Policy
 }
 
 // Send sends d to node n. The caller holds a count on the Client's
 // WaitGroup.
-func (d *Delete) Send(n int) { d.Env.Send(d.Op, d.Deadline(), n, d) }
+func (d *Delete) Send(n int) { d.Env.Send(d.Op, d.Bound, n, d) }
 
 // Deliver takes node n's answer to d: it sends d again if it must, and
 // tells the health log of the node's answer or failure otherwise (a delete

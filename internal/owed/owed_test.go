@@ -24,7 +24,7 @@ func TestDeleteSentAgainUntilAnswered(t *testing.T) {
 		failed, answered := 0, 0
 		start := time.Now()
 		env := &Env{WG: &wg, Later: &lt,
-			Send: func(o node.Op, _ time.Time, n int, r node.Receiver) {
+			Send: func(o node.Op, _ time.Duration, n int, r node.Receiver) {
 				mu.Lock()
 				k := len(sends)
 				sends = append(sends, time.Since(start))
@@ -35,7 +35,7 @@ func TestDeleteSentAgainUntilAnswered(t *testing.T) {
 			Failed:   func(int, error) { failed++ },
 			Answered: func(int) { answered++ },
 		}
-		d := &Delete{Env: env, Op: node.Op{Kind: node.Release}, Deadline: time.Now, Unsure: true,
+		d := &Delete{Env: env, Op: node.Op{Kind: node.Release}, Bound: time.Second, Unsure: true,
 			Again: Policy{Wait: 100 * time.Millisecond, Horizon: start.Add(time.Minute)}}
 		d.Send(0)
 		synctest.Wait()

@@ -363,7 +363,7 @@ func (l *Lock) endForRelease() (unsure, ask []bool, err error) {
 		return nil, nil, err
 	}
 	unsure = l.unsureLocked()
-	if !l.inLineLocked() { // else every node: the round takes its waiter out of the line
+	if !l.inLineLocked() || bugs.LostLeave { // else every node: the round takes its waiter out of the line
 		ask = l.unfreedLocked()
 	}
 	l.mu.Unlock()

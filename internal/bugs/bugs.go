@@ -36,11 +36,16 @@ var (
 	// loss's background release and the round), and a Release after a loss
 	// asks the nodes whose key the loss, or a late answer, already deletes.
 	LostResend bool
+	// LostLeave (quorumlock_bug_lostleave): the Release of a lost lock asks
+	// only the nodes whose key no background delete frees, even when the
+	// lock's waiter may still be in the key's line there, which only the
+	// release round takes it out of: it stays until its entry lapses.
+	LostLeave bool
 )
 
 // Restored reports whether the defect named (the tag's suffix: "resumemark",
 // "linegrowth", "linelapse", "latedrop", "leavelate", "heldresend",
-// "lostresend") is put back.
+// "lostresend", "lostleave") is put back.
 func Restored(name string) bool {
 	switch name {
 	case "resumemark":
@@ -57,6 +62,8 @@ func Restored(name string) bool {
 		return HeldResend
 	case "lostresend":
 		return LostResend
+	case "lostleave":
+		return LostLeave
 	}
 	return false
 }

@@ -173,21 +173,30 @@ func closeLeavesNothing(t *testing.T, e *env, c *Client, i int, key, what string
 	}
 }
 
-// TestReleaseAheadOfLateYesDeletesOnce: Release while nodes 3 and 4 still
-// hold back their SET's reply. The release is decided on nodes 0 to 2 and
-// held back from 3 and 4 (no delete may overtake its SET); when their SETs
-// answer yes, after the release round ended, each of the two gets one
+// TestReleaseAheadOfLateYesDeletesOnce: Release while the last two nodes
+// still hold back their SET's reply. The release is decided on the others
+// and held back from those two (no delete may overtake its SET); when their
+// SETs answer yes, after the release round ended, each of the two gets one
 // delete, the late yes's, and no other. Before, the release round also
 // counted each held-back node's delete, never sent, as a delete of unknown
 // fate, and sent it again in the background for the TTL and the cleanup
 // budget while it found nothing: in the overload harness's normal phase,
-// one cycle in four started such a chain.
+// one cycle in four started such a chain. With 5 nodes, and with 9 and 12,
+// past the 8 a Lock's landing keeps in arrays of its own.
 func TestReleaseAheadOfLateYesDeletesOnce(t *testing.T) {
-	e := newEnv(t, 5)
+	for _, n := range []int{5, 9, 12} {
+		t.Run(fmt.Sprint(n, " nodes"), func(t *testing.T) { releaseAheadOfLateYes(t, n) })
+	}
+}
+
+func releaseAheadOfLateYes(t *testing.T, n int) {
+	e := newEnv(t, n)
 	c := e.client(WithNodeTimeout(time.Minute), WithTTL(time.Hour))
 	verifyAll(t, c)
-	e.nodes[3].fault.hold(true, "acquire")
-	e.nodes[4].fault.hold(true, "acquire")
+	late := []int{n - 2, n - 1}
+	for _, i := range late {
+		e.nodes[i].fault.hold(true, "acquire")
+	}
 	l, err := c.TryLock(context.Background(), "ahead")
 	if err != nil {
 		t.Fatal(err)
@@ -195,13 +204,14 @@ func TestReleaseAheadOfLateYesDeletesOnce(t *testing.T) {
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	calls := []int64{e.nodes[3].fault.calls.Load(), e.nodes[4].fault.calls.Load()}
-	<-e.nodes[3].fault.open()
-	<-e.nodes[4].fault.open()
+	calls := []int64{e.nodes[late[0]].fault.calls.Load(), e.nodes[late[1]].fault.calls.Load()}
+	for _, i := range late {
+		<-e.nodes[i].fault.open()
+	}
 	if err := c.Close(); err != nil { // waits for the late yeses and sends what is pending
 		t.Fatal(err)
 	}
-	for k, i := range []int{3, 4} {
+	for k, i := range late {
 		if v := e.value(i, rkey("ahead")); v != "" {
 			t.Fatalf("node %d still holds %q", i, v)
 		}

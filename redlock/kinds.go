@@ -197,7 +197,7 @@ func isRelease(spec *opSpec) bool {
 // refOf is what the acquire command op may have taken.
 func refOf(op *node.Op) ref {
 	k := kindAcquiredBy(op)
-	r := ref{rkey: op.Key, token: op.Token, spec: k.release}
+	r := ref{rkey: op.Key, token: op.Token, spec: k.release, session: k.session}
 	if k.allKeys {
 		r.keys = op.Keys
 	}
@@ -206,16 +206,17 @@ func refOf(op *node.Op) ref {
 
 // ref is what the lock holds.
 func (l *Lock) ref() ref {
-	return ref{rkey: l.id.rkey, keys: l.id.keyArgs, token: l.id.token, spec: l.kind.release}
+	return ref{rkey: l.id.rkey, keys: l.id.keyArgs, token: l.id.token, spec: l.kind.release, session: l.kind.session}
 }
 
 // ref is what a release takes back from the nodes: a token on a key, on
 // several keys, or a shared holder's place.
 type ref struct {
-	rkey  string
-	keys  []any // a lock of several keys: all of them (rkey is the first); else nil
-	token string
-	spec  *opSpec // the release
+	rkey    string
+	keys    []any // a lock of several keys: all of them (rkey is the first); else nil
+	token   string
+	spec    *opSpec // the release
+	session bool    // a session lock's: its key lives keyTTL
 }
 
 // target names what an acquisition takes: one key, several keys as one

@@ -245,7 +245,7 @@ func (c *Client) releaseUnsure(cfg *config, i int, r ref, err error) {
 	d := &owed.Delete{Env: &c.owed, Op: node.Op{Kind: r.spec.kind, Key: r.rkey, Keys: r.keys, Token: r.token, Grace: c.grace(cfg)},
 		Bound: cleanupTimeout(cfg), Unsure: err != nil && err != errDeleteFailed}
 	if err != nil || !bugs.LateDrop {
-		d.Again = owed.Policy{Wait: recheckDelay(cfg), Horizon: time.Now().Add(c.recheckHorizon(cfg))}
+		d.Again = owed.Policy{Wait: recheckDelay(cfg), Horizon: time.Now().Add(recheckHorizon(cfg, r))}
 	}
 	d.Send(i)
 }
@@ -258,13 +258,13 @@ func recheckDelay(cfg *config) time.Duration {
 	return min(cfg.nodeTimeout, 100*time.Millisecond)
 }
 
-// recheckHorizon is how long a release of unknown fate is re-sent: a SET
-// that lands within it is gone within owed.MaxWait (docs/design.md, the
+// recheckHorizon is how long a release of unknown fate of r is re-sent: a
+// SET that lands within it is gone within owed.MaxWait (docs/design.md, the
 // leftover bound); one that lands later lives its TTL. A session lock's
 // acquire that lands is held while its session lives, up to its key's own
 // TTL: its releases are re-sent for that long.
-func (c *Client) recheckHorizon(cfg *config) time.Duration {
-	if c.sessionLocks(cfg) {
+func recheckHorizon(cfg *config, r ref) time.Duration {
+	if r.session {
 		return keyTTL(cfg) + cleanupTimeout(cfg)
 	}
 	return cfg.ttl + cleanupTimeout(cfg)

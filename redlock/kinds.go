@@ -178,8 +178,11 @@ func sessionKind(cfg *config) bool {
 	return !cfg.fencing && !cfg.shared && !cfg.several && !cfg.permit
 }
 
-// kindAcquiredBy is the kind of lock the acquire command op may have taken.
-// A resumed lock is a plain one: Resume sets no key.
+// kindAcquiredBy is the kind of lock the acquire command op may have taken,
+// as far as its release goes (release, allKeys, session): a lock of several
+// keys reads as kindSeveral, fenced or not, since both run one acquire
+// command, so do not ask it whether the lock is fenced. A resumed lock is a
+// plain one: Resume sets no key.
 func kindAcquiredBy(op *node.Op) *kind {
 	for _, k := range kinds {
 		if k.acquire.kind == op.Kind {

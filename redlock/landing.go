@@ -153,10 +153,12 @@ func (l *Lock) late(rep quorum.Reply) {
 // node i, and reports whether none did yet (with -tags
 // quorumlock_bug_lostresend: always). l.mu must be held.
 func (l *Lock) freeLocked(i int) bool {
-	if n := len(l.landing.nodes); l.landing.freed == nil && n <= 8 {
-		l.landing.freed = l.landing.v[8 : 8+n : 8+n]
-	} else if l.landing.freed == nil {
-		l.landing.freed = make([]bool, n)
+	if n := len(l.landing.nodes); l.landing.freed == nil {
+		if n <= 8 { // beside nodes, in v: no allocation
+			l.landing.freed = l.landing.v[8 : 8+n : 8+n]
+		} else {
+			l.landing.freed = make([]bool, n)
+		}
 	}
 	was := l.landing.freed[i]
 	l.landing.freed[i] = !bugs.LostResend

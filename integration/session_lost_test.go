@@ -91,11 +91,14 @@ func watchDeletes(t *testing.T, addr, rkey string) func() int {
 	}
 	sha, key := `"`+scripts.Release.Hash()+`"`, `"`+rkey+`"`
 	var n atomic.Int64
+	done := make(chan struct{})
+	t.Cleanup(func() { _ = conn.Close(); <-done }) // runs first: the reader ends with the connection
 	go func() {
+		defer close(done)
 		for {
 			l, err := rd.ReadString('\n')
 			if err != nil {
-				return // closed at the test's end
+				return // closed at the test's end (or, before, a failed read)
 			}
 			if strings.Contains(l, sha) && strings.Contains(l, key) {
 				n.Add(1)

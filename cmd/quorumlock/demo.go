@@ -119,22 +119,22 @@ func demo(ctx context.Context, e *env, args []string) int {
 	// go-redis logs every failed dial; killed nodes are the point of the demo.
 	redis.SetLogger(quiet{})
 
-	servers := make([]*miniredis.Miniredis, demoNodes)
+	nodes := make([]*demoNode, demoNodes)
 	pools := make([]pool.Pool, demoNodes)
 	for i := range demoNodes {
-		m := miniredis.NewMiniRedis()
-		if err := m.Start(); err != nil {
+		n, err := startDemoNode()
+		if err != nil {
 			fmt.Fprintln(e.stderr, "quorumlock demo: starting an embedded Redis server:", err)
 			return exitFailed
 		}
-		defer m.Close()
-		p, err := pool.Dial(&redis.Options{Addr: m.Addr()}, pool.WithName(fmt.Sprintf("node%d", i+1)))
+		defer n.close()
+		p, err := pool.Dial(&redis.Options{Addr: n.addr}, pool.WithName(fmt.Sprintf("node%d", i+1)))
 		if err != nil {
 			fmt.Fprintln(e.stderr, "quorumlock demo:", err)
 			return exitFailed
 		}
 		defer p.Close()
-		servers[i], pools[i] = m, p
+		nodes[i], pools[i] = n, p
 	}
 	// The resource the lock protects: a counter on a server of its own,
 	// written only with a fencing token that is not older than the last.
@@ -174,9 +174,8 @@ func demo(ctx context.Context, e *env, args []string) int {
 		up[i].Store(true)
 	}
 	// Embedded servers expire keys only when told that time passed. Time
-	// passes for stopped servers too: a real Redis stores absolute expiry
+	// passes for killed nodes too: a real Redis stores absolute expiry
 	// times, so keys that expired while it was down are gone when it returns.
-	var clockMu sync.Mutex // keeps kills and revivals apart from the clock
 	wg.Go(func() {
 		tick := time.NewTicker(5 * time.Millisecond)
 		defer tick.Stop()
@@ -187,11 +186,9 @@ func demo(ctx context.Context, e *env, args []string) int {
 			case <-tick.C:
 			}
 			now := time.Now()
-			clockMu.Lock()
-			for _, m := range servers {
-				m.FastForward(now.Sub(last))
+			for _, n := range nodes {
+				n.srv.FastForward(now.Sub(last))
 			}
-			clockMu.Unlock()
 			last = now
 		}
 	})
@@ -200,10 +197,8 @@ func demo(ctx context.Context, e *env, args []string) int {
 	}
 
 	kill := func(i int) {
-		clockMu.Lock()
-		defer clockMu.Unlock()
 		up[i].Store(false)
-		servers[i].Close()
+		nodes[i].kill()
 	}
 	// The fault schedule: kill node 1, 2, 3 at 20 %, 35 % and 50 % of the run,
 	// revive all three at 70 %.
@@ -217,10 +212,8 @@ func demo(ctx context.Context, e *env, args []string) int {
 		{7 * step, "kill node2 (3 of 5 up: still a quorum)", func() { kill(1) }},
 		{10 * step, "kill node3 (2 of 5 up: no quorum, nobody can hold the lock)", func() { kill(2) }},
 		{14 * step, "revive node1, node2, node3 (with their data)", func() {
-			clockMu.Lock()
-			defer clockMu.Unlock()
 			for i := range 3 {
-				if err := servers[i].Restart(); err != nil {
+				if err := nodes[i].revive(); err != nil {
 					fmt.Fprintf(e.stderr, "quorumlock demo: reviving node%d: %v\n", i+1, err)
 					continue
 				}

@@ -133,17 +133,36 @@ func (cc *chaosClient) close(t *testing.T) {
 	})
 }
 
-// warm makes the Client verify every node's identity and open connections,
-// with a generous node timeout; it is not recorded.
+// warm makes the Client and its probe Client (prober) verify every node's
+// identity, and the Pools set up their connections, with a generous node
+// timeout; it is not recorded.
 func (cc *chaosClient) warm(ctx context.Context) error {
-	l, err := cc.Lock(ctx, "warm-"+cc.name, redlock.WithNodeTimeout(time.Second), redlock.WithMaxWait(10*time.Second))
-	if err != nil {
-		return fmt.Errorf("%s: warm-up: %w", cc.name, err)
+	for _, lock := range []func(context.Context, string, ...redlock.Option) (*redlock.Lock, error){cc.Lock, cc.probeLock} {
+		l, err := lock(ctx, "warm-"+cc.name, redlock.WithNodeTimeout(time.Second), redlock.WithMaxWait(10*time.Second))
+		if err != nil {
+			return fmt.Errorf("%s: warm-up: %w", cc.name, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			return fmt.Errorf("%s: warm-up release: %w", cc.name, err)
+		}
 	}
-	if err := l.Release(ctx); err != nil {
-		return fmt.Errorf("%s: warm-up release: %w", cc.name, err)
+	// The connections a Pool sets up on its own a second after its first
+	// answer: set up now, before any fault, not at the first stall's end.
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second) // a node paused meanwhile
+	defer cancel()
+	for _, p := range cc.raw {
+		_ = pool.Warm(wctx, p) // a node down: the commands that need one set it up
 	}
 	return nil
+}
+
+// probeLock is Lock on cc's probe Client (prober).
+func (cc *chaosClient) probeLock(ctx context.Context, key string, opts ...redlock.Option) (*redlock.Lock, error) {
+	cl, err := cc.prober()
+	if err != nil {
+		return nil, err
+	}
+	return cl.Lock(ctx, key, opts...)
 }
 
 // acquire is cc.rec.Acquire (TryLock with wait 0, else Lock with

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -52,7 +53,8 @@ type faulter struct {
 	next      int
 	counts    map[string]int
 	maxFaults int
-	lateBytes int // bytes held by late faults and delivered
+	lateBytes int   // bytes held by late faults and delivered
+	only      []int // the kinds drawn from (EnvChaosFaults); nil: all
 }
 
 const maxNodeFaults = 2 // a quorum of 3 of 5 nodes stays up
@@ -61,6 +63,7 @@ func newFaulter(t *testing.T, c *cluster, clients []*chaosClient, ttl, nodeTimeo
 	return &faulter{
 		t: t, c: c, clients: clients, ttl: ttl, nodeTimeout: nodeTimeout, guard: guard, rng: rand.New(rand.NewPCG(seed, 7)), stop: make(chan struct{}),
 		nodeBusy: map[int]bool{}, linkBusy: map[[2]int]bool{}, held: map[[2]int]bool{}, active: map[int]string{}, counts: map[string]int{},
+		only: onlyFaults(t),
 	}
 }
 
@@ -79,23 +82,48 @@ func (f *faulter) run() {
 		case <-time.After(gap):
 		}
 		kind := f.rng.IntN(faultKinds)
-		switch n {
-		case 0:
+		switch {
+		case n == 0:
 			kind = faultStall
-		case 1:
+		case n == 1:
 			kind = faultLate
+		case len(f.only) > 0:
+			kind = f.only[f.rng.IntN(len(f.only))]
 		}
 		f.inject(kind, n == 0)
 	}
 }
 
-// The kinds of fault inject draws from; faultLate is late delivery,
-// faultStall a stall of the whole process.
+// The kinds of fault inject draws from, by name (faultSummary's); faultLate
+// is late delivery, faultStall a stall of the whole process.
 const (
 	faultKinds = 7
 	faultLate  = 5
 	faultStall = 6
 )
+
+var faultNames = []string{"kill", "pause", "partition", "reset", "latency", "late", "stall"}
+
+// EnvChaosFaults, a comma-separated list of fault kinds (faultNames), makes
+// the chaos runs draw only those after the first two faults (a stall and a
+// late delivery): to hunt one kind's failure at a higher rate.
+const EnvChaosFaults = "QUORUMLOCK_CHAOS_FAULTS"
+
+// onlyFaults returns the kinds EnvChaosFaults names (nil when it is unset).
+func onlyFaults(t *testing.T) []int {
+	var kinds []int
+	for name := range strings.SplitSeq(os.Getenv(EnvChaosFaults), ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		k := slices.Index(faultNames, name)
+		if k < 0 {
+			t.Fatalf("%s: no fault kind %q; the kinds are %v", EnvChaosFaults, name, faultNames)
+		}
+		kinds = append(kinds, k)
+	}
+	return kinds
+}
 
 // inject starts one fault of the given kind (0 to faultKinds-1), on a
 // client drawn at random for the kinds that need one; first is true for

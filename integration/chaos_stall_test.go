@@ -52,7 +52,7 @@ func (f *faulter) stall(long bool) {
 		return
 	}
 	clients := f.liveClients()
-	before := timedOut(clients)
+	before, dialsBefore := timedOut(clients), connStats(clients).Dials
 	d := f.ms(200, 1000)
 	if long || f.rng.IntN(2) == 0 {
 		d = f.ms(2500, 4000)
@@ -74,8 +74,8 @@ func (f *faulter) stall(long bool) {
 	if n := timedOut(clients) - before; n > 0 {
 		f.t.Errorf("chaos: property ST-conn: %d connections closed after a deadline passed, across a %v stall and the %v after it", n, d, time.Since(ended).Round(time.Millisecond))
 	}
-	f.t.Logf("chaos: stalled the process for %v; %d of %d clients locked again, the last %v after it ended; %d releases of those locks failed (%v)",
-		d, len(clients)-len(pr.errs), len(clients), pr.last.Round(time.Millisecond), len(pr.relErrs), pr.relErrs)
+	f.t.Logf("chaos: stalled the process for %v; %d of %d clients locked again, the last %v after it ended, with %d connections dialled; %d releases of those locks failed (%v)",
+		d, len(clients)-len(pr.errs), len(clients), pr.last.Round(time.Millisecond), connStats(clients).Dials-dialsBefore, len(pr.relErrs), pr.relErrs)
 }
 
 // stopProcess stops this process for d: a child sends it SIGSTOP, sleeps
@@ -128,16 +128,20 @@ func (f *faulter) allNodes() []int {
 }
 
 // timedOut sums pool.ConnStats.TimedOut over the clients' Pools.
-func timedOut(clients []*chaosClient) int64 {
-	var n int64
+func timedOut(clients []*chaosClient) int64 { return connStats(clients).TimedOut }
+
+// connStats sums the clients' Pools' pool.ConnStats.
+func connStats(clients []*chaosClient) pool.ConnStats {
+	var sum pool.ConnStats
 	for _, cc := range clients {
 		for _, p := range cc.raw {
 			if st, ok := pool.Stats(p); ok {
-				n += st.TimedOut
+				sum.Dials += st.Dials
+				sum.TimedOut += st.TimedOut
 			}
 		}
 	}
-	return n
+	return sum
 }
 
 // probes is what the probes of one stall found.

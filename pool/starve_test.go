@@ -495,3 +495,55 @@ func TestWarmUpAfterASecond(t *testing.T) {
 		t.Fatalf("%d dials after warmAfter; want the %d connections the queues can use", n, 2*maxExecutors)
 	}
 }
+
+// TestWarmNow: Warm sets up the connections the queues can use at once
+// without waiting for warmAfter, and returns once they are set up; a
+// second Warm sets up no more, and a closed Pool's, or a Pool from New's,
+// returns at once.
+func TestWarmNow(t *testing.T) {
+	var s starver
+	m := miniredis.RunT(t)
+	m.Set("k", "v")
+	p, err := Dial(&redis.Options{Addr: m.Addr(), Dialer: s.dial}, WithRestartGuard(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := Warm(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.dials.Load(); n != 2*maxExecutors {
+		t.Fatalf("%d dials when Warm returned; want the %d connections the queues can use", n, 2*maxExecutors)
+	}
+	if err := Warm(ctx, p); err != nil || s.dials.Load() != 2*maxExecutors {
+		t.Fatalf("a second Warm: %v, %d dials in all; want nil and no more", err, s.dials.Load())
+	}
+	for range 2 * maxExecutors { // the warm connections serve commands
+		if r := send(t, p, "k"); r.Err != nil || r.Str != "v" {
+			t.Fatalf("GET on a warm Pool: %+v", r)
+		}
+	}
+	if n := s.dials.Load(); n != 2*maxExecutors {
+		t.Fatalf("%d dials after commands on a warm Pool; want %d", n, 2*maxExecutors)
+	}
+	_ = p.Close()
+	closed, err := Dial(&redis.Options{Addr: m.Addr()}, WithRestartGuard(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = closed.Close()
+	done, cancel := context.WithCancel(ctx)
+	cancel() // Warm of a closed Pool returns nil at once, ended context or not
+	if err := Warm(done, closed); err != nil {
+		t.Fatalf("Warm of a closed Pool: %v; want nil", err)
+	}
+	rc := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rc.Close()
+	fromNew, err := New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Warm(done, fromNew); err != nil {
+		t.Fatalf("Warm of a Pool from New: %v; want nil", err)
+	}
+}

@@ -23,7 +23,40 @@ type warmer struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	cancel context.CancelFunc // of the warm-up in progress; nil when none
+	done   chan struct{}      // closed when the warm-up has ended; nil before it begins
 	closed bool
+}
+
+// ended is a closed channel: a warm-up that will not run has ended.
+var ended = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Warm sets up p's connections ahead of need now, as many as its batches
+// can use at once, and returns once they are set up (or failed to be), or
+// when ctx ends, with ctx's error. A Pool does this on its own once its
+// server has answered for a second; Warm is for a process that must not
+// pay for set-ups in its first seconds: starved then, it would do them all
+// at once as it runs again. Only Pools from Dial, DialURL and DialFailover
+// warm up; for another Pool, and once p is closed, Warm returns nil at
+// once. A connection that cannot be set up (its server down) is set up by
+// the first command that needs it. Safe for concurrent use.
+func Warm(ctx context.Context, p Pool) error {
+	rp, ok := p.(*redisPool)
+	if !ok {
+		return nil
+	}
+	rp.w.begun.Store(true)
+	done := rp.warm()
+	select {
+	case <-done: // first: an ended ctx does not hide a warm-up that has ended
+		return nil
+	default:
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // sawAnswer notes that the server answered a batch, and warms the Pool up
@@ -50,18 +83,21 @@ func (p *redisPool) sawAnswer() {
 // answered batches for warmAfter: a server that is down, silent, or refused
 // by the restart guard gets no more connections than the batches need. Only for
 // Pools from Dial and DialFailover (whose client is a *redis.Client);
-// nothing after stop.
-func (p *redisPool) warm() {
+// nothing after stop. It returns a channel closed when the warm-up has
+// ended (at once when there is none).
+func (p *redisPool) warm() <-chan struct{} {
 	rc, ok := p.c.(*redis.Client)
 	if !ok || p.cs == nil {
-		return
+		return ended
 	}
 	p.w.once.Do(func() {
 		p.w.mu.Lock()
 		defer p.w.mu.Unlock()
 		if p.w.closed {
+			p.w.done = ended
 			return
 		}
+		p.w.done = make(chan struct{})
 		// No deadline of the context's own: a wall-clock deadline would
 		// pass while the process stood still, and go-redis would close
 		// the connection. The set-up has its budget (the Dialer's), and
@@ -70,6 +106,7 @@ func (p *redisPool) warm() {
 		ctx, cancel := context.WithCancel(context.Background())
 		p.w.cancel = cancel
 		p.w.wg.Go(func() {
+			defer close(p.w.done)
 			defer cancel()
 			// Each PING on a connection of its own, held until every one
 			// has answered: a connection given back early would be taken
@@ -86,6 +123,9 @@ func (p *redisPool) warm() {
 			}
 		})
 	})
+	p.w.mu.Lock()
+	defer p.w.mu.Unlock()
+	return p.w.done
 }
 
 // stop ends a warm-up in progress and keeps another from starting; the

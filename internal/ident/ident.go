@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/health"
+	"github.com/quorumlock/quorumlock/internal/stall"
 )
 
 // Nodes makes sure no two pools reach the same Redis server: such a
@@ -175,7 +176,9 @@ func (v *Nodes) await(ctx context.Context, b Bounds, ch, reached chan struct{}) 
 // run asks the nodes in todo for their run_id, in parallel, records the
 // answers and closes ch.
 func (v *Nodes) run(ctx context.Context, b Bounds, todo []int, ch, reached chan struct{}) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idTimeout(b))
+	// Not on the wall clock: a check under way when the process stood
+	// still would end as it runs again, its answers on their way.
+	ctx, cancel := stall.WithTimeout(context.WithoutCancel(ctx), idTimeout(b))
 	defer cancel()
 	type answer struct {
 		k   int

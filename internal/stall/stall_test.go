@@ -1,6 +1,7 @@
 package stall
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -71,6 +72,51 @@ func TestHoldAsTheClockStops(t *testing.T) {
 		if got < 50*time.Millisecond {
 			t.Fatalf("try %d: Since across a 100 ms stand-still under a Hold: %v, want at least 50ms (the clock was not running)", i, got)
 		}
+	}
+	time.Sleep(2 * Linger)
+}
+
+// TestWithTimeout: the context ends at its timeout when the process runs
+// all along, and not before a stand-still it spans is made up; it ends
+// with its parent, and its cancel ends it with context.Canceled.
+func TestWithTimeout(t *testing.T) {
+	ctx, cancel := WithTimeout(context.Background(), 50*time.Millisecond)
+	start := time.Now()
+	<-ctx.Done()
+	if err, took := ctx.Err(), time.Since(start); err != context.DeadlineExceeded || took < 50*time.Millisecond {
+		t.Fatalf("a 50 ms timeout: Err %v after %v; want DeadlineExceeded after at least 50ms", err, took)
+	}
+	cancel()
+	cancel() // twice is no harm
+
+	ctx, cancel = WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	Freeze(300 * time.Millisecond)
+	select {
+	case <-ctx.Done():
+		t.Fatalf("ended during a stand-still, %v into it", time.Since(start))
+	case <-time.After(300 * time.Millisecond):
+	}
+	if d, _ := ctx.Deadline(); time.Until(d) < 30*time.Millisecond {
+		t.Fatalf("deadline %v from now right after a 300 ms stand-still; want the timeout's rest", time.Until(d))
+	}
+	<-ctx.Done()
+	if ctx.Err() != context.DeadlineExceeded {
+		t.Fatalf("Err %v after the made-up timeout; want DeadlineExceeded", ctx.Err())
+	}
+
+	parent, stop := context.WithCancel(context.Background())
+	ctx, cancel = WithTimeout(parent, time.Hour)
+	stop()
+	<-ctx.Done()
+	if ctx.Err() != context.Canceled {
+		t.Fatalf("Err %v after the parent's cancel; want Canceled", ctx.Err())
+	}
+	cancel()
+	ctx, cancel = WithTimeout(context.Background(), time.Hour)
+	cancel()
+	if ctx.Err() != context.Canceled {
+		t.Fatalf("Err %v after cancel; want Canceled", ctx.Err())
 	}
 	time.Sleep(2 * Linger)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/owed"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 	"github.com/quorumlock/quorumlock/internal/session"
+	"github.com/quorumlock/quorumlock/internal/stall"
 	"github.com/quorumlock/quorumlock/internal/tokens"
 	"github.com/quorumlock/quorumlock/pool"
 )
@@ -104,9 +105,21 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	c.renew.init(c)
 	c.health = health.New(cfg.logger, poolNames(pools))
 	c.owed = owed.Env{Send: c.sendWithin, WG: &c.wg, Later: &c.later, Failed: c.health.Failed, Answered: c.health.Answered}
-	c.ids = ident.New(ident.Config{Names: poolNames(pools), Health: c.health, Logger: cfg.logger, Go: c.wg.Go,
+	c.ids = ident.New(ident.Config{Names: poolNames(pools), Health: c.health, Logger: cfg.logger, Go: c.wg.Go, Bound: checkBound(pools),
 		RunID: func(ctx context.Context, i int) (string, error) { return c.pools[i].RunID(ctx) }})
 	return c, nil
+}
+
+// checkBound is what bounds an identity check: the stall clock when a Pool
+// keeps it (pool.Dial's), so that a check under way when the process stood
+// still goes on; the wall clock for other Pools (fakes, the simulator).
+func checkBound(pools []pool.Pool) func(context.Context, time.Duration) (context.Context, context.CancelFunc) {
+	for _, p := range pools {
+		if _, ok := pool.Stats(p); ok {
+			return stall.WithTimeout
+		}
+	}
+	return context.WithTimeout
 }
 
 // checkPools refuses a nil pool and two pools of one name. Only two

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/health"
-	"github.com/quorumlock/quorumlock/internal/stall"
 )
 
 // Nodes makes sure no two pools reach the same Redis server: such a
@@ -51,6 +50,10 @@ type Config struct {
 	Logger *slog.Logger                                     // logs a server reached twice
 	// Go runs f on a goroutine the Client joins when it closes.
 	Go func(f func())
+	// Bound bounds one check, as context.WithTimeout does (nil: it):
+	// stall.WithTimeout, so that a check under way when the process stood
+	// still goes on, for Pools that keep the stall clock.
+	Bound func(context.Context, time.Duration) (context.Context, context.CancelFunc)
 }
 
 // Bounds are an operation's: its quorum, its node timeout and how often
@@ -176,9 +179,11 @@ func (v *Nodes) await(ctx context.Context, b Bounds, ch, reached chan struct{}) 
 // run asks the nodes in todo for their run_id, in parallel, records the
 // answers and closes ch.
 func (v *Nodes) run(ctx context.Context, b Bounds, todo []int, ch, reached chan struct{}) {
-	// Not on the wall clock: a check under way when the process stood
-	// still would end as it runs again, its answers on their way.
-	ctx, cancel := stall.WithTimeout(context.WithoutCancel(ctx), idTimeout(b))
+	bound := v.cfg.Bound
+	if bound == nil {
+		bound = context.WithTimeout
+	}
+	ctx, cancel := bound(context.WithoutCancel(ctx), idTimeout(b))
 	defer cancel()
 	type answer struct {
 		k   int

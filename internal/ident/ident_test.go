@@ -15,10 +15,11 @@ func TestMain(m *testing.M) { os.Exit(leakcheck.Run(m)) }
 
 // TestCheckSpansAStandStill: the process stands still for longer than an
 // identity check's bound while every node's INFO is on its way; the
-// answers come 50 ms after it runs again. The check does not count the
-// stand-still: it waits for them, and the nodes are verified. With a bound
-// on the wall clock, the check ended as the process ran again, and the
-// nodes stayed out of votes (the chaos suite saw a new Client's nodes
+// answers come 50 ms after it runs again. Bounded by stall.WithTimeout (a
+// Client's whose Pools keep the stall clock), the check does not count
+// the stand-still: it waits for them, and the nodes are verified. With a
+// bound on the wall clock, the check ended as the process ran again, and
+// the nodes stayed out of votes (the chaos suite saw a new Client's nodes
 // unverified for the 2.8 s after a stall).
 func TestCheckSpansAStandStill(t *testing.T) {
 	b := Bounds{Quorum: 2, NodeTimeout: 50 * time.Millisecond, Recheck: time.Hour}
@@ -36,7 +37,8 @@ func TestCheckSpansAStandStill(t *testing.T) {
 				return "", ctx.Err()
 			}
 		},
-		Go: func(f func()) { go f() },
+		Go:    func(f func()) { go f() },
+		Bound: stall.WithTimeout,
 	})
 	stall.Hold() // as a Client's operation does, before its check
 	defer stall.Done()

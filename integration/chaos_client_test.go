@@ -42,6 +42,10 @@ type chaosClient struct {
 	raw     []pool.Pool
 	probeMu sync.Mutex
 	probeCl *redlock.Client
+	// lazyProbe: the probe Client is made, and checks the nodes'
+	// identities, at the first stall's end (as a new Client then would),
+	// not at warm-up.
+	lazyProbe bool
 }
 
 // makeChaosClient makes a client through new proxies, with poolOpts and
@@ -133,11 +137,15 @@ func (cc *chaosClient) close(t *testing.T) {
 	})
 }
 
-// warm makes the Client and its probe Client (prober) verify every node's
-// identity, and the Pools set up their connections, with a generous node
-// timeout; it is not recorded.
+// warm makes the Client and, unless lazyProbe, its probe Client (prober)
+// verify every node's identity, and the Pools set up their connections,
+// with a generous node timeout; it is not recorded.
 func (cc *chaosClient) warm(ctx context.Context) error {
-	for _, lock := range []func(context.Context, string, ...redlock.Option) (*redlock.Lock, error){cc.Lock, cc.probeLock} {
+	locks := []func(context.Context, string, ...redlock.Option) (*redlock.Lock, error){cc.Lock, cc.probeLock}
+	if cc.lazyProbe {
+		locks = locks[:1]
+	}
+	for _, lock := range locks {
 		l, err := lock(ctx, "warm-"+cc.name, redlock.WithNodeTimeout(time.Second), redlock.WithMaxWait(10*time.Second))
 		if err != nil {
 			return fmt.Errorf("%s: warm-up: %w", cc.name, err)

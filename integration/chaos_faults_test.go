@@ -122,6 +122,9 @@ func onlyFaults(t *testing.T) []int {
 		}
 		kinds = append(kinds, k)
 	}
+	if kinds != nil {
+		t.Logf("chaos: %s=%s: after a stall and a late delivery, only these faults", EnvChaosFaults, os.Getenv(EnvChaosFaults))
+	}
 	return kinds
 }
 

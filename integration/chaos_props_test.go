@@ -152,6 +152,12 @@ type wfPool struct {
 	node int
 }
 
+// KeepsStallClock forwards node.StallClocked.
+func (p *wfPool) KeepsStallClock() bool {
+	s, ok := p.Pool.(node.StallClocked)
+	return ok && s.KeepsStallClock()
+}
+
 type wfSubscribedPool struct {
 	*wfPool
 	node.Subscriber

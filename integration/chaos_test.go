@@ -214,6 +214,7 @@ func (r *chaosRun) startClients(ctx context.Context) []*chaosClient {
 		if err != nil {
 			r.t.Fatal(err)
 		}
+		cc.lazyProbe = k >= chaosClients // the observers': new Clients right after a stall
 		clients[k] = cc
 	}
 	lines, err := r.newChaosLines()

@@ -402,6 +402,10 @@ func unnamed(c redis.UniversalClient) error {
 
 func (p *redisPool) Name() string { return p.name }
 
+// KeepsStallClock is node.StallClocked: every call and batch of a Pool of
+// this package waits by the stall clock.
+func (p *redisPool) KeepsStallClock() bool { return true }
+
 // run runs op on the node synchronously: the path of callers that do not
 // queue (the Pool methods below), with the same wire format as the queue.
 func (p *redisPool) run(ctx context.Context, o node.Op) node.Result {

@@ -547,3 +547,31 @@ func TestWarmNow(t *testing.T) {
 		t.Fatalf("Warm of a Pool from New: %v; want nil", err)
 	}
 }
+
+// TestWarmAgainAfterNothingSetUp: a warm-up while the server is down sets
+// up nothing; it is not spent: the next Warm, once the server is back,
+// sets up the connections.
+func TestWarmAgainAfterNothingSetUp(t *testing.T) {
+	var s starver
+	m := miniredis.RunT(t)
+	p, err := Dial(&redis.Options{Addr: m.Addr(), Dialer: s.dial, DialerRetries: 1}, WithRestartGuard(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	m.Close()
+	ctx := context.Background()
+	if err := Warm(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	before := s.dials.Load()
+	if err := Warm(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.dials.Load() - before; n < 2*maxExecutors {
+		t.Fatalf("%d dials by the Warm after the server came back; want the %d connections the queues can use", n, 2*maxExecutors)
+	}
+}

@@ -19,11 +19,10 @@ const warmAfter = time.Second
 type warmer struct {
 	first  atomic.Int64 // UnixNano of the first answered batch; 0 before
 	begun  atomic.Bool  // warm was called: later answers need no clock
-	once   sync.Once
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	cancel context.CancelFunc // of the warm-up in progress; nil when none
-	done   chan struct{}      // closed when the warm-up has ended; nil before it begins
+	done   chan struct{}      // closed when the warm-up has ended; nil before it begins, or after one that set up nothing
 	closed bool
 }
 
@@ -38,7 +37,9 @@ var ended = func() chan struct{} { c := make(chan struct{}); close(c); return c 
 // at once as it runs again. Only Pools from Dial, DialURL and DialFailover
 // warm up; for another Pool, and once p is closed, Warm returns nil at
 // once. A connection that cannot be set up (its server down) is set up by
-// the first command that needs it. Safe for concurrent use.
+// the first command that needs it, and a warm-up that set up none is tried
+// again as at first; one that ctx cut short goes on until it ends or p is
+// closed. Safe for concurrent use.
 func Warm(ctx context.Context, p Pool) error {
 	rp, ok := p.(*redisPool)
 	if !ok {
@@ -81,51 +82,68 @@ func (p *redisPool) sawAnswer() {
 // under its round (the second executor of a queue, first needed when
 // replies are slow) is done before. It is called once the server has
 // answered batches for warmAfter: a server that is down, silent, or refused
-// by the restart guard gets no more connections than the batches need. Only for
-// Pools from Dial and DialFailover (whose client is a *redis.Client);
-// nothing after stop. It returns a channel closed when the warm-up has
-// ended (at once when there is none).
+// by the restart guard gets no more connections than the batches need; a
+// warm-up that set up none (the server went down) is tried again, as at
+// first. Only for Pools from Dial and DialFailover (whose client is a
+// *redis.Client); nothing after stop. It returns a channel closed when the
+// warm-up under way, or done, has ended (at once when there is none).
 func (p *redisPool) warm() <-chan struct{} {
 	rc, ok := p.c.(*redis.Client)
 	if !ok || p.cs == nil {
 		return ended
 	}
-	p.w.once.Do(func() {
-		p.w.mu.Lock()
-		defer p.w.mu.Unlock()
-		if p.w.closed {
-			p.w.done = ended
-			return
-		}
-		p.w.done = make(chan struct{})
-		// No deadline of the context's own: a wall-clock deadline would
-		// pass while the process stood still, and go-redis would close
-		// the connection. The set-up has its budget (the Dialer's), and
-		// the PING the read and write timeouts, which do not count a
-		// stand-still (conn); Close cancels it.
-		ctx, cancel := context.WithCancel(context.Background())
-		p.w.cancel = cancel
-		p.w.wg.Go(func() {
-			defer close(p.w.done)
-			defer cancel()
-			// Each PING on a connection of its own, held until every one
-			// has answered: a connection given back early would be taken
-			// again by the next PING instead of a new one set up.
-			held := make([]*redis.Conn, 2*maxExecutors)
-			var wg sync.WaitGroup
-			for i := range held {
-				held[i] = rc.Conn()
-				wg.Go(func() { _ = held[i].Ping(ctx).Err() })
-			}
-			wg.Wait()
-			for _, cn := range held {
-				_ = cn.Close() // back to the pool, idle
-			}
-		})
-	})
 	p.w.mu.Lock()
 	defer p.w.mu.Unlock()
-	return p.w.done
+	switch {
+	case p.w.done != nil:
+		return p.w.done
+	case p.w.closed:
+		return ended
+	}
+	done := make(chan struct{})
+	p.w.done = done
+	// No deadline of the context's own: a wall-clock deadline would pass
+	// while the process stood still, and go-redis would close the
+	// connection. The set-up has its budget (the Dialer's), and the PING
+	// the read and write timeouts, which do not count a stand-still
+	// (conn); Close cancels it.
+	ctx, cancel := context.WithCancel(context.Background())
+	p.w.cancel = cancel
+	p.w.wg.Go(func() {
+		defer close(done)
+		defer cancel()
+		if setUp(ctx, rc) == 0 { // the server is down: warm up again later
+			p.w.mu.Lock()
+			p.w.done = nil
+			p.w.mu.Unlock()
+			p.w.first.Store(0)
+			p.w.begun.Store(false)
+		}
+	})
+	return done
+}
+
+// setUp sets up 2 × maxExecutors connections of rc, each with a PING held
+// until every one has answered (a connection given back early would be
+// taken again by the next PING instead of a new one set up), and returns
+// how many answered.
+func setUp(ctx context.Context, rc *redis.Client) int {
+	held := make([]*redis.Conn, 2*maxExecutors)
+	var ok atomic.Int32
+	var wg sync.WaitGroup
+	for i := range held {
+		held[i] = rc.Conn()
+		wg.Go(func() {
+			if held[i].Ping(ctx).Err() == nil {
+				ok.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	for _, cn := range held {
+		_ = cn.Close() // back to the pool, idle
+	}
+	return int(ok.Load())
 }
 
 // stop ends a warm-up in progress and keeps another from starting; the

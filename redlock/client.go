@@ -111,11 +111,12 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 }
 
 // checkBound is what bounds an identity check: the stall clock when a Pool
-// keeps it (pool.Dial's), so that a check under way when the process stood
-// still goes on; the wall clock for other Pools (fakes, the simulator).
+// keeps it (node.StallClocked: package pool's, and wrappers that say so),
+// so that a check under way when the process stood still goes on; the wall
+// clock for other Pools (fakes, the simulator).
 func checkBound(pools []pool.Pool) func(context.Context, time.Duration) (context.Context, context.CancelFunc) {
 	for _, p := range pools {
-		if _, ok := pool.Stats(p); ok {
+		if s, ok := p.(node.StallClocked); ok && s.KeepsStallClock() {
 			return stall.WithTimeout
 		}
 	}

@@ -76,7 +76,9 @@ func (n *demoNode) kill() {
 }
 
 // close kills the node and stops its server once the server has finished
-// every command it was given (up to a second: it has no more to read).
+// every command it was given: it has no more to read. After a second it
+// stops the server anyway (a command still running then could meet the
+// race the front door avoids; none takes that long).
 func (n *demoNode) close() {
 	n.kill()
 	for end := time.Now().Add(time.Second); n.srv.CurrentConnectionCount() > 0 && time.Now().Before(end); {

@@ -138,6 +138,13 @@ type Receiver interface {
 	Deliver(tag int, r Result)
 }
 
+// StallClocked is implemented by Pools whose waits for a server keep the
+// stall clock (internal/stall): they do not count the time the process
+// stood still. A Pool that wraps another forwards it.
+type StallClocked interface {
+	KeepsStallClock() bool
+}
+
 // Sender is implemented by Pools that queue Ops rather than run each call on
 // the caller's goroutine.
 type Sender interface {

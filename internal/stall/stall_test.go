@@ -118,5 +118,10 @@ func TestWithTimeout(t *testing.T) {
 	if ctx.Err() != context.Canceled {
 		t.Fatalf("Err %v after cancel; want Canceled", ctx.Err())
 	}
+	ctx, cancel = WithTimeout(context.Background(), 0)
+	if ctx.Err() != context.DeadlineExceeded {
+		t.Fatalf("Err %v right after WithTimeout(0); want DeadlineExceeded", ctx.Err())
+	}
+	cancel()
 	time.Sleep(2 * Linger)
 }

@@ -56,6 +56,12 @@ type subscribedReplyPool struct {
 
 var _ node.Sender = (*replyPool)(nil)
 
+// KeepsStallClock forwards node.StallClocked: the recording changes no wait.
+func (p *replyPool) KeepsStallClock() bool {
+	s, ok := p.Pool.(node.StallClocked)
+	return ok && s.KeepsStallClock()
+}
+
 func (p *replyPool) record(k ReplyKind, key, token string, start time.Duration) {
 	p.h.AddReply(Reply{Client: p.client, Node: p.node, Kind: k, Key: key, Token: token, Start: start, End: p.h.Now()})
 }

@@ -476,7 +476,7 @@ func checkS2(s snapshot, cfg Config, r *Report) {
 		if op.Deadline <= op.End && stalledPast(s.stalls, op) {
 			stalled++
 		} else if op.Deadline <= op.End {
-			r.add(S2, op.Key, "%s %s by %s (token %s) returned success with no validity left: deadline %v, returned at %v", op.Kind, op.Key, op.Client, op.Token, op.Deadline, op.End)
+			r.add(S2, op.Key, "%s %s by %s (token %s) returned success with no validity left: deadline %v, returned at %v%s", op.Kind, op.Key, op.Client, op.Token, op.Deadline, op.End, afterStall(s.stalls, op))
 		}
 		if op.TTL <= 0 { // TTL unknown: the window cannot be judged
 			r.note("S2: %s by %s (token %s) has no Op.TTL: its validity window not judged", op.Kind, op.Client, op.Token)
@@ -518,6 +518,18 @@ func checkS2(s snapshot, cfg Config, r *Report) {
 	if stalled > 0 {
 		r.note("S2: %d successes returned after their deadline because the recording process stood still across it (History.AddStall): their return not judged", stalled)
 	}
+}
+
+// afterStall says how long before op's deadline the last stall of the
+// recording process that op spanned ended, if one did: a deadline that
+// passed as the process caught up ("" when none).
+func afterStall(stalls []Stall, op Op) string {
+	for _, st := range slices.Backward(stalls) {
+		if op.Start <= st.Start && st.End <= op.Deadline {
+			return fmt.Sprintf(" (it spanned a stall of the recording process, %v to %v, that ended %v before the deadline)", st.Start, st.End, op.Deadline-st.End)
+		}
+	}
+	return ""
 }
 
 // stalledPast reports whether op was under way when a stall began, its

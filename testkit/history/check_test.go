@@ -190,7 +190,7 @@ func TestS2(t *testing.T) {
 		{"no validity left: a stall ended before its deadline", func(b *builder) {
 			noValidityLeft(b)
 			b.h.AddStall(Stall{Start: ms(7), End: ms(20)})
-		}, 1},
+		}, 1}, // its text says when the stall ended (TestS2AfterStallSaysWhen)
 		{"deadline not anchored at the round's start", func(b *builder) {
 			// the deadline counts the TTL from 20 ms, the first SET left at 3 ms
 			b.h.Add(Op{Client: "a", Key: "k", Kind: Acquire, Start: 0, End: ms(30), Outcome: OK, Token: "ta", Fence: 1, TTL: ttl, Deadline: ms(20) + ttl - allow})
@@ -221,6 +221,19 @@ func TestS2(t *testing.T) {
 				t.Errorf("S2: %d violations, want %d", r.Count(S2), tc.n)
 			}
 		})
+	}
+}
+
+// TestS2AfterStallSaysWhen: an S2 violation whose deadline passed after a
+// stall of the recording process ended says when it ended, so that a
+// reader can tell a process catching up from a library that returned late.
+func TestS2AfterStallSaysWhen(t *testing.T) {
+	b := newBuilder()
+	noValidityLeft(b)
+	b.h.AddStall(Stall{Start: ms(7), End: ms(20)})
+	r := check(t, b, cfg)
+	if want := "that ended " + (ttl - allow - ms(20)).String() + " before the deadline"; !strings.Contains(r.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, r)
 	}
 }
 

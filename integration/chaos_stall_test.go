@@ -34,6 +34,12 @@ import (
 //     round may time out from plain CPU load; the background re-sends
 //     then free the key, and it expires with its TTL.)
 //
+// A client whose worker lets it die (die) after it was chosen, during the
+// stall or its probe, is judged by neither: its links are cut for good, so
+// its probe fails and its connections time out. (Judged, it failed ST and
+// ST-conn together: every node timed out for 2.8 s, and 15 connections
+// closed after a deadline.)
+//
 // Other faults also close connections after deadlines, up to their
 // commands' follow-up after they heal; so a stall waits until no fault
 // has been active for stallQuiet, and the faulter injects nothing else
@@ -52,7 +58,11 @@ func (f *faulter) stall(long bool) {
 		return
 	}
 	clients := f.liveClients()
-	before, dialsBefore := timedOut(clients), connStats(clients).Dials
+	before := make([]int64, len(clients)) // each client's timed-out closes so far
+	for k, cc := range clients {
+		before[k] = connStats([]*chaosClient{cc}).TimedOut
+	}
+	dialsBefore := connStats(clients).Dials
 	d := f.ms(200, 1000)
 	if long || f.rng.IntN(2) == 0 {
 		d = f.ms(2500, 4000)
@@ -71,11 +81,11 @@ func (f *faulter) stall(long bool) {
 	for _, err := range pr.errs {
 		f.t.Errorf("chaos: property ST: after a %v stall: %v", d, err)
 	}
-	if n := timedOut(clients) - before; n > 0 {
+	if n := timedOutAlive(clients, before); n > 0 {
 		f.t.Errorf("chaos: property ST-conn: %d connections closed after a deadline passed, across a %v stall and the %v after it", n, d, time.Since(ended).Round(time.Millisecond))
 	}
-	f.t.Logf("chaos: stalled the process for %v; %d of %d clients locked again, the last %v after it ended, with %d connections dialled; %d releases of those locks failed (%v)",
-		d, len(clients)-len(pr.errs), len(clients), pr.last.Round(time.Millisecond), connStats(clients).Dials-dialsBefore, len(pr.relErrs), pr.relErrs)
+	f.t.Logf("chaos: stalled the process for %v; %d of %d clients locked again, the last %v after it ended, with %d connections dialled; %d died meanwhile (not judged); %d releases of those locks failed (%v)",
+		d, len(clients)-len(pr.errs)-pr.died, len(clients), pr.last.Round(time.Millisecond), connStats(clients).Dials-dialsBefore, pr.died, len(pr.relErrs), pr.relErrs)
 }
 
 // stopProcess stops this process for d: a child sends it SIGSTOP, sleeps
@@ -127,8 +137,18 @@ func (f *faulter) allNodes() []int {
 	return nodes
 }
 
-// timedOut sums pool.ConnStats.TimedOut over the clients' Pools.
-func timedOut(clients []*chaosClient) int64 { return connStats(clients).TimedOut }
+// timedOutAlive sums, over the clients that have not died (their links cut
+// for good: their connections time out), the connections their Pools closed
+// after a deadline passed since before[k], client k's count then.
+func timedOutAlive(clients []*chaosClient, before []int64) int64 {
+	var n int64
+	for k, cc := range clients {
+		if !cc.dead.Load() {
+			n += connStats([]*chaosClient{cc}).TimedOut - before[k]
+		}
+	}
+	return n
+}
 
 // connStats sums the clients' Pools' pool.ConnStats.
 func connStats(clients []*chaosClient) pool.ConnStats {
@@ -148,6 +168,7 @@ func connStats(clients []*chaosClient) pool.ConnStats {
 type probes struct {
 	errs, relErrs []error       // the acquisitions and the releases that failed
 	last          time.Duration // the latest acquisition, after the start of probeAll
+	died          int           // clients that died (die) after they were chosen: not judged
 }
 
 // probeAll runs every client's probe at once, each by deadline.
@@ -162,6 +183,8 @@ func probeAll(clients []*chaosClient, deadline time.Time) probes {
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
+			case cc.dead.Load(): // its worker let it die, its links cut, during the stall or the probe
+				pr.died++
 			case err != nil:
 				pr.errs = append(pr.errs, fmt.Errorf("%s: %w", cc.name, err))
 			case relErr != nil:

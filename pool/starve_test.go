@@ -575,3 +575,56 @@ func TestWarmAgainAfterNothingSetUp(t *testing.T) {
 		t.Fatalf("%d dials by the Warm after the server came back; want the %d connections the queues can use", n, 2*maxExecutors)
 	}
 }
+
+// TestAutoWarmUpAfterNothingSetUp: the Pool's own warm-up, too, is not
+// spent by one that set up nothing: once the server has answered again for
+// warmAfter, it sets up the connections.
+func TestAutoWarmUpAfterNothingSetUp(t *testing.T) {
+	var s starver
+	m := miniredis.RunT(t)
+	p, err := Dial(&redis.Options{Addr: m.Addr(), Dialer: s.dial, DialerRetries: 1}, WithRestartGuard(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	m.Close()
+	if err := Warm(context.Background(), p); err != nil { // sets up nothing
+		t.Fatal(err)
+	}
+	if err := m.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	warm(t, p)
+	time.Sleep(warmAfter)
+	before := s.dials.Load()
+	warm(t, p) // answered warmAfter after the first answer: the warm-up starts
+	for end := time.Now().Add(5 * time.Second); s.dials.Load()-before < 2*maxExecutors-1 && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	if n := s.dials.Load() - before; n < 2*maxExecutors-1 {
+		t.Fatalf("%d dials after warmAfter of answers; want the %d more the queues can use", n, 2*maxExecutors-1)
+	}
+}
+
+// TestWarmUpCountsErrorReplies: a server that answers PING with an error
+// (an ACL without +ping) has its connections set up all the same: the
+// warm-up is done, not tried again every second.
+func TestWarmUpCountsErrorReplies(t *testing.T) {
+	m := miniredis.RunT(t)
+	p, err := Dial(&redis.Options{Addr: m.Addr()}, WithRestartGuard(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	m.SetError("NOPERM this user has no permissions to run the 'ping' command")
+	if err := Warm(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	rp := p.(*redisPool)
+	rp.w.mu.Lock()
+	spent := rp.w.done != nil
+	rp.w.mu.Unlock()
+	if !spent || !rp.w.begun.Load() {
+		t.Fatal("a warm-up answered with error replies is to be tried again; want it done")
+	}
+}

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,7 +127,8 @@ func (p *redisPool) warm() <-chan struct{} {
 // setUp sets up 2 × maxExecutors connections of rc, each with a PING held
 // until every one has answered (a connection given back early would be
 // taken again by the next PING instead of a new one set up), and returns
-// how many answered.
+// how many the server answered: an error reply (an ACL without +ping)
+// counts, since its connection is set up; a warm-up of none is tried again.
 func setUp(ctx context.Context, rc *redis.Client) int {
 	held := make([]*redis.Conn, 2*maxExecutors)
 	var ok atomic.Int32
@@ -134,7 +136,8 @@ func setUp(ctx context.Context, rc *redis.Client) int {
 	for i := range held {
 		held[i] = rc.Conn()
 		wg.Go(func() {
-			if held[i].Ping(ctx).Err() == nil {
+			var reply redis.Error
+			if err := held[i].Ping(ctx).Err(); err == nil || errors.As(err, &reply) {
 				ok.Add(1)
 			}
 		})

@@ -60,7 +60,7 @@ func (f *faulter) stall(long bool) {
 	clients := f.liveClients()
 	before := make([]int64, len(clients)) // each client's timed-out closes so far
 	for k, cc := range clients {
-		before[k] = connStats([]*chaosClient{cc}).TimedOut
+		before[k] = cc.connStats().TimedOut
 	}
 	dialsBefore := connStats(clients).Dials
 	d := f.ms(200, 1000)
@@ -144,21 +144,30 @@ func timedOutAlive(clients []*chaosClient, before []int64) int64 {
 	var n int64
 	for k, cc := range clients {
 		if !cc.dead.Load() {
-			n += connStats([]*chaosClient{cc}).TimedOut - before[k]
+			n += cc.connStats().TimedOut - before[k]
 		}
 	}
 	return n
 }
 
-// connStats sums the clients' Pools' pool.ConnStats.
+// connStats sums the clients' Pools' pool.ConnStats (the counts it reads).
 func connStats(clients []*chaosClient) pool.ConnStats {
 	var sum pool.ConnStats
 	for _, cc := range clients {
-		for _, p := range cc.raw {
-			if st, ok := pool.Stats(p); ok {
-				sum.Dials += st.Dials
-				sum.TimedOut += st.TimedOut
-			}
+		st := cc.connStats()
+		sum.Dials += st.Dials
+		sum.TimedOut += st.TimedOut
+	}
+	return sum
+}
+
+// connStats sums cc's Pools' pool.ConnStats (the counts it reads).
+func (cc *chaosClient) connStats() pool.ConnStats {
+	var sum pool.ConnStats
+	for _, p := range cc.raw {
+		if st, ok := pool.Stats(p); ok {
+			sum.Dials += st.Dials
+			sum.TimedOut += st.TimedOut
 		}
 	}
 	return sum

@@ -307,3 +307,20 @@ func attr(s sdktrace.ReadOnlySpan, k string) attribute.Value {
 	}
 	return attribute.Value{}
 }
+
+// settledSpans waits until every span started so far has ended and returns
+// the ended spans. A call returns at a quorum of replies, so the commands it
+// did not wait for (the last node's release) may still be open when it
+// returns; a test that judges the tree of spans reads it once they closed.
+func (e *env) settledSpans() []sdktrace.ReadOnlySpan {
+	e.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		started, ended := e.spans.Started(), e.spans.Ended()
+		if len(started) == len(ended) {
+			return ended
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%d spans started, %d ended after 10 s", len(started), len(ended))
+		}
+	}
+}

@@ -39,7 +39,7 @@ func TestHookSpansAreChildrenOfCaller(t *testing.T) {
 		p, _ := strconv.Atoi(m.Port())
 		ports[int64(p)] = true
 	}
-	spans := e.spans.Ended()
+	spans := e.settledSpans()
 	parent := map[trace.SpanID]sdktrace.ReadOnlySpan{}
 	for _, s := range spans {
 		parent[s.SpanContext().SpanID()] = s
@@ -74,7 +74,7 @@ func TestHookSpansAreChildrenOfCaller(t *testing.T) {
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range e.spans.Ended() {
+	for _, s := range e.settledSpans() {
 		if s.SpanKind() == trace.SpanKindClient && !s.Parent().IsValid() {
 			t.Fatalf("command span %s without a caller's span", s.Name())
 		}

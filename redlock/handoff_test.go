@@ -94,6 +94,19 @@ func wakes(cs []*Client) (byRelease, bySubscription int64) {
 	return byRelease, bySubscription
 }
 
+// wakeStats says, per Client, how its waiters were woken and how many of
+// their attempts split: what a stalled waiter's report needs.
+func wakeStats(cs []*Client) string {
+	var b strings.Builder
+	for i, c := range cs {
+		st := &c.notes.Stats
+		fmt.Fprintf(&b, "client %d: %d messages; woken by release %d (early %d, again %d), by subscription %d, by a late split %d; %d split attempts\n",
+			i, st.Messages.Load(), st.WokenByRelease.Load(), st.WokenEarly.Load(), st.WokenAgain.Load(),
+			st.WokenBySubscription.Load(), st.WokenBySplit.Load(), st.SplitAttempts.Load())
+	}
+	return b.String()
+}
+
 // settled reports whether c has want waiters of rkey, all asleep, and every
 // node confirmed its subscription to the key.
 func settled(c *Client, rkey string, want int) bool {
@@ -389,7 +402,7 @@ func TestNoLostWakeUp(t *testing.T) {
 				l, err := c.Lock(lctx, "k")
 				cancel()
 				if err != nil {
-					t.Errorf("client %d after %d turns: %v\n%s", i, releases[i], err, dumpLine(cl, rkey("k")))
+					t.Errorf("client %d after %d turns: %v\n%s%s", i, releases[i], err, dumpLine(cl, rkey("k")), wakeStats(cs))
 					return
 				}
 				time.Sleep(time.Millisecond)

@@ -552,23 +552,9 @@ func TestWarmNow(t *testing.T) {
 // up nothing; it is not spent: the next Warm, once the server is back,
 // sets up the connections.
 func TestWarmAgainAfterNothingSetUp(t *testing.T) {
-	var s starver
-	m := miniredis.RunT(t)
-	p, err := Dial(&redis.Options{Addr: m.Addr(), Dialer: s.dial, DialerRetries: 1}, WithRestartGuard(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	m.Close()
-	ctx := context.Background()
-	if err := Warm(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Restart(); err != nil {
-		t.Fatal(err)
-	}
+	s, p := warmedWhileDown(t)
 	before := s.dials.Load()
-	if err := Warm(ctx, p); err != nil {
+	if err := Warm(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
 	if n := s.dials.Load() - before; n < 2*maxExecutors {
@@ -576,24 +562,33 @@ func TestWarmAgainAfterNothingSetUp(t *testing.T) {
 	}
 }
 
-// TestAutoWarmUpAfterNothingSetUp: the Pool's own warm-up, too, is not
-// spent by one that set up nothing: once the server has answered again for
-// warmAfter, it sets up the connections.
-func TestAutoWarmUpAfterNothingSetUp(t *testing.T) {
-	var s starver
+// warmedWhileDown returns a Pool, whose dials s counts, that was warmed up
+// while its server was down (a warm-up that set up nothing), and the server
+// back up.
+func warmedWhileDown(t *testing.T) (*starver, Pool) {
+	t.Helper()
+	s := &starver{}
 	m := miniredis.RunT(t)
 	p, err := Dial(&redis.Options{Addr: m.Addr(), Dialer: s.dial, DialerRetries: 1}, WithRestartGuard(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { _ = p.Close() })
 	m.Close()
-	if err := Warm(context.Background(), p); err != nil { // sets up nothing
+	if err := Warm(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Restart(); err != nil {
 		t.Fatal(err)
 	}
+	return s, p
+}
+
+// TestAutoWarmUpAfterNothingSetUp: the Pool's own warm-up, too, is not
+// spent by one that set up nothing: once the server has answered again for
+// warmAfter, it sets up the connections.
+func TestAutoWarmUpAfterNothingSetUp(t *testing.T) {
+	s, p := warmedWhileDown(t)
 	warm(t, p)
 	time.Sleep(warmAfter)
 	before := s.dials.Load()

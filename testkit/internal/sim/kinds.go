@@ -41,6 +41,10 @@ const (
 	// state, and asks for that key when the stall ends (ST,
 	// work_stall.go).
 	stallWork workload = "stall"
+	// turns: calm; two or three clients take turns on one key with Lock,
+	// polling seldom, so that each turn comes from a wake-up (WK,
+	// work_turns.go).
+	turns workload = "turns"
 )
 
 // workloads lists the aimed workloads with their shares of the seeds
@@ -54,7 +58,7 @@ const (
 var workloads = []struct {
 	w     workload
 	share int
-}{{crowd, 1}, {readers, 10}, {rawResume, 25}, {gaveUp, 10}, {lateDrop, 10}, {stallWork, 15}}
+}{{crowd, 1}, {readers, 10}, {rawResume, 25}, {gaveUp, 10}, {lateDrop, 10}, {stallWork, 15}, {turns, 10}}
 
 // workControl is the control that plays w on every seed.
 func workControl(w workload) control { return control("work:" + string(w)) }
@@ -136,6 +140,9 @@ func (s *schedule) shape() {
 		s.nodeTimeout = max(s.nodeTimeout, 12*time.Millisecond)
 		s.net.nodeTimeout = s.nodeTimeout
 		s.stalls = drawWorkStalls(r, *s)
+	case turns:
+		s.keys, s.clients, s.ops = 1, 2+r.IntN(2), 15+r.IntN(16)
+		s.calm()
 	}
 }
 

@@ -25,8 +25,8 @@ type outcome struct {
 	commands int      // commands the nodes ran
 	// st is what ST found (stcheck.go): the stall workload's cases.
 	st stResult
-	// rd are RD's violations (deletes.go).
-	rd []string
+	// rd are RD's violations (deletes.go); wk WK's (work_turns.go).
+	rd, wk []string
 	// stalls counts the schedule's stalls.
 	stalls int
 	// resumed and resumeFailed count the Resume calls of abandoned locks
@@ -48,7 +48,7 @@ type outcome struct {
 // violated reports whether the checker found a violation or the simulator
 // failed.
 func (o outcome) violated() bool {
-	return o.report.Total() > 0 || len(o.failures) > 0 || len(o.st.violations) > 0 || len(o.rd) > 0
+	return o.report.Total() > 0 || len(o.failures) > 0 || len(o.st.violations) > 0 || len(o.rd) > 0 || len(o.wk) > 0
 }
 
 // run plays s: it must be called inside a testing/synctest bubble, whose
@@ -75,11 +75,11 @@ func (s schedule) run(trace bool) outcome {
 	go nw.d.run()
 	defer nw.d.stop()
 	h := history.New()
-	st := &stProbes{}
+	st, wk := &stProbes{}, &wkLog{}
 	ws := make([]*worker, s.clients)
 	for i := range ws {
 		ws[i] = s.newWorker(i, nodes, nw, h, tr)
-		ws[i].probes = st
+		ws[i].probes, ws[i].wk = st, wk
 	}
 	if s.prims { // the observer: a client of its own, as a follower of the election is
 		ws = append(ws, s.newWorker(s.clients, nodes, nw, h, tr))
@@ -124,7 +124,7 @@ func (s schedule) run(trace bool) outcome {
 		h.AddSetSizes(n.setSizes(redlock.DefaultKeyPrefix, h.Now())...)
 	}
 	rep := history.Check(h, s.checkConfig())
-	o := outcome{report: rep, trace: tr, failures: tr.failures(), work: s.work, st: st.check(s), rd: nw.rd.found(), stalls: len(s.stalls)}
+	o := outcome{report: rep, trace: tr, failures: tr.failures(), work: s.work, st: st.check(s), rd: nw.rd.found(), wk: wk.found(), stalls: len(s.stalls)}
 	o.count(nodes, ws)
 	return o
 }
@@ -308,6 +308,9 @@ func (s schedule) newClient(i int, name string, stream uint64, nodes []*simNode,
 	opts := []redlock.Option{redlock.WithTTL(s.ttl), redlock.WithNodeTimeout(s.nodeTimeout),
 		redlock.WithLogger(slog.New(slog.DiscardHandler)),
 		simhook.Random(rand.New(rand.NewPCG(s.seed, uint64(i)+2000+stream)).Uint64).(redlock.Option)}
+	if s.work == turns {
+		opts = append(opts, redlock.WithRetryBackoff(s.turnsPoll(), s.turnsPoll()))
+	}
 	if s.seed%2 == 1 { // the holder's description travels in the token
 		opts = append(opts, redlock.WithMetadata("sim "+name))
 	}

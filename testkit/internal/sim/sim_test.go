@@ -20,7 +20,7 @@ var (
 	first   = flag.Uint64("sim.first", 1, "the first seed TestSimulate runs")
 	replay  = flag.Uint64("sim.seed", 0, "replay this one seed with its trace (TestReplay)")
 	ctlFlag = flag.String("sim.control", "", "TestReplay: the control the seed ran under (drift, amnesia, work:NAME)")
-	work    = flag.String("sim.work", "", "TestSimulate: play only this workload on every seed (mixed, crowd, readers, raw-resume, gave-up, late-drop, stall; kinds.go)")
+	work    = flag.String("sim.work", "", "TestSimulate: play only this workload on every seed (mixed, crowd, readers, raw-resume, gave-up, late-drop, stall, turns; kinds.go)")
 )
 
 // play runs seed's schedule in a synctest bubble of its own.
@@ -95,7 +95,7 @@ func TestSimulate(t *testing.T) {
 		c = workControl(workload(*work))
 	}
 	found, played := sweepAll(t, *first, *seeds, c, func(seed uint64, o outcome) bool {
-		t.Errorf("seed %d: %d violations, %d of ST, %d of RD, simulator failures %q:\n%s%s%s\nreplay: %s", seed, o.report.Total(), len(o.st.violations), len(o.rd), o.failures, o.report, stLines(o.st), violationLines(o.rd), replayLine(seed, c))
+		t.Errorf("seed %d: %d violations, %d of ST, %d of RD, %d of WK, simulator failures %q:\n%s%s%s%s\nreplay: %s", seed, o.report.Total(), len(o.st.violations), len(o.rd), len(o.wk), o.failures, o.report, stLines(o.st), violationLines(o.rd), violationLines(o.wk), replayLine(seed, c))
 		return false
 	}, sum.add)
 	d := time.Since(start)
@@ -234,6 +234,6 @@ func TestReplay(t *testing.T) {
 	t.Logf("trace:\n%s", o.trace)
 	t.Logf("%s", o.report)
 	if o.violated() {
-		t.Errorf("seed %d violates: %d violations, %d of ST, %d of RD, simulator failures %q:\n%s%s", *replay, o.report.Total(), len(o.st.violations), len(o.rd), o.failures, stLines(o.st), violationLines(o.rd))
+		t.Errorf("seed %d violates: %d violations, %d of ST, %d of RD, %d of WK, simulator failures %q:\n%s%s%s", *replay, o.report.Total(), len(o.st.violations), len(o.rd), len(o.wk), o.failures, stLines(o.st), violationLines(o.rd), violationLines(o.wk))
 	}
 }

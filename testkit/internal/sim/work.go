@@ -22,6 +22,8 @@ func (w *worker) play() {
 		w.lateDropPart()
 	case stallWork:
 		w.stallPart()
+	case turns:
+		w.turnsPart()
 	default:
 		w.tr.fail("%s: no such workload %q", w.name, w.s.work)
 	}

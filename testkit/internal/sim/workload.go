@@ -39,6 +39,7 @@ type worker struct {
 	// stall workload's clients (work_stall.go).
 	stalls []clientStall
 	probes *stProbes
+	wk     *wkLog // WK's violations (work_turns.go)
 
 	resumed, resumeFailed int // Resume calls that returned a lock, and failed
 	// tried and held count the acquire calls of locks of several keys and

@@ -19,7 +19,7 @@ demo:
 # test also runs the deterministic simulator without the race detector (a
 # fixed budget of 3,000 schedules; under -race it plays 300), against the
 # extend script from before the late-landings fix, which it must catch, and
-# against each defect of issue 31 put back by its build tag (BUGS, package
+# against each defect put back by its build tag (BUGS, package
 # internal/bugs), each of which it must find from seed 1 unaided.
 # Those two run beside the race run, whose longest package (the integration
 # suite) mostly waits on servers and timers; their output follows it.
@@ -29,7 +29,7 @@ demo:
 # 515 s. make test-valkey runs the suite in containers where Docker answers,
 # so both backends run in CI.
 SIM := ./testkit/internal/sim
-BUGS := resumemark:ResumeMark linegrowth:LineGrowth linelapse:LineLapse latedrop:LateDrop leavelate:LeaveLate stalldrop:StallDrop heldresend:HeldResend lostresend:LostResend
+BUGS := resumemark:ResumeMark linegrowth:LineGrowth linelapse:LineLapse latedrop:LateDrop leavelate:LeaveLate stalldrop:StallDrop heldresend:HeldResend lostresend:LostResend splitonce:SplitOnce
 SIMLOG := .make-test-sim.log
 TEST_BACKEND ?= process
 test:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/bugs"
 	"github.com/quorumlock/quorumlock/internal/wake"
 )
 
@@ -95,24 +96,19 @@ func (c *Client) try(ctx context.Context, t *target, cfg *config, ln *wake.Place
 // err.
 func (s *sleeper) delay(attempt int, err error) time.Duration {
 	var qe *QuorumError
-	split := errors.As(err, &qe) && qe.Agreed() > 0
-	if split {
+	if errors.As(err, &qe) && qe.Agreed() > 0 {
 		s.c.notes.Stats.SplitAttempts.Add(1)
-	}
-	split = split && time.Since(s.quick) >= s.cfg.retryMax
-	if split {
-		s.quick = time.Now() // once per retry max: a lock held on a bare quorum would make it spin
+		s.splits++
+		if d := s.splitDelay(); d > 0 {
+			return s.cfg.jitter(d)
+		}
 	}
 	switch {
-	case s.c.handoff && (s.woken || split):
-		// Woken by a release, or some nodes said yes, and still not the
-		// holder: some nodes had not released yet (their messages wake
-		// it again), handed the key to a waiter that is not coming, or
-		// another attempt took some of them: the votes split, both
-		// sides roll back, and no release is coming to wake anyone (a
-		// yes that comes late wakes the waiter the same way: splitLate).
-		// The hand-offs lapse within handGrace: try again by then,
-		// whatever the retry delays.
+	case s.c.handoff && s.woken:
+		// Woken by a release and still not the holder: some nodes had
+		// not released yet (their messages wake it again) or handed the
+		// key to a waiter that is not coming. The hand-offs lapse within
+		// handGrace: try again by then, whatever the retry delays.
 		return s.cfg.jitter(handGrace(s.cfg))
 	case s.woken:
 		return s.cfg.retryDelay(0)
@@ -125,20 +121,51 @@ func (s *sleeper) delay(attempt int, err error) time.Duration {
 	return s.cfg.retryDelay(attempt)
 }
 
+// splitDelay is the wait after the call's s.splits-th attempt that some
+// nodes said yes to, where the nodes keep lines: the votes split (another
+// attempt took the other nodes, or they were handed to other waiters),
+// both sides roll back, and no release may come to wake anyone (a yes that
+// comes late wakes the waiter the same way: SplitLate). Waiters that split
+// are in the line only on the nodes that told them "taken", so releases
+// hand the key to each of them on too few nodes to wake either. The wait
+// is handGrace, doubled at each split: a lock held on a bare quorum splits
+// every attempt, and after about log2(retry max / handGrace) of them the
+// waiter is back to its polling (0: poll).
+func (s *sleeper) splitDelay() time.Duration {
+	if !s.c.handoff {
+		return 0
+	}
+	if bugs.SplitOnce {
+		return s.splitOnce()
+	}
+	d := handGrace(s.cfg)
+	for range s.splits - 1 {
+		if d >= s.cfg.retryMax {
+			return 0
+		}
+		d *= 2
+	}
+	if d >= s.cfg.retryMax {
+		return 0
+	}
+	return d
+}
+
 // sleeper is Lock's wait between attempts: a timer, cut short when a release
 // of the key (of any of the keys) wakes the waiter it registers after the
 // first failed attempt.
 type sleeper struct {
-	c     *Client
-	cfg   *config
-	t     target      // the key or keys waited for (a copy: the caller's stays on its stack)
-	k     *kind       // of the lock waited for (a session's are plain ones here)
-	ln    *wake.Place // the waiter's place in the key's line, when the Client keeps lines
-	won   bool
-	woken bool      // the last sleep was cut short by a release
-	quick time.Time // the last quick retry after a split
-	w     *wake.Waiter
-	timer *time.Timer
+	c      *Client
+	cfg    *config
+	t      target      // the key or keys waited for (a copy: the caller's stays on its stack)
+	k      *kind       // of the lock waited for (a session's are plain ones here)
+	ln     *wake.Place // the waiter's place in the key's line, when the Client keeps lines
+	won    bool
+	woken  bool      // the last sleep was cut short by a release
+	splits int       // the call's attempts that split the nodes' votes
+	quick  time.Time // quorumlock_bug_splitonce: its last quick retry
+	w      *wake.Waiter
+	timer  *time.Timer
 }
 
 // newSleeper is the sleeper of a Lock call for t under cfg.

@@ -41,11 +41,16 @@ var (
 	// lock's waiter may still be in the key's line there, which only the
 	// release round takes it out of: it stays until its entry lapses.
 	LostLeave bool
+	// SplitOnce (quorumlock_bug_splitonce): a waiter whose attempt split
+	// the nodes' votes retries within the hand-off grace only once per
+	// retry max, and otherwise sleeps out its poll, though releases that
+	// hand the key to it on too few nodes wake nobody.
+	SplitOnce bool
 )
 
 // Restored reports whether the defect named (the tag's suffix: "resumemark",
 // "linegrowth", "linelapse", "latedrop", "leavelate", "heldresend",
-// "lostresend", "lostleave") is put back.
+// "lostresend", "lostleave", "splitonce") is put back.
 func Restored(name string) bool {
 	switch name {
 	case "resumemark":
@@ -64,6 +69,8 @@ func Restored(name string) bool {
 		return LostResend
 	case "lostleave":
 		return LostLeave
+	case "splitonce":
+		return SplitOnce
 	}
 	return false
 }

@@ -1,4 +1,4 @@
-//go:build quorumlock_bug_resumemark || quorumlock_bug_linegrowth || quorumlock_bug_linelapse || quorumlock_bug_latedrop || quorumlock_bug_leavelate || quorumlock_bug_stalldrop || quorumlock_bug_heldresend || quorumlock_bug_lostresend
+//go:build quorumlock_bug_resumemark || quorumlock_bug_linegrowth || quorumlock_bug_linelapse || quorumlock_bug_latedrop || quorumlock_bug_leavelate || quorumlock_bug_stalldrop || quorumlock_bug_heldresend || quorumlock_bug_lostresend || quorumlock_bug_splitonce
 
 package sim
 

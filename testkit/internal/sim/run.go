@@ -124,7 +124,7 @@ func (s schedule) run(trace bool) outcome {
 		h.AddSetSizes(n.setSizes(redlock.DefaultKeyPrefix, h.Now())...)
 	}
 	rep := history.Check(h, s.checkConfig())
-	o := outcome{report: rep, trace: tr, failures: tr.failures(), work: s.work, st: st.check(s), rd: nw.rd.found(), wk: wk.found(), stalls: len(s.stalls)}
+	o := outcome{report: rep, trace: tr, failures: tr.failures(), work: s.work, st: st.check(s), rd: nw.rd.found(), wk: wk.all(), stalls: len(s.stalls)}
 	o.count(nodes, ws)
 	return o
 }

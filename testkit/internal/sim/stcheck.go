@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/quorumlock/quorumlock/redlock"
@@ -52,16 +51,7 @@ type stCase struct {
 func (s schedule) stBound() time.Duration { return redlock.DefaultRetryMax + 4*s.nodeTimeout }
 
 // stProbes collects a schedule's cases; safe for concurrent use.
-type stProbes struct {
-	mu    sync.Mutex
-	cases []stCase
-}
-
-func (p *stProbes) add(c stCase) {
-	p.mu.Lock()
-	p.cases = append(p.cases, c)
-	p.mu.Unlock()
-}
+type stProbes struct{ collected[stCase] }
 
 // stResult is what ST found in one schedule.
 type stResult struct {
@@ -77,14 +67,13 @@ type stResult struct {
 
 // check judges the cases of s (see stCase).
 func (p *stProbes) check(s schedule) stResult {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	cases := p.all()
 	var r stResult
 	bound := s.stBound()
-	if s.work == stallWork && len(p.cases) != len(s.stalls) {
-		r.violations = append(r.violations, fmt.Sprintf("ST: %d stalls and %d Lock calls after them: every stall of the stall workload must be followed by one", len(s.stalls), len(p.cases)))
+	if s.work == stallWork && len(cases) != len(s.stalls) {
+		r.violations = append(r.violations, fmt.Sprintf("ST: %d stalls and %d Lock calls after them: every stall of the stall workload must be followed by one", len(s.stalls), len(cases)))
 	}
-	for _, c := range p.cases {
+	for _, c := range cases {
 		r.checked++
 		if c.taken > 0 {
 			r.taken++

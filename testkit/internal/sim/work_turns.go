@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"sync"
 	"time"
 )
 
@@ -42,19 +41,4 @@ func (w *worker) turnsPart() {
 func (s schedule) turnsPoll() time.Duration { return 40 * s.ttl }
 
 // wkLog collects WK's violations; safe for concurrent use.
-type wkLog struct {
-	mu         sync.Mutex
-	violations []string
-}
-
-func (l *wkLog) add(v string) {
-	l.mu.Lock()
-	l.violations = append(l.violations, v)
-	l.mu.Unlock()
-}
-
-func (l *wkLog) found() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.violations...)
-}
+type wkLog struct{ collected[string] }

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/quorumlock/quorumlock/internal/wake"
-
 	"github.com/quorumlock/quorumlock/drift"
+	"github.com/quorumlock/quorumlock/internal/conf"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 	"github.com/quorumlock/quorumlock/internal/session"
 	"github.com/quorumlock/quorumlock/internal/tokens"
+	"github.com/quorumlock/quorumlock/internal/wake"
 )
 
 // TryLock makes one attempt to acquire key, without waiting for it to be
@@ -35,7 +35,7 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock
 
 // attempt is one acquisition round for t, of the waiter ln when it is not
 // nil.
-func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *wake.Place, cl *call) (*Lock, error) {
+func (c *Client) attempt(ctx context.Context, t *target, cfg *conf.Config, ln *wake.Place, cl *call) (*Lock, error) {
 	key := t.key
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: not attempted: %w (%w)", key, err, ErrNotAcquired)
@@ -72,7 +72,7 @@ func (c *Client) attempt(ctx context.Context, t *target, cfg *config, ln *wake.P
 // lose takes back what the attempt v for t may have taken, and returns its
 // error: ErrClosed for a round won as Close began, else its QuorumError
 // (with the caller's error when ctx ended).
-func (c *Client) lose(ctx context.Context, cfg *config, t *target, v *acquisition) error {
+func (c *Client) lose(ctx context.Context, cfg *conf.Config, t *target, v *acquisition) error {
 	c.unclaim(cfg, t.each, v.rd.op.Token)
 	ended := callerErr(ctx) // before the roll-back, which may outlast the caller's deadline
 	c.rollback(ctx, cfg, v.rd, v.said)
@@ -130,14 +130,14 @@ type acquisition struct {
 // still have set the key is released in the background at once (it does
 // not count for the lock). The error is the token generator's, or the
 // claim's (attemptToken).
-func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session.Session, ln *wake.Place) (*acquisition, error) {
+func (c *Client) vote(ctx context.Context, cfg *conf.Config, t *target, s *session.Session, ln *wake.Place) (*acquisition, error) {
 	token, err := c.attemptToken(cfg, t, s)
 	if err != nil {
 		return nil, err
 	}
 	k := kindOf(cfg, t, s)
-	o := node.Op{Key: t.rkey, Token: token, TTL: cfg.ttl}
-	a := &acquisition{start: cfg.now(), said: make([]bool, len(c.pools)), kind: k, keys: t.keys, permit: t.permit}
+	o := node.Op{Key: t.rkey, Token: token, TTL: cfg.TTL}
+	a := &acquisition{start: cfg.Now(), said: make([]bool, len(c.pools)), kind: k, keys: t.keys, permit: t.permit}
 	k.acquireArgs(cfg, t, s, &o)
 	if k == kindSession {
 		a.sess, a.gens = s, make([]uint64, len(c.pools))
@@ -166,16 +166,16 @@ func (c *Client) vote(ctx context.Context, cfg *config, t *target, s *session.Se
 // A token the caller's generator made is claimed on every key of t (the
 // library's and sessions' tokens never repeat: nothing to claim); when one
 // of them is claimed already, the error matches ErrNotAcquired.
-func (c *Client) attemptToken(cfg *config, t *target, s *session.Session) (string, error) {
+func (c *Client) attemptToken(cfg *conf.Config, t *target, s *session.Session) (string, error) {
 	var sess string
 	if s != nil {
 		sess = s.Token()
 	}
-	token, err := tokens.Make(cfg.token, sess, cfg.metadata)
+	token, err := tokens.Make(cfg.Token, sess, cfg.Metadata)
 	if err != nil {
 		return "", fmt.Errorf("token generator: %w", err)
 	}
-	if cfg.customToken && !c.claims.Claim(t.each, token) {
+	if cfg.CustomToken && !c.claims.Claim(t.each, token) {
 		return "", fmt.Errorf("the token generator returned %q, which a Lock of this Client holds on the key, or an attempt under way may take: a second holder of one token (tokens must be unique, see WithTokenGenerator): %w", token, ErrNotAcquired)
 	}
 	return token, nil
@@ -184,9 +184,9 @@ func (c *Client) attemptToken(cfg *config, t *target, s *session.Session) (strin
 // timed records the time a took since its start and the validity that
 // leaves (the TTL less that time and the drift allowance), and returns
 // the validity.
-func (a *acquisition) timed(cfg *config) time.Duration {
-	a.elapsed = cfg.now().Sub(a.start)
-	a.validity = drift.Validity(cfg.ttl, a.elapsed, cfg.driftFactor)
+func (a *acquisition) timed(cfg *conf.Config) time.Duration {
+	a.elapsed = cfg.Now().Sub(a.start)
+	a.validity = drift.Validity(cfg.TTL, a.elapsed, cfg.DriftFactor)
 	return a.validity
 }
 
@@ -239,7 +239,7 @@ func (a *acquisition) noteLanded(c *Client) quorum.Call {
 // yes or have not answered yet, while we hold the lock there, and keeps the
 // acquisition won only if a quorum confirmed with validity left: the next
 // holder's counters then exceed ours.
-func (a *acquisition) writeBack(ctx context.Context, c *Client, cfg *config, key string) {
+func (a *acquisition) writeBack(ctx context.Context, c *Client, cfg *conf.Config, key string) {
 	op := a.rd.op
 	o := node.Op{Key: op.Key, Keys: op.Keys, FenceKey: op.FenceKey, Token: op.Token, Fence: a.fence, KeyArg: op.KeyArg, TokenArg: op.TokenArg}
 	ask := a.askv[:0]
@@ -260,7 +260,7 @@ func (a *acquisition) writeBack(ctx context.Context, c *Client, cfg *config, key
 	a.won = a.timed(cfg) > 0 && rd.won()
 	if !a.won {
 		a.failure = rd.quorumError(key)
-		a.failure.Phase, a.failure.Elapsed, a.failure.Validity, a.failure.TTL = "fence write-back", a.elapsed, a.validity, cfg.ttl
+		a.failure.Phase, a.failure.Elapsed, a.failure.Validity, a.failure.TTL = "fence write-back", a.elapsed, a.validity, cfg.TTL
 	}
 }
 
@@ -268,7 +268,7 @@ func (a *acquisition) writeBack(ctx context.Context, c *Client, cfg *config, key
 // said yes (their SET has landed), in parallel, bounded by the node timeout;
 // from the nodes still in flight when their reply arrives (late). It
 // returns when the nodes that said yes answered or the timeout passed.
-func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bool) {
+func (c *Client) rollback(ctx context.Context, cfg *conf.Config, rd *round, said []bool) {
 	ref := refOf(rd.op)
 	rkey := ref.rkey
 	rd.finish(func(rep quorum.Reply) {
@@ -276,7 +276,7 @@ func (c *Client) rollback(ctx context.Context, cfg *config, rd *round, said []bo
 			c.releaseUnsure(cfg, rep.Node, ref, rep.Err)
 		}
 		if rep.Int > 0 && rd.op.Waiter != "" {
-			c.notes.SplitLate(rkey, rd.op.Waiter, cfg.jitter(handGrace(cfg)))
+			c.notes.SplitLate(rkey, rd.op.Waiter, cfg.Jitter(handGrace(cfg)))
 		}
 	})
 	rel := c.run(context.WithoutCancel(ctx), cfg, send{spec: ref.spec, o: node.Op{Key: rkey, Keys: ref.keys, Token: ref.token, KeyArg: rd.op.KeyArg, TokenArg: rd.op.TokenArg, Grace: c.grace(cfg)}, ask: said})

@@ -482,7 +482,7 @@ func TestRetryDelayIsJittered(t *testing.T) {
 	cfg := defaultConfig()
 	seen := map[time.Duration]bool{}
 	for range 100 {
-		d := cfg.retryDelay(3) // 25ms·2³ = 200ms: uniform in [100ms, 200ms]
+		d := cfg.RetryDelay(3) // 25ms·2³ = 200ms: uniform in [100ms, 200ms]
 		if d < 100*time.Millisecond || d > 200*time.Millisecond {
 			t.Fatalf("delay %v outside [100ms, 200ms]", d)
 		}

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/quorumlock/quorumlock/internal/health"
-	"github.com/quorumlock/quorumlock/internal/ident"
-	"github.com/quorumlock/quorumlock/internal/wake"
 	"net"
 	"reflect"
 	"strconv"
@@ -15,12 +12,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/conf"
+	"github.com/quorumlock/quorumlock/internal/health"
+	"github.com/quorumlock/quorumlock/internal/ident"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/owed"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 	"github.com/quorumlock/quorumlock/internal/session"
 	"github.com/quorumlock/quorumlock/internal/stall"
 	"github.com/quorumlock/quorumlock/internal/tokens"
+	"github.com/quorumlock/quorumlock/internal/wake"
 	"github.com/quorumlock/quorumlock/pool"
 )
 
@@ -34,7 +35,7 @@ type Client struct {
 	slotted bool          // some pool is a Redis Cluster: fencing counters per hash slot
 	handoff bool          // queued and not slotted: the nodes keep lines of waiters (line.go)
 	call    quorum.Call   // runs an op through a Pool's methods
-	cfg     *config
+	cfg     *conf.Config
 
 	mu      sync.RWMutex
 	closed  bool
@@ -76,12 +77,12 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	base := defaultConfig()
-	cfg, err := base.apply(len(pools), opts)
+	cfg, err := conf.Apply(&base, len(pools), opts)
 	if err != nil {
 		return nil, err
 	}
 	if cfg == &base {
-		if err := cfg.check(len(pools)); err != nil {
+		if err := cfg.Check(len(pools)); err != nil {
 			return nil, err
 		}
 	}
@@ -103,9 +104,9 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	c.call = c.callPool
 	c.names, c.notes = newNotifier(cfg, pools, c.handoff)
 	c.renew.init(c)
-	c.health = health.New(cfg.logger, poolNames(pools))
+	c.health = health.New(cfg.Logger, poolNames(pools))
 	c.owed = owed.Env{Send: c.sendWithin, WG: &c.wg, Later: &c.later, Failed: c.health.Failed, Answered: c.health.Answered}
-	c.ids = ident.New(ident.Config{Names: poolNames(pools), Health: c.health, Logger: cfg.logger, Go: c.wg.Go, Bound: checkBound(pools),
+	c.ids = ident.New(ident.Config{Names: poolNames(pools), Health: c.health, Logger: cfg.Logger, Go: c.wg.Go, Bound: checkBound(pools),
 		RunID: func(ctx context.Context, i int) (string, error) { return c.pools[i].RunID(ctx) }})
 	return c, nil
 }
@@ -247,7 +248,7 @@ func (c *Client) enter() error {
 
 // enterRound enters an operation that runs rounds (enter) and checks the
 // nodes' identities for it; on success the caller pairs it with c.wg.Done.
-func (c *Client) enterRound(ctx context.Context, cfg *config) error {
+func (c *Client) enterRound(ctx context.Context, cfg *conf.Config) error {
 	if err := c.enter(); err != nil {
 		return err
 	}
@@ -259,8 +260,8 @@ func (c *Client) enterRound(ctx context.Context, cfg *config) error {
 }
 
 // idBounds are the bounds of the identity check of an operation under cfg.
-func (c *Client) idBounds(cfg *config) ident.Bounds {
-	return ident.Bounds{Quorum: cfg.quorumOf(len(c.pools)), NodeTimeout: cfg.nodeTimeout, Recheck: cfg.recheck}
+func (c *Client) idBounds(cfg *conf.Config) ident.Bounds {
+	return ident.Bounds{Quorum: cfg.QuorumOf(len(c.pools)), NodeTimeout: cfg.NodeTimeout, Recheck: cfg.Recheck}
 }
 
 // Close releases the Client's locks still held, waits for its background
@@ -304,8 +305,8 @@ func (c *Client) Close() error {
 // closeBound is how long Close takes at most: the releases it sends are
 // followed for a cleanup budget after their node timeout, and every
 // background command sent after Close began ends with them (bgDeadline).
-func closeBound(cfg *config) time.Duration {
-	return cfg.nodeTimeout + cleanupTimeout(cfg)
+func closeBound(cfg *conf.Config) time.Duration {
+	return cfg.NodeTimeout + cleanupTimeout(cfg)
 }
 
 // releaseAll releases locks for Close, in parallel, and returns the errors
@@ -331,7 +332,7 @@ func (c *Client) releaseAll(locks []*Lock) []error {
 
 // bgDeadline is the deadline of a command nobody waits for, sent now for a
 // call of cfg: a cleanup budget from now (deadlineIn).
-func (c *Client) bgDeadline(cfg *config) time.Time { return c.deadlineIn(cleanupTimeout(cfg)) }
+func (c *Client) bgDeadline(cfg *conf.Config) time.Time { return c.deadlineIn(cleanupTimeout(cfg)) }
 
 // deadlineIn is the deadline of a command nobody waits for, bounded by
 // bound from now: never past Close's bound once Close has begun.
@@ -350,11 +351,11 @@ func (c *Client) sendWithin(o node.Op, bound time.Duration, i int, rcv node.Rece
 }
 
 // callConfig applies per-call options and checks the key.
-func (c *Client) callConfig(op, key string, opts []Option) (*config, error) {
+func (c *Client) callConfig(op, key string, opts []Option) (*conf.Config, error) {
 	if key == "" {
 		return nil, fmt.Errorf("redlock: %s: the key is empty; name the resource the lock protects", op)
 	}
-	cfg, err := c.cfg.apply(len(c.pools), opts)
+	cfg, err := conf.Apply(c.cfg, len(c.pools), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -366,7 +367,7 @@ func (c *Client) callConfig(op, key string, opts []Option) (*config, error) {
 
 // acquireConfig is callConfig for an acquisition of key, which may be a
 // shared holder's (Shared).
-func (c *Client) acquireConfig(key string, opts []Option) (*config, error) {
+func (c *Client) acquireConfig(key string, opts []Option) (*conf.Config, error) {
 	cfg, err := c.callConfig("acquire", key, opts)
 	if err != nil {
 		return nil, err
@@ -381,18 +382,18 @@ func (c *Client) acquireConfig(key string, opts []Option) (*config, error) {
 // lock's scripts form from it (its line of waiters, a per-slot fencing
 // counter, a semaphore's permits) extend it or share its hash slot, so
 // checkTag must have accepted key.
-func (c *Client) redisKey(cfg *config, key string) string {
-	return node.RedisKey(cfg.prefix, key)
+func (c *Client) redisKey(cfg *conf.Config, key string) string {
+	return node.RedisKey(cfg.Prefix, key)
 }
 
 // fenceKey is the fencing counter of the lock key rkey for cfg: the key's
 // own for an election (docs/safety.md, "Leader election": its term is read
 // back from it), else the Client's (node.FenceKey).
-func (c *Client) fenceKey(cfg *config, rkey string) string {
-	if cfg.ownFence {
+func (c *Client) fenceKey(cfg *conf.Config, rkey string) string {
+	if cfg.Election {
 		return node.OwnFence(rkey)
 	}
-	return node.FenceKey(cfg.prefix, rkey, c.slotted)
+	return node.FenceKey(cfg.Prefix, rkey, c.slotted)
 }
 
 // checkTag returns an error when the Redis key of key under cfg's prefix
@@ -404,18 +405,18 @@ func (c *Client) fenceKey(cfg *config, rkey string) string {
 // a key formed with it would fail with CROSSSLOT. Such keys are refused on
 // every kind of Pool, so that a name that works in a test on one server
 // works on a Cluster.
-func checkTag(cfg *config, key string) error {
-	if i := strings.IndexByte(cfg.prefix, '{'); i >= 0 && strings.IndexByte(cfg.prefix[i+1:], '}') < 0 {
-		return fmt.Errorf("the key prefix %q opens a Redis Cluster hash tag that it does not close, so the lock's keys could land in different slots; close it in the prefix (WithKeyPrefix(\"{app}:\")) or use a prefix without '{'", cfg.prefix)
+func checkTag(cfg *conf.Config, key string) error {
+	if i := strings.IndexByte(cfg.Prefix, '{'); i >= 0 && strings.IndexByte(cfg.Prefix[i+1:], '}') < 0 {
+		return fmt.Errorf("the key prefix %q opens a Redis Cluster hash tag that it does not close, so the lock's keys could land in different slots; close it in the prefix (WithKeyPrefix(\"{app}:\")) or use a prefix without '{'", cfg.Prefix)
 	}
-	rkey := node.RedisKey(cfg.prefix, key)
+	rkey := node.RedisKey(cfg.Prefix, key)
 	if _, ok := node.HashTag(rkey); ok {
 		return nil
 	}
-	if strings.HasPrefix(key, "}") && !strings.ContainsAny(cfg.prefix, "{}") {
+	if strings.HasPrefix(key, "}") && !strings.ContainsAny(cfg.Prefix, "{}") {
 		return fmt.Errorf("the key %q begins with '}': its Redis key %q would have an empty Redis Cluster hash tag, and the lock's keys could land in different slots; use a key that does not begin with '}'", key, rkey)
 	}
-	return fmt.Errorf("the key prefix %q and the key %q form the Redis key %q, which has no Redis Cluster hash tag, so the lock's keys could land in different slots; use a key prefix without '{' or '}' (WithKeyPrefix), and a key that does not begin with '}'", cfg.prefix, key, rkey)
+	return fmt.Errorf("the key prefix %q and the key %q form the Redis key %q, which has no Redis Cluster hash tag, so the lock's keys could land in different slots; use a key prefix without '{' or '}' (WithKeyPrefix), and a key that does not begin with '}'", cfg.Prefix, key, rkey)
 }
 
 // Locked reports whether some client holds key: one token is on a quorum of
@@ -491,8 +492,8 @@ func poolNames(pools []pool.Pool) []string {
 
 // unclaim ends the claims of token on the keys each visits, made under cfg
 // (only tokens of the caller's generator are claimed: attemptToken).
-func (c *Client) unclaim(cfg *config, each func(func(rkey string)), token string) {
-	if cfg.customToken {
+func (c *Client) unclaim(cfg *conf.Config, each func(func(rkey string)), token string) {
+	if cfg.CustomToken {
 		c.claims.Unclaim(each, token)
 	}
 }
@@ -524,8 +525,8 @@ func (c *Client) sendOwn(o node.Op, deadline time.Time, i int, rcv node.Receiver
 // merely slow still gets it (a new connection may need connect, HELLO, the
 // restart guard's INFO, EVALSHA and perhaps EVAL); never longer than the
 // TTL. Close waits for these releases.
-func cleanupTimeout(cfg *config) time.Duration {
-	return min(cfg.ttl, max(10*cfg.nodeTimeout, 2*time.Second))
+func cleanupTimeout(cfg *conf.Config) time.Duration {
+	return min(cfg.TTL, max(10*cfg.NodeTimeout, 2*time.Second))
 }
 
 // ownWork is the context whose values the commands the Client sends on its

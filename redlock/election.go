@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/conf"
 )
 
 // ErrNoLeader is matched by the error of Client.Leader when no candidate
@@ -30,15 +32,17 @@ func (c *Client) Campaign(ctx context.Context, name, value string, opts ...Optio
 	if name == "" {
 		return nil, errors.New("redlock: campaign: the election's name is empty")
 	}
-	return c.Lock(ctx, name, append(opts[:len(opts):len(opts)], WithFencing(true), WithAutoExtend(true), WithMetadata(value), ownCounter)...)
+	return c.Lock(ctx, name, append(opts[:len(opts):len(opts)], WithFencing(true), WithAutoExtend(true), WithMetadata(value), c.ownCounter())...)
 }
 
 // ownCounter gives an election's key a fencing counter of its own, which
 // only its candidates increment: the term is read back from it (Leader).
 // The counter every other key of a master shares moves with them all.
-func ownCounter(c *config) error {
-	c.ownFence, c.retryWait = true, (*Client).untilFree
-	return nil
+func (c *Client) ownCounter() Option {
+	return func(cfg *conf.Config) error {
+		cfg.Election, cfg.RetryWait = true, c.untilFree
+		return nil
+	}
 }
 
 // Leader reads who leads the election name: the value and term of the
@@ -61,11 +65,11 @@ func (c *Client) Leader(ctx context.Context, name string, opts ...Option) (value
 
 // electionConfig checks an election's name and applies opts, with the
 // election's own fencing counter (ownCounter).
-func (c *Client) electionConfig(op, name string, opts []Option) (*config, error) {
+func (c *Client) electionConfig(op, name string, opts []Option) (*conf.Config, error) {
 	if name == "" {
 		return nil, fmt.Errorf("redlock: %s: the election's name is empty", op)
 	}
-	cfg, err := c.cfg.apply(len(c.pools), append(opts[:len(opts):len(opts)], ownCounter))
+	cfg, err := conf.Apply(c.cfg, len(c.pools), append(opts[:len(opts):len(opts)], c.ownCounter()))
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +80,7 @@ func (c *Client) electionConfig(op, name string, opts []Option) (*config, error)
 }
 
 // lead is Leader with cfg (electionConfig's), with the leader's token.
-func (c *Client) lead(ctx context.Context, cfg *config, name string) (Leadership, string, error) {
+func (c *Client) lead(ctx context.Context, cfg *conf.Config, name string) (Leadership, string, error) {
 	var begin time.Time
 	for {
 		in, err := c.inspect(ctx, cfg, name)
@@ -93,7 +97,7 @@ func (c *Client) lead(ctx context.Context, cfg *config, name string) (Leadership
 			return lead, in.Holder, nil
 		case begin.IsZero():
 			begin = time.Now()
-		case ctx.Err() != nil || time.Since(begin) > cfg.nodeTimeout:
+		case ctx.Err() != nil || time.Since(begin) > cfg.NodeTimeout:
 			return Leadership{}, "", fmt.Errorf("redlock: leader %q: a candidate holds the election, but no quorum of its nodes agrees on its term (its fence write-back has not landed, or some of the nodes it reached do not answer): %w", name, errors.Join(ErrUnavailable, ctx.Err()))
 		}
 		select { // the leader's fence write-back is on its way
@@ -127,7 +131,7 @@ func (in *Inspection) leadership() (Leadership, bool) {
 // leader that dies without resigning publishes no release, and its
 // successor would find out only at its next retry. A live leader renews
 // at TTL/3, so its key's TTLs stay above the retry delays and delay stands.
-func (c *Client) untilFree(ctx context.Context, cfg *config, key string, delay time.Duration) time.Duration {
+func (c *Client) untilFree(ctx context.Context, cfg *conf.Config, key string, delay time.Duration) time.Duration {
 	in, err := c.inspect(ctx, cfg, key)
 	if err != nil {
 		return delay
@@ -158,7 +162,7 @@ func (c *Client) untilFree(ctx context.Context, cfg *config, key string, delay t
 func (c *Client) Observe(ctx context.Context, name string, opts ...Option) <-chan Leadership {
 	ch, err := c.Watch(ctx, name, opts...)
 	if err != nil {
-		c.cfg.logger.Error(err.Error(), "election", name)
+		c.cfg.Logger.Error(err.Error(), "election", name)
 		closed := make(chan Leadership)
 		close(closed)
 		return closed
@@ -214,7 +218,7 @@ func (c *Client) unwatch(stop *context.CancelFunc) {
 }
 
 // watchLeader is Observe's loop.
-func (c *Client) watchLeader(ctx context.Context, cfg *config, name string, ch chan Leadership) {
+func (c *Client) watchLeader(ctx context.Context, cfg *conf.Config, name string, ch chan Leadership) {
 	s := newSleeper(c, cfg, c.one(cfg, name))
 	defer s.stop()
 	var last uint64 // the last leader's term, and its token
@@ -229,13 +233,13 @@ func (c *Client) watchLeader(ctx context.Context, cfg *config, name string, ch c
 			}
 			ch <- lead
 		}
-		delay := cfg.retryMax
+		delay := cfg.RetryMax
 		if s.woken {
 			quick = 3
 		}
 		if quick > 0 {
 			quick--
-			delay = cfg.retryDelay(0)
+			delay = cfg.RetryDelay(0)
 		}
 		s.sleep(ctx, delay)
 	}

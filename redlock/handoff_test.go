@@ -10,11 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/redisproc"
 	"github.com/quorumlock/quorumlock/pool"
+	"github.com/redis/go-redis/v9"
 )
 
 // Hand-off tests run on real Redis servers: whether a release's message
@@ -225,7 +224,7 @@ func TestHandOffMessageReachesOnlyTheNamedClient(t *testing.T) {
 		// A quorum of nodes published before the lock could be won. (The
 		// lock released may hold fewer than all nodes: an attempt that
 		// came to a node before the release there is told "taken".)
-		q := int64(c0.cfg.quorumOf(len(cl.Addrs())))
+		q := int64(c0.cfg.QuorumOf(len(cl.Addrs())))
 		waitFor(t, "the named Client's messages", func() bool { return next.notes.Stats.Messages.Load()-before[turn] >= q })
 		time.Sleep(50 * time.Millisecond)
 		// An attempt of the named waiter that failed with some nodes' yes

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/conf"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/pool"
 )
@@ -116,17 +117,17 @@ func (c *Client) Inspect(ctx context.Context, key string, opts ...Option) (*Insp
 }
 
 // inspect is Inspect with cfg, without the semaphore check.
-func (c *Client) inspect(ctx context.Context, cfg *config, key string) (*Inspection, error) {
+func (c *Client) inspect(ctx context.Context, cfg *conf.Config, key string) (*Inspection, error) {
 	return c.inspectKey(ctx, cfg, key, c.redisKey(cfg, key))
 }
 
 // inspectKey is inspect of the Redis key rkey, named key.
-func (c *Client) inspectKey(ctx context.Context, cfg *config, key, rkey string) (*Inspection, error) {
+func (c *Client) inspectKey(ctx context.Context, cfg *conf.Config, key, rkey string) (*Inspection, error) {
 	if err := c.enterRound(ctx, cfg); err != nil {
 		return nil, err
 	}
 	defer c.wg.Done()
-	in := &Inspection{Key: key, RedisKey: rkey, Quorum: cfg.quorumOf(len(c.pools)), Nodes: make([]NodeInspection, len(c.pools))}
+	in := &Inspection{Key: key, RedisKey: rkey, Quorum: cfg.QuorumOf(len(c.pools)), Nodes: make([]NodeInspection, len(c.pools))}
 	if err := ctx.Err(); err != nil { // ended before any I/O: ask nobody
 		for i, r := range c.newResults() {
 			in.Nodes[i] = NodeInspection{Node: r.Node, Err: err}

@@ -2,9 +2,11 @@ package redlock
 
 import (
 	"context"
-	"github.com/quorumlock/quorumlock/internal/node"
 	"strings"
 	"testing"
+
+	"github.com/quorumlock/quorumlock/internal/conf"
+	"github.com/quorumlock/quorumlock/internal/node"
 )
 
 // TestHashTag: node.HashTag follows Redis Cluster's rule (the first '{', the next
@@ -101,7 +103,7 @@ func TestPrefixThatOpensATagRefused(t *testing.T) {
 	}
 	for _, prefix := range []string{"", "quorumlock:", "{shop}:", "a}", "x{y}z{", "}{", "app{", "a{b:", "{", "{}", "x{}{"} {
 		for _, key := range []string{"orders", "a}b", "{x}", "a{b", "{", "}x"} {
-			cfg := &config{prefix: prefix}
+			cfg := &conf.Config{Prefix: prefix}
 			if checkTag(cfg, key) != nil {
 				continue
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/quorumlock/quorumlock/internal/conf"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/session"
 	"github.com/quorumlock/quorumlock/internal/wake"
@@ -65,10 +66,10 @@ var (
 
 // acquireArgs adds to o, an acquire for t (with session s), what k's
 // command needs.
-func (k *kind) acquireArgs(cfg *config, t *target, s *session.Session, o *node.Op) {
+func (k *kind) acquireArgs(cfg *conf.Config, t *target, s *session.Session, o *node.Op) {
 	switch k {
 	case kindSession:
-		o.Session, o.Seq, o.KeyTTL, o.PrefixLen = s.Key(), s.Seq(), keyTTL(cfg), len(cfg.prefix)
+		o.Session, o.Seq, o.KeyTTL, o.PrefixLen = s.Key(), s.Seq(), keyTTL(cfg), len(cfg.Prefix)
 	case kindSeveral, kindSeveralFenced:
 		o.Keys = t.rkeys
 	case kindPermit: // the count key and every permit's, and which is tried
@@ -113,29 +114,29 @@ func (k *kind) heldArgs(l *Lock, o *node.Op) {
 // permit count, a copy without the Observer: the permit is given back at
 // once and the call fails, so the Observer hears of the call only as its
 // AcquireFailed.
-func (k *kind) observed(cfg *config, a *acquisition) *config {
-	if cfg.observer == nil || !k.permit || a.permit.declared < 0 {
+func (k *kind) observed(cfg *conf.Config, a *acquisition) *conf.Config {
+	if cfg.Observer == nil || !k.permit || a.permit.declared < 0 {
 		return cfg
 	}
 	quiet := *cfg
-	quiet.observer = nil
+	quiet.Observer = nil
 	return &quiet
 }
 
 // kindOf is the kind an attempt for t under cfg acquires (with session s,
 // when not nil). Fencing applies to a lock of several keys too: its one
 // command then also raises the counter.
-func kindOf(cfg *config, t *target, s *session.Session) *kind {
+func kindOf(cfg *conf.Config, t *target, s *session.Session) *kind {
 	switch {
 	case t.permit != nil:
 		return kindPermit
-	case t.keys != nil && cfg.fencing:
+	case t.keys != nil && cfg.Fencing:
 		return kindSeveralFenced
 	case t.keys != nil:
 		return kindSeveral
-	case cfg.shared:
+	case cfg.Shared:
 		return kindShared
-	case cfg.fencing:
+	case cfg.Fencing:
 		return kindFenced
 	case s != nil:
 		return kindSession
@@ -156,17 +157,17 @@ const (
 // refused says why cfg's options cannot make a lock of shape sh ("": they
 // can), on a Client whose nodes keep lines if handoff. (A semaphore's
 // Pools, and several keys', are checked where they are made.)
-func refused(cfg *config, sh shape, handoff bool) string {
+func refused(cfg *conf.Config, sh shape, handoff bool) string {
 	switch {
-	case cfg.fencing && sh == shapePermit:
+	case cfg.Fencing && sh == shapePermit:
 		return "WithFencing: a fence orders one holder after another, and a semaphore's permits are held at once"
-	case cfg.shared && sh == shapePermit:
+	case cfg.Shared && sh == shapePermit:
 		return "Shared: permits are not shared (a semaphore of n permits already admits n holders)"
-	case cfg.shared && sh == shapeSeveral:
+	case cfg.Shared && sh == shapeSeveral:
 		return "a lock of several keys cannot be shared (Shared): take each key's shared lock"
-	case cfg.shared && cfg.fencing:
+	case cfg.Shared && cfg.Fencing:
 		return "Shared and WithFencing: fences order the writers of a resource, and shared holders get none"
-	case cfg.shared && !handoff:
+	case cfg.Shared && !handoff:
 		return "Shared needs every Pool to be of package pool and none a Cluster client: the masters keep the line of waiters that holds new shared holders back"
 	}
 	return ""
@@ -174,8 +175,8 @@ func refused(cfg *config, sh shape, handoff bool) string {
 
 // sessionKind reports whether the locks cfg asks for are of the kind a
 // renewal session may renew (plain ones), given a session.
-func sessionKind(cfg *config) bool {
-	return !cfg.fencing && !cfg.shared && !cfg.several && !cfg.permit
+func sessionKind(cfg *conf.Config) bool {
+	return !cfg.Fencing && !cfg.Shared && !cfg.Several && !cfg.Permit
 }
 
 // kindAcquiredBy is the kind of lock the acquire command op may have taken,
@@ -232,12 +233,12 @@ type target struct {
 	sorted []string // several: the Redis keys, sorted (this Client's turns are taken in this order); one: nil
 	// sweep, when not nil, is an attempt for t other than one round: a
 	// semaphore's, which tries its permits (keys) until it takes one.
-	sweep  func(ctx context.Context, cfg *config, cl *call) (*Lock, error)
+	sweep  func(ctx context.Context, cfg *conf.Config, cl *call) (*Lock, error)
 	permit *permitTry // one permit of a semaphore (rkey): the attempt at it
 }
 
 // one is the target of a lock of key.
-func (c *Client) one(cfg *config, key string) *target {
+func (c *Client) one(cfg *conf.Config, key string) *target {
 	return single(key, c.redisKey(cfg, key))
 }
 

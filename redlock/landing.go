@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/bugs"
+	"github.com/quorumlock/quorumlock/internal/conf"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/owed"
 	"github.com/quorumlock/quorumlock/internal/quorum"
@@ -114,7 +115,7 @@ func (l *Lock) late(rep quorum.Reply) {
 		}
 		l.landing.unsure[rep.Node] = true
 	}
-	keep := l.heldLocked() && l.cfg.now().Before(l.deadlineLocked())
+	keep := l.heldLocked() && l.cfg.Now().Before(l.deadlineLocked())
 	free := l.releasedLocked() || !keep && l.kind.session // nobody can count on the token any more
 	free = free && (rep.Int > 0 || node.MayHaveWritten(rep.Err)) && l.freeLocked(rep.Node)
 	waited := l.place.waiter != "" && !(rep.Err == nil && rep.Int > 0) // it may wait in the line there
@@ -243,7 +244,7 @@ func (l *Lock) releaseLate(rep quorum.Reply, releasing bool) {
 // because an earlier one failed passes errDeleteFailed: it is sent again
 // until the node answers, and an answer that finds nothing ends it (the
 // earlier delete ran; a key once gone cannot come back).
-func (c *Client) releaseUnsure(cfg *config, i int, r ref, err error) {
+func (c *Client) releaseUnsure(cfg *conf.Config, i int, r ref, err error) {
 	d := &owed.Delete{Env: &c.owed, Op: node.Op{Kind: r.spec.kind, Key: r.rkey, Keys: r.keys, Token: r.token, Grace: c.grace(cfg)},
 		Bound: cleanupTimeout(cfg), Unsure: err != nil && err != errDeleteFailed}
 	if err != nil || !bugs.LateDrop {
@@ -256,8 +257,8 @@ func (c *Client) releaseUnsure(cfg *config, i int, r ref, err error) {
 // still in flight when its call failed arrives within one more one-way
 // latency of the link, below the node timeout on any link the lock can work
 // over; 100 ms at most.
-func recheckDelay(cfg *config) time.Duration {
-	return min(cfg.nodeTimeout, 100*time.Millisecond)
+func recheckDelay(cfg *conf.Config) time.Duration {
+	return min(cfg.NodeTimeout, 100*time.Millisecond)
 }
 
 // recheckHorizon is how long a release of unknown fate of r is re-sent: a
@@ -265,11 +266,11 @@ func recheckDelay(cfg *config) time.Duration {
 // leftover bound); one that lands later lives its TTL. A session lock's
 // acquire that lands is held while its session lives, up to its key's own
 // TTL: its releases are re-sent for that long.
-func recheckHorizon(cfg *config, r ref) time.Duration {
+func recheckHorizon(cfg *conf.Config, r ref) time.Duration {
 	if r.session {
 		return keyTTL(cfg) + cleanupTimeout(cfg)
 	}
-	return cfg.ttl + cleanupTimeout(cfg)
+	return cfg.TTL + cleanupTimeout(cfg)
 }
 
 // errDeleteFailed stands for a delete that failed (no reply, or never

@@ -93,7 +93,7 @@ func (l *Lock) leaseLocked() *lease {
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	ls := &lease{ctx: ctx, cancel: cancel, children: map[int]context.CancelCauseFunc{}}
-	ls.timer = time.AfterFunc(l.deadlineLocked().Sub(l.cfg.now()), l.expire)
+	ls.timer = time.AfterFunc(l.deadlineLocked().Sub(l.cfg.Now()), l.expire)
 	l.life.lease = ls
 	if l.life.released || l.life.lost {
 		ls.end(l.causeLocked())
@@ -109,7 +109,7 @@ func (l *Lock) expire() {
 		l.mu.Unlock()
 		return
 	}
-	if left := l.deadlineLocked().Sub(l.cfg.now()); left > 0 {
+	if left := l.deadlineLocked().Sub(l.cfg.Now()); left > 0 {
 		l.life.lease.rearm(left)
 		l.mu.Unlock()
 		return
@@ -162,7 +162,7 @@ func (l *Lock) Done() <-chan struct{} {
 func (l *Lock) Err() error {
 	l.mu.Lock()
 	lostNow, why := false, ""
-	if !l.life.released && !l.life.lost && !l.cfg.now().Before(l.deadlineLocked()) {
+	if !l.life.released && !l.life.lost && !l.cfg.Now().Before(l.deadlineLocked()) {
 		lostNow, why = l.loseLocked("validity ran out")
 	}
 	var err error
@@ -270,8 +270,8 @@ func (l *Lock) deadlineLocked() time.Time {
 // can (gone), and the round's error, made only when needed.
 func (l *Lock) extended(ctx context.Context, won, gone bool, quorumErr func() *QuorumError, start time.Time, ttl time.Duration) error {
 	cfg := l.cfg
-	end := cfg.now()
-	deadline := drift.Deadline(start, ttl, cfg.driftFactor)
+	end := cfg.Now()
+	deadline := drift.Deadline(start, ttl, cfg.DriftFactor)
 	var err error
 	var qe *QuorumError
 	lostNow, why := false, ""
@@ -283,11 +283,11 @@ func (l *Lock) extended(ctx context.Context, won, gone bool, quorumErr func() *Q
 		err = ErrLockLost
 	case won && end.Before(deadline):
 		l.life.deadline, l.life.lastFail = deadline, nil
-		l.life.lease.rearm(deadline.Sub(cfg.now()))
+		l.life.lease.rearm(deadline.Sub(cfg.Now()))
 	default:
 		if deadline.Before(l.life.deadline) {
 			l.life.deadline = deadline
-			l.life.lease.rearm(deadline.Sub(cfg.now()))
+			l.life.lease.rearm(deadline.Sub(cfg.Now()))
 		}
 		qe = quorumErr()
 		qe.Elapsed = end.Sub(start)
@@ -342,7 +342,7 @@ func (l *Lock) releasedLocked() bool { return l.life.released }
 // have moved earlier; l.mu must be held.
 func (l *Lock) rearmLocked() {
 	if l.heldLocked() {
-		l.life.lease.rearm(l.deadlineLocked().Sub(l.cfg.now()))
+		l.life.lease.rearm(l.deadlineLocked().Sub(l.cfg.Now()))
 	}
 }
 
@@ -354,7 +354,7 @@ func (l *Lock) endForReleaseLocked() (lost bool, why string, err error) {
 	if l.life.released {
 		return false, "", ErrReleased
 	}
-	if !l.life.lost && !l.cfg.now().Before(l.deadlineLocked()) {
+	if !l.life.lost && !l.cfg.Now().Before(l.deadlineLocked()) {
 		lost, why = l.loseLocked("validity ran out")
 	}
 	l.endLocked(false)

@@ -2,24 +2,25 @@ package redlock
 
 import (
 	"encoding/base64"
-	"github.com/quorumlock/quorumlock/internal/wake"
-	"github.com/quorumlock/quorumlock/pool"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/bugs"
+	"github.com/quorumlock/quorumlock/internal/conf"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/owed"
+	"github.com/quorumlock/quorumlock/internal/wake"
+	"github.com/quorumlock/quorumlock/pool"
 )
 
 // newNotifier returns the namer of a Client's waiters (nil unless the
 // nodes keep lines: handoff) and its Notifier, which subscribes through
 // the Pools that are node.Subscribers.
-func newNotifier(cfg *config, pools []pool.Pool, handoff bool) (*wake.Names, *wake.Notifier) {
+func newNotifier(cfg *conf.Config, pools []pool.Pool, handoff bool) (*wake.Names, *wake.Notifier) {
 	var names *wake.Names
 	client := ""
 	if handoff {
 		var b [12]byte
-		cfg.rnd.Read(b[:])
+		cfg.Rnd.Read(b[:])
 		client = base64.RawURLEncoding.EncodeToString(b[:])
 		names = wake.NewNames(client)
 	}
@@ -28,12 +29,12 @@ func newNotifier(cfg *config, pools []pool.Pool, handoff bool) (*wake.Names, *wa
 		subs[i], _ = p.(node.Subscriber)
 	}
 	return names, wake.New(wake.Config{
-		Quorum: cfg.quorumOf(len(pools)), Client: client, RetryMax: cfg.retryMax,
-		Random: cfg.rnd.Duration, Subscribers: subs,
+		Quorum: cfg.QuorumOf(len(pools)), Client: client, RetryMax: cfg.RetryMax,
+		Random: cfg.Rnd.Duration, Subscribers: subs,
 		// A connection set-up gets the time of a background command, which
 		// also dials anew: Close stays within its stated bound even where
 		// a Pool cannot end a set-up early.
-		Setup: cleanupTimeout(cfg), Timeout: cfg.nodeTimeout,
+		Setup: cleanupTimeout(cfg), Timeout: cfg.NodeTimeout,
 	})
 }
 
@@ -71,7 +72,7 @@ func (l *Lock) leaveArgs(o *node.Op) {
 }
 
 // fillPlace makes o, an acquire, the waiter's at place ln.
-func fillPlace(o *node.Op, ln *wake.Place, cfg *config) {
+func fillPlace(o *node.Op, ln *wake.Place, cfg *conf.Config) {
 	o.Waiter, o.Rank, o.LineTTL, o.InLine = ln.ID, ln.Rank, lineTTL(cfg), ln.Joined
 }
 
@@ -79,8 +80,8 @@ func fillPlace(o *node.Op, ln *wake.Place, cfg *config) {
 // longest wait between two attempts of Lock (the retry delay, plus an
 // attempt bounded by the node timeout), twice. A waiter that stops asking
 // (its process died) leaves the line within it.
-func lineTTL(cfg *config) time.Duration {
-	return 2 * (cfg.retryMax + cfg.nodeTimeout)
+func lineTTL(cfg *conf.Config) time.Duration {
+	return 2 * (cfg.RetryMax + cfg.NodeTimeout)
 }
 
 // stayOut is how long a waiter that left the line for good (its Lock call
@@ -89,7 +90,7 @@ func lineTTL(cfg *config) time.Duration {
 // cleanup budget after they were sent, longer than lineTTL with the
 // defaults (2 s against 0.6 s); one that lands later puts it back, for
 // lineTTL at most.
-func stayOut(cfg *config) time.Duration { return max(lineTTL(cfg), cleanupTimeout(cfg)) }
+func stayOut(cfg *conf.Config) time.Duration { return max(lineTTL(cfg), cleanupTimeout(cfg)) }
 
 // handGrace is how long a key handed to a waiter stays free for it alone:
 // the time for the release's message to reach it and its round to run, at
@@ -98,13 +99,13 @@ func stayOut(cfg *config) time.Duration { return max(lineTTL(cfg), cleanupTimeou
 // left) costs the key that much; one that comes later still finds the key
 // free, unless a newcomer took it: the other waiters in the line poll
 // slowly.
-func handGrace(cfg *config) time.Duration {
-	return min(cfg.nodeTimeout, cfg.retryBase)
+func handGrace(cfg *conf.Config) time.Duration {
+	return min(cfg.NodeTimeout, cfg.RetryBase)
 }
 
 // grace is the Grace of cfg's releases: handGrace where the nodes keep
 // lines, else 0 (no hand-off).
-func (c *Client) grace(cfg *config) time.Duration {
+func (c *Client) grace(cfg *conf.Config) time.Duration {
 	if !c.handoff {
 		return 0
 	}
@@ -122,7 +123,7 @@ func (c *Client) grace(cfg *config) time.Duration {
 // lock leaves in the background. Close waits for the
 // leaves. A leave that fails is sent again (leaving); an entry it still
 // misses lapses by itself (lineTTL).
-func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func(int) bool, wait bool) {
+func (c *Client) leaveLine(cfg *conf.Config, rkey, waiter string, tell bool, ask func(int) bool, wait bool) {
 	if c.enter() != nil {
 		return
 	}
@@ -134,7 +135,7 @@ func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func
 	lv := &leaving{c: c, cfg: cfg, o: o, again: owed.Policy{Wait: recheckDelay(cfg), Horizon: time.Now().Add(stayOut(cfg))}}
 	if wait { // with the rounds' commands, bounded like one of them
 		o.Background, o.Follow = false, follow(cfg)
-		if d := time.Now().Add(cfg.nodeTimeout); d.Before(deadline) {
+		if d := time.Now().Add(cfg.NodeTimeout); d.Before(deadline) {
 			deadline = d
 		}
 		lv.done = make(chan struct{}, len(c.senders))
@@ -149,7 +150,7 @@ func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func
 		}
 	}
 	if wait {
-		lv.await(sent, cfg.nodeTimeout)
+		lv.await(sent, cfg.NodeTimeout)
 	}
 }
 
@@ -162,7 +163,7 @@ func (c *Client) leaveLine(cfg *config, rkey, waiter string, tell bool, ask func
 // leave times out at once.
 type leaving struct {
 	c     *Client
-	cfg   *config
+	cfg   *conf.Config
 	o     node.Op
 	again owed.Policy
 	done  chan struct{}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/quorumlock/quorumlock/internal/wake"
 	"maps"
 	"slices"
 	"sync"
@@ -12,8 +11,10 @@ import (
 
 	"github.com/quorumlock/quorumlock/drift"
 	"github.com/quorumlock/quorumlock/internal/bugs"
+	"github.com/quorumlock/quorumlock/internal/conf"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
+	"github.com/quorumlock/quorumlock/internal/wake"
 )
 
 // lockID is what a Lock holds, and as whom.
@@ -38,7 +39,7 @@ type lockID struct {
 // and Release run one at a time, and the other methods never wait for them.
 type Lock struct {
 	c    *Client
-	cfg  *config
+	cfg  *conf.Config
 	id   lockID // what it holds, and as whom: set by newLock, read-only after
 	kind *kind  // which commands it runs (kinds.go)
 
@@ -134,13 +135,13 @@ func (l *Lock) Deadline() time.Time {
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	cfg := l.cfg
 	if ttl == 0 {
-		ttl = cfg.ttl
+		ttl = cfg.TTL
 	}
 	if ttl < time.Millisecond {
 		return fmt.Errorf("redlock: extend %q: TTL %v must be at least 1ms (0 means the lock's TTL)", l.id.key, ttl)
 	}
 	ttl = ttl.Truncate(time.Millisecond)
-	if err := drift.Check(ttl, cfg.driftFactor, cfg.nodeTimeout); err != nil {
+	if err := drift.Check(ttl, cfg.DriftFactor, cfg.NodeTimeout); err != nil {
 		return fmt.Errorf("redlock: extend %q: %w", l.id.key, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -157,7 +158,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 			<-l.op
 		}
 	}()
-	start := cfg.now()
+	start := cfg.Now()
 	if err := l.usable(start); err != nil {
 		return err
 	}
@@ -282,13 +283,13 @@ func (l *Lock) releaseRetry(rd *round, unsure []bool) func(quorum.Reply) {
 // round rd ended (err).
 func (l *Lock) reportRelease(ctx context.Context, rd *round, err error) {
 	cfg := l.cfg
-	if cfg.debug(ctx) {
-		cfg.logger.Debug("redlock: released", "key", l.id.key, "took", time.Since(rd.start), "err", err)
+	if cfg.Debug(ctx) {
+		cfg.Logger.Debug("redlock: released", "key", l.id.key, "took", time.Since(rd.start), "err", err)
 	}
-	if cfg.observer != nil {
+	if cfg.Observer != nil {
 		e := l.event(time.Since(rd.start), err).withRound(rd)
 		e.Context = ctx
-		cfg.observer.Released(e)
+		observerOf(cfg).Released(e)
 	}
 }
 
@@ -382,7 +383,7 @@ func (l *Lock) endForRelease() (unsure, ask []bool, err error) {
 // token or none (the lock is then lost); false and a *QuorumError (and
 // ctx.Err() if ctx ended first) when too few answered. It writes nothing.
 func (l *Lock) Held(ctx context.Context) (bool, error) {
-	if l.usable(l.cfg.now()) != nil {
+	if l.usable(l.cfg.Now()) != nil {
 		return false, nil
 	}
 	c, cfg := l.c, l.cfg
@@ -397,7 +398,7 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 	defer rd.finish(nil)
 	switch {
 	case rd.won():
-		return l.usable(l.cfg.now()) == nil, nil
+		return l.usable(l.cfg.Now()) == nil, nil
 	case rd.gone(): // the token is gone from too many nodes: lost
 		l.declareLost("a quorum of nodes no longer hold the token")
 		return false, nil
@@ -408,10 +409,10 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 // newLock makes the Lock of a won acquisition, registers it for Close and
 // hands it the acquiring round's late replies; it returns nil when Close has
 // begun (the caller rolls back).
-func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquisition) *Lock {
+func (c *Client) newLock(ctx context.Context, cfg *conf.Config, key string, a *acquisition) *Lock {
 	op := a.rd.op
 	l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), id: lockID{key: key, rkey: op.Key, token: op.Token, keyArg: op.KeyArg, tokenArg: op.TokenArg, acquired: a.start},
-		life: lifetime{deadline: drift.Deadline(a.start, cfg.ttl, cfg.driftFactor)}}
+		life: lifetime{deadline: drift.Deadline(a.start, cfg.TTL, cfg.DriftFactor)}}
 	l.renewal.l = l
 	l.kind = a.kind
 	a.kind.identify(&l.id, a, op)
@@ -427,8 +428,8 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 	l.joinSession()
 	l.leaveLineHeld(a.said)
 	a.rd.finish(l.late)
-	if cfg.autoExtend {
-		c.renew.add(l, firstRenewal(l, cfg.now()))
+	if cfg.AutoExtend {
+		c.renew.add(l, firstRenewal(l, cfg.Now()))
 	}
 	l.acquiredBy(ctx, a)
 	return l
@@ -437,16 +438,16 @@ func (c *Client) newLock(ctx context.Context, cfg *config, key string, a *acquis
 // acquiredBy tells the debug log and the Observer that l was acquired by a.
 func (l *Lock) acquiredBy(ctx context.Context, a *acquisition) {
 	cfg := l.cfg
-	if cfg.debug(ctx) {
-		cfg.logger.Debug("redlock: acquired", "key", l.id.key, "took", a.elapsed, "deadline", l.Deadline())
+	if cfg.Debug(ctx) {
+		cfg.Logger.Debug("redlock: acquired", "key", l.id.key, "took", a.elapsed, "deadline", l.Deadline())
 	}
-	if cfg.observer != nil {
+	if cfg.Observer != nil {
 		e := l.event(a.elapsed, nil).withRound(a.rd)
 		e.Context, e.Waited, e.Attempts = ctx, a.elapsed, 1
 		if a.call != nil {
 			e.Call, e.Waited, e.Attempts = a.call.id, time.Since(a.call.begin), a.call.attempts
 		}
-		cfg.observer.Acquired(e)
+		observerOf(cfg).Acquired(e)
 	}
 }
 

@@ -703,10 +703,10 @@ func TestRetryDelayBounds(t *testing.T) {
 		{time.Hour, time.Hour},
 	} {
 		cfg := defaultConfig()
-		cfg.retryBase, cfg.retryMax = tc.base, tc.max
+		cfg.RetryBase, cfg.RetryMax = tc.base, tc.max
 		prev := time.Duration(0)
 		for attempt := range 200 {
-			d := cfg.retryDelay(attempt)
+			d := cfg.RetryDelay(attempt)
 			if d < 0 || d > tc.max || (attempt > 0 && d < prev/4) {
 				t.Fatalf("base %v max %v attempt %d: delay %v (previous %v)", tc.base, tc.max, attempt, d, prev)
 			}

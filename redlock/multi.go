@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/quorumlock/quorumlock/internal/conf"
 	"github.com/quorumlock/quorumlock/internal/node"
 )
 
@@ -50,7 +51,7 @@ func (c *Client) DoAll(ctx context.Context, keys []string, fn func(ctx context.C
 
 // several checks a lock of several keys before any I/O and returns its
 // target and configuration.
-func (c *Client) several(op string, keys []string, opts []Option) (*target, *config, error) {
+func (c *Client) several(op string, keys []string, opts []Option) (*target, *conf.Config, error) {
 	if len(keys) == 0 {
 		return nil, nil, fmt.Errorf("redlock: %s: no keys; name the resources the lock protects", op)
 	}
@@ -68,7 +69,7 @@ func (c *Client) several(op string, keys []string, opts []Option) (*target, *con
 	if !c.queued {
 		return nil, nil, fmt.Errorf("redlock: %s %q: a lock of several keys needs every Pool to be of package pool: only a script takes several keys at once on a node", op, name)
 	}
-	cfg, err := c.cfg.apply(len(c.pools), opts)
+	cfg, err := conf.Apply(c.cfg, len(c.pools), opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -81,7 +82,7 @@ func (c *Client) several(op string, keys []string, opts []Option) (*target, *con
 		}
 	}
 	several := *cfg // renewed by its own extends, never through a session
-	several.several = true
+	several.Several = true
 	cfg = &several
 	t := &target{key: name, keys: slices.Clone(keys), rkeys: make([]any, len(keys)), sorted: make([]string, len(keys))}
 	for i, k := range keys {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/conf"
 )
 
 // Event describes one step in a lock's life, for an Observer.
@@ -129,8 +131,8 @@ type call struct {
 }
 
 // newCall starts a call of key, or returns nil when cfg has no observer.
-func newCall(ctx context.Context, cfg *config, key string) *call {
-	if cfg.observer == nil {
+func newCall(ctx context.Context, cfg *conf.Config, key string) *call {
+	if cfg.Observer == nil {
 		return nil
 	}
 	return &call{id: callIDs.Add(1), ctx: ctx, key: key, begin: time.Now()}
@@ -141,7 +143,7 @@ var callIDs atomic.Uint64
 
 // callFailed tells cfg's observer, if any, that an attempt of cl failed with
 // err: the call returns err (final) or waits and tries again.
-func (c *Client) callFailed(cfg *config, cl *call, err error, final bool) {
+func (c *Client) callFailed(cfg *conf.Config, cl *call, err error, final bool) {
 	if cl == nil || err == nil {
 		return
 	}
@@ -152,16 +154,22 @@ func (c *Client) callFailed(cfg *config, cl *call, err error, final bool) {
 	}
 	cl.reported = cl.attempts
 	if final {
-		cfg.observer.AcquireFailed(e)
+		observerOf(cfg).AcquireFailed(e)
 	} else {
-		cfg.observer.Contended(e)
+		observerOf(cfg).Contended(e)
 	}
 }
 
+// observerOf is cfg's Observer (WithObserver), nil when none.
+func observerOf(cfg *conf.Config) Observer {
+	o, _ := cfg.Observer.(Observer)
+	return o
+}
+
 // observe calls fn with the configured observer, if any.
-func (c *Client) observe(cfg *config, fn func(Observer)) {
-	if cfg.observer != nil {
-		fn(cfg.observer)
+func (c *Client) observe(cfg *conf.Config, fn func(Observer)) {
+	if cfg.Observer != nil {
+		fn(observerOf(cfg))
 	}
 }
 
@@ -174,6 +182,6 @@ func (c *Client) lostLock(l *Lock, why string) {
 
 // reportLost tells the log and the observer that l was just lost.
 func (c *Client) reportLost(l *Lock, why string) {
-	l.cfg.logger.Warn("redlock: lock lost", "key", l.id.key, "why", why)
+	l.cfg.Logger.Warn("redlock: lock lost", "key", l.id.key, "why", why)
 	c.observe(l.cfg, func(o Observer) { o.Lost(l.event(0, ErrLockLost)) })
 }

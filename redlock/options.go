@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,13 +8,14 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/drift"
+	"github.com/quorumlock/quorumlock/internal/conf"
 	"github.com/quorumlock/quorumlock/internal/rng"
 	"github.com/quorumlock/quorumlock/internal/simhook"
 )
 
 // Option configures a Client (in New) or one call, on top of the Client's
 // options; an invalid one fails New or the call, naming it, before any I/O.
-type Option func(*config) error
+type Option func(*conf.Config) error
 
 // Defaults of the options; docs/design.md ("Defaults and why") says why.
 const (
@@ -27,48 +27,18 @@ const (
 	defaultRecheckEvery = time.Second
 )
 
-type config struct {
-	ttl         time.Duration
-	driftFactor float64
-	nodeTimeout time.Duration
-	retryBase   time.Duration
-	retryMax    time.Duration
-	maxWait     time.Duration
-	token       func() (string, error)
-	prefix      string
-	quorum      int // 0: a majority of the pools
-	logger      *slog.Logger
-	now         func() time.Time
-	rnd         *rng.Source   // nil: math/rand/v2 and crypto/rand
-	recheck     time.Duration // how often unverified nodes are asked for their run_id
-	autoExtend  bool
-	renewEvery  time.Duration // 0: TTL/3
-	maxHold     time.Duration // 0: no limit
-	observer    Observer
-	fencing     bool
-	customToken bool   // WithTokenGenerator was given
-	metadata    string // WithMetadata: appended to tokens after node.Meta
-	shared      bool   // Shared: a shared holder
-	several     bool   // a lock of several keys (TryLockAll): set by Client.several
-	permit      bool   // a semaphore's permits: set by Client.Semaphore
-	ownFence    bool   // an election's: the key's own fencing counter (ownCounter)
-	// retryWait, when not nil, shortens Lock's delay before its next
-	// attempt (an election's candidate: to when the leader's key frees).
-	retryWait func(c *Client, ctx context.Context, cfg *config, key string, delay time.Duration) time.Duration
-}
-
-func defaultConfig() config {
-	return config{
-		ttl:         DefaultTTL,
-		driftFactor: drift.DefaultFactor,
-		nodeTimeout: DefaultNodeTimeout,
-		retryBase:   DefaultRetryBase,
-		retryMax:    DefaultRetryMax,
-		token:       randomToken,
-		prefix:      DefaultKeyPrefix,
-		logger:      slog.New(slog.DiscardHandler),
-		now:         time.Now,
-		recheck:     defaultRecheckEvery,
+func defaultConfig() conf.Config {
+	return conf.Config{
+		TTL:         DefaultTTL,
+		DriftFactor: drift.DefaultFactor,
+		NodeTimeout: DefaultNodeTimeout,
+		RetryBase:   DefaultRetryBase,
+		RetryMax:    DefaultRetryMax,
+		Token:       randomToken,
+		Prefix:      DefaultKeyPrefix,
+		Logger:      slog.New(slog.DiscardHandler),
+		Now:         time.Now,
+		Recheck:     defaultRecheckEvery,
 	}
 }
 
@@ -77,78 +47,18 @@ func defaultConfig() config {
 // every node.
 func randomToken() (string, error) { return (*rng.Source)(nil).Token() }
 
-// jitter returns a random duration in [d/2, d].
-func (c *config) jitter(d time.Duration) time.Duration { return c.rnd.Jitter(d) }
-
 // The simulator's Option: each of its Clients draws from a seeded
 // generator, so that a schedule replays.
 func init() {
 	simhook.Random = func(next func() uint64) any {
-		return Option(func(c *config) error {
-			c.rnd = rng.New(next)
-			if !c.customToken {
-				c.token = c.rnd.Token // still the library's tokens: sessions apply
+		return Option(func(c *conf.Config) error {
+			c.Rnd = rng.New(next)
+			if !c.CustomToken {
+				c.Token = c.Rnd.Token // still the library's tokens: sessions apply
 			}
 			return nil
 		})
 	}
-}
-
-// apply returns a copy of base with opts applied and checked against n pools.
-func (base *config) apply(n int, opts []Option) (*config, error) {
-	if len(opts) == 0 {
-		return base, nil
-	}
-	c := *base
-	for _, o := range opts {
-		if o == nil {
-			return nil, errors.New("redlock: an option is nil")
-		}
-		if err := o(&c); err != nil {
-			return nil, err
-		}
-	}
-	if err := c.check(n); err != nil {
-		return nil, err
-	}
-	return &c, nil
-}
-
-func (c *config) check(n int) error {
-	if err := drift.Check(c.ttl, c.driftFactor, c.nodeTimeout); err != nil {
-		return fmt.Errorf("redlock: %w", err)
-	}
-	if c.renewEvery != 0 && c.renewEvery >= c.ttl-drift.Allowance(c.ttl, c.driftFactor)-2*c.nodeTimeout {
-		return fmt.Errorf("redlock: WithRenewEvery(%v): renewals must come well within the TTL %v (less the drift allowance and two node timeouts: one for the round that acquired or renewed, one for the next), or the lock lapses between them; the default is TTL/3", c.renewEvery, c.ttl)
-	}
-	if c.quorum != 0 && (c.quorum <= n/2 || c.quorum > n) {
-		return fmt.Errorf("redlock: quorum %d does not fit %d pools: it must be more than half of them (two quorums must share a node, or two clients could hold one lock) and at most all of them: use %d..%d, or leave it unset for %d", c.quorum, n, n/2+1, n, n/2+1)
-	}
-	return nil
-}
-
-// debug reports whether the logger takes debug records, so that the hot
-// paths build a record's attributes only when it does.
-func (c *config) debug(ctx context.Context) bool {
-	return c.logger.Enabled(ctx, slog.LevelDebug)
-}
-
-// quorumOf is the number of nodes that must agree out of n.
-func (c *config) quorumOf(n int) int {
-	if c.quorum != 0 {
-		return c.quorum
-	}
-	return n/2 + 1
-}
-
-// retryDelay is the wait before attempt+1: a random duration in [d/2, d]
-// with d = min(retryMax, retryBase·2^attempt).
-func (c *config) retryDelay(attempt int) time.Duration {
-	d := c.retryMax
-	if attempt < 62 && c.retryBase <= d>>attempt { // no overflow: base·2^attempt ≤ max
-		d = c.retryBase << attempt
-	}
-	return c.jitter(d)
 }
 
 // MaxTTL is the longest TTL WithTTL takes: a lock's keys on the nodes live
@@ -160,14 +70,14 @@ const MaxTTL = 7 * 24 * time.Hour
 // down to whole milliseconds. It must exceed the drift allowance (TTL × drift
 // factor + 2 ms) plus the node timeout, and be at most MaxTTL.
 func WithTTL(ttl time.Duration) Option {
-	return func(c *config) error {
+	return func(c *conf.Config) error {
 		if ttl < time.Millisecond {
 			return fmt.Errorf("redlock: WithTTL(%v): the TTL must be at least 1ms (the default is %v)", ttl, DefaultTTL)
 		}
 		if ttl > MaxTTL {
 			return fmt.Errorf("redlock: WithTTL(%v): the TTL must be at most MaxTTL (%v); hold a lock longer by renewing it (WithAutoExtend, Do)", ttl, MaxTTL)
 		}
-		c.ttl = ttl.Truncate(time.Millisecond)
+		c.TTL = ttl.Truncate(time.Millisecond)
 		return nil
 	}
 }
@@ -175,11 +85,11 @@ func WithTTL(ttl time.Duration) Option {
 // WithDriftFactor sets the clock-rate error assumed between this process and
 // each Redis server, as a fraction of the TTL: in [0, 0.5), default 0.01.
 func WithDriftFactor(f float64) Option {
-	return func(c *config) error {
+	return func(c *conf.Config) error {
 		if !(f >= 0 && f < drift.MaxFactor) {
 			return fmt.Errorf("redlock: WithDriftFactor(%v): use a value in [0, %v); the default is %v", f, drift.MaxFactor, drift.DefaultFactor)
 		}
-		c.driftFactor = f
+		c.DriftFactor = f
 		return nil
 	}
 }
@@ -191,11 +101,11 @@ func WithDriftFactor(f float64) Option {
 // Client's first operation up to max(4 × this, 200 ms) for the identity
 // check. Keep it well above the servers' round trip, small against the TTL.
 func WithNodeTimeout(d time.Duration) Option {
-	return func(c *config) error {
+	return func(c *conf.Config) error {
 		if d <= 0 {
 			return fmt.Errorf("redlock: WithNodeTimeout(%v): the timeout must be positive (the default is %v)", d, DefaultNodeTimeout)
 		}
-		c.nodeTimeout = d
+		c.NodeTimeout = d
 		return nil
 	}
 }
@@ -208,11 +118,11 @@ func WithNodeTimeout(d time.Duration) Option {
 // keep lines, after an attempt whose votes split or a wake-up that did not
 // win (within the hand-off grace, min(node timeout, base)).
 func WithRetryBackoff(base, max time.Duration) Option {
-	return func(c *config) error {
+	return func(c *conf.Config) error {
 		if base <= 0 || max < base {
 			return fmt.Errorf("redlock: WithRetryBackoff(%v, %v): base must be positive and max at least base (the defaults are %v, %v)", base, max, DefaultRetryBase, DefaultRetryMax)
 		}
-		c.retryBase, c.retryMax = base, max
+		c.RetryBase, c.RetryMax = base, max
 		return nil
 	}
 }
@@ -221,11 +131,11 @@ func WithRetryBackoff(base, max time.Duration) Option {
 // ends); then Lock returns an error matching ErrNotAcquired that carries the
 // last attempt's *QuorumError.
 func WithMaxWait(d time.Duration) Option {
-	return func(c *config) error {
+	return func(c *conf.Config) error {
 		if d < 0 {
 			return fmt.Errorf("redlock: WithMaxWait(%v): the wait must not be negative (0, the default, waits until the context ends)", d)
 		}
-		c.maxWait = d
+		c.MaxWait = d
 		return nil
 	}
 }
@@ -239,11 +149,11 @@ func WithMaxWait(d time.Duration) Option {
 // holds on one of the keys (it would be a second holder). Reusing a token on
 // a key after its lock ended is unsafe: a late release would delete the key.
 func WithTokenGenerator(gen func() (string, error)) Option {
-	return func(c *config) error {
+	return func(c *conf.Config) error {
 		if gen == nil {
 			return errors.New("redlock: WithTokenGenerator(nil): pass a function, or leave the option out for random tokens")
 		}
-		c.token, c.customToken = gen, true
+		c.Token, c.CustomToken = gen, true
 		return nil
 	}
 }
@@ -255,14 +165,14 @@ const MaxMetadata = 256
 // and "quorumlock status", to the locks it acquires (in their Token): at most
 // MaxMetadata bytes, without the bytes 0x1c to 0x1f; "" removes it.
 func WithMetadata(desc string) Option {
-	return func(c *config) error {
+	return func(c *conf.Config) error {
 		if len(desc) > MaxMetadata {
 			return fmt.Errorf("redlock: WithMetadata: the description is %d bytes, more than MaxMetadata (%d): it is stored with the lock on every node", len(desc), MaxMetadata)
 		}
 		if i := strings.IndexFunc(desc, func(r rune) bool { return r >= 0x1c && r <= 0x1f }); i >= 0 {
 			return fmt.Errorf("redlock: WithMetadata(%q): byte %d is %q, one of 0x1c-0x1f, which mark the parts of values the nodes keep", desc, i, desc[i])
 		}
-		c.metadata = desc
+		c.Metadata = desc
 		return nil
 	}
 }
@@ -273,8 +183,8 @@ func WithMetadata(desc string) Option {
 // closes at once ("app{}") or never ("app{"), and a key that begins with
 // '}', are refused by every call that uses them.
 func WithKeyPrefix(prefix string) Option {
-	return func(c *config) error {
-		c.prefix = prefix
+	return func(c *conf.Config) error {
+		c.Prefix = prefix
 		return nil
 	}
 }
@@ -282,11 +192,11 @@ func WithKeyPrefix(prefix string) Option {
 // WithQuorum sets how many nodes must agree (default N/2+1): more than half
 // the pools and at most all; a larger quorum tolerates fewer failed nodes.
 func WithQuorum(q int) Option {
-	return func(c *config) error {
+	return func(c *conf.Config) error {
 		if q <= 0 {
 			return fmt.Errorf("redlock: WithQuorum(%d): the quorum must be positive", q)
 		}
-		c.quorum = q
+		c.Quorum = q
 		return nil
 	}
 }
@@ -296,37 +206,29 @@ func WithQuorum(q int) Option {
 // at most, the rest counted); a lock lost or left to expire at its maximum
 // hold time (warn); pools that reach one server (error).
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
+	return func(c *conf.Config) error {
 		if l == nil {
 			return errors.New("redlock: WithLogger(nil): pass a *slog.Logger, or leave the option out for no logging")
 		}
-		c.logger = l
+		c.Logger = l
 		return nil
 	}
 }
 
 // withClock replaces the clock that validity is measured on (tests only).
 func withClock(now func() time.Time) Option {
-	return func(c *config) error {
-		c.now = now
+	return func(c *conf.Config) error {
+		c.Now = now
 		return nil
 	}
 }
 
 // withRecheck sets how often unverified nodes are asked again (tests only).
 func withRecheck(d time.Duration) Option {
-	return func(c *config) error {
-		c.recheck = d
+	return func(c *conf.Config) error {
+		c.Recheck = d
 		return nil
 	}
-}
-
-// renewInterval is how often auto-extension renews: WithRenewEvery, or TTL/3.
-func (c *config) renewInterval() time.Duration {
-	if c.renewEvery > 0 {
-		return c.renewEvery
-	}
-	return c.ttl / 3
 }
 
 // WithAutoExtend turns automatic renewal on or off (default off; on in Do):
@@ -338,8 +240,8 @@ func (c *config) renewInterval() time.Duration {
 // Pools of package pool that are not Cluster clients) take only their TTL
 // in Extend; the Observer sees their session's renewals as theirs.
 func WithAutoExtend(on bool) Option {
-	return func(c *config) error {
-		c.autoExtend = on
+	return func(c *conf.Config) error {
+		c.AutoExtend = on
 		return nil
 	}
 }
@@ -348,11 +250,11 @@ func WithAutoExtend(on bool) Option {
 // renewals can fail before a lock lapses); it must be shorter than the TTL
 // less the drift allowance and two node timeouts.
 func WithRenewEvery(d time.Duration) Option {
-	return func(c *config) error {
+	return func(c *conf.Config) error {
 		if d <= 0 {
 			return fmt.Errorf("redlock: WithRenewEvery(%v): the interval must be positive (the default is TTL/3)", d)
 		}
-		c.renewEvery = d
+		c.RenewEvery = d
 		return nil
 	}
 }
@@ -361,11 +263,11 @@ func WithRenewEvery(d time.Duration) Option {
 // bound): no renewal carries its deadline past acquisition + d, so it is then
 // lost (ErrLockLost). The lock's first deadline comes from its TTL alone.
 func WithMaxHold(d time.Duration) Option {
-	return func(c *config) error {
+	return func(c *conf.Config) error {
 		if d < 0 {
 			return fmt.Errorf("redlock: WithMaxHold(%v): the bound must not be negative (0, the default, means none)", d)
 		}
-		c.maxHold = d
+		c.MaxHold = d
 		return nil
 	}
 }
@@ -373,8 +275,8 @@ func WithMaxHold(d time.Duration) Option {
 // WithObserver sets an Observer told about every lock's acquisition,
 // renewals, loss and release (default: none).
 func WithObserver(o Observer) Option {
-	return func(c *config) error {
-		c.observer = o
+	return func(c *conf.Config) error {
+		c.Observer = o
 		return nil
 	}
 }
@@ -386,8 +288,8 @@ func WithObserver(o Observer) Option {
 // fencing does not advance the counters, which have no TTL. Stop clients of
 // earlier versions first: their per-key counters are folded in and deleted.
 func WithFencing(on bool) Option {
-	return func(c *config) error {
-		c.fencing = on
+	return func(c *conf.Config) error {
+		c.Fencing = on
 		return nil
 	}
 }
@@ -399,8 +301,8 @@ func WithFencing(on bool) Option {
 // unless every Pool is of package pool and none a Cluster client. TryLockAll,
 // LockAll and DoAll refuse Shared; Client.Resume does not resume such locks.
 func Shared() Option {
-	return func(c *config) error {
-		c.shared = true
+	return func(c *conf.Config) error {
+		c.Shared = true
 		return nil
 	}
 }

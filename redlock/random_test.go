@@ -20,10 +20,10 @@ func TestSimhookRandomRepeats(t *testing.T) {
 		}
 		defer c.Close()
 		for a := range 8 {
-			delays = append(delays, c.cfg.retryDelay(a))
+			delays = append(delays, c.cfg.RetryDelay(a))
 		}
 		names, _ := newNotifier(c.cfg, c.pools, true) // as a Client over queued Pools names its waiters
-		tok, err := c.cfg.token()
+		tok, err := c.cfg.Token()
 		if err != nil || len(tok) != 22 {
 			t.Fatalf("token %q, %v: want 22 characters, as randomToken's", tok, err)
 		}
@@ -40,7 +40,7 @@ func TestSimhookRandomRepeats(t *testing.T) {
 	}
 	cfg := defaultConfig()
 	for range 100 {
-		if d := cfg.jitter(100 * time.Millisecond); d < 50*time.Millisecond || d > 100*time.Millisecond {
+		if d := cfg.Jitter(100 * time.Millisecond); d < 50*time.Millisecond || d > 100*time.Millisecond {
 			t.Fatalf("default jitter(100ms) = %v, want within [50ms, 100ms]", d)
 		}
 	}

@@ -43,9 +43,9 @@ func (r *renewer) init(c *Client) {
 	r.c = c
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.s = schedule.New(schedule.Config[*renewSlot]{
-		Now: c.cfg.now,
+		Now: c.cfg.Now,
 		// A lock due a little after the head joins its batch.
-		Window: func(head *renewSlot) time.Duration { return min(head.l.cfg.renewInterval()/8, maxRenewWindow) },
+		Window: func(head *renewSlot) time.Duration { return min(head.l.cfg.RenewInterval()/8, maxRenewWindow) },
 		Run: func(batch []*renewSlot) {
 			ls := make([]*Lock, len(batch))
 			for i, rn := range batch {
@@ -63,17 +63,17 @@ func (r *renewer) init(c *Client) {
 func firstRenewal(l *Lock, now time.Time) time.Time {
 	if l.kind.session { // its key's refresh, every half key TTL
 		iv := keyTTL(l.cfg) / 2
-		return now.Add(iv/2 + l.cfg.rnd.Duration(iv/2+1))
+		return now.Add(iv/2 + l.cfg.Rnd.Duration(iv/2+1))
 	}
-	iv := l.cfg.renewInterval()
-	return now.Add(min(iv/2+l.cfg.rnd.Duration(iv/2+1), l.maxWait(now)))
+	iv := l.cfg.RenewInterval()
+	return now.Add(min(iv/2+l.cfg.Rnd.Duration(iv/2+1), l.maxWait(now)))
 }
 
 // maxWait is the longest a renewal may wait at now: never so long that it
 // could not be confirmed (one node timeout) with a node timeout to spare
 // before the deadline, never less than a quarter node timeout.
 func (l *Lock) maxWait(now time.Time) time.Duration {
-	return max(l.cfg.nodeTimeout/4, l.Deadline().Sub(now)-2*l.cfg.nodeTimeout)
+	return max(l.cfg.NodeTimeout/4, l.Deadline().Sub(now)-2*l.cfg.NodeTimeout)
 }
 
 // add schedules l's next renewal at due; it reports false after close.

@@ -19,13 +19,13 @@ import (
 // recorded. It runs on a goroutine counted in c.wg.
 func (r *renewer) renew(batch []*Lock) {
 	c := r.c
-	now := c.cfg.now()
+	now := c.cfg.Now()
 	groups := map[renewKey][]*Lock{}
 	for _, l := range batch {
 		select { // an Extend or Release is under way: try again soon
 		case l.op <- struct{}{}:
 		default:
-			r.add(l, now.Add(l.cfg.nodeTimeout/4))
+			r.add(l, now.Add(l.cfg.NodeTimeout/4))
 			continue
 		}
 		ttl, ok := l.renewalTTL(now)
@@ -34,12 +34,12 @@ func (r *renewer) renew(batch []*Lock) {
 			<-l.op
 		case l.landingNow() != nil && l.kind.session: // its key's TTL is long: later
 			<-l.op
-			r.add(l, now.Add(l.cfg.nodeTimeout))
+			r.add(l, now.Add(l.cfg.NodeTimeout))
 		case l.landingNow() != nil || !l.kind.batch: // its own round chains behind the SET; the kinds that do not batch have commands of their own
 			<-l.op
 			c.wg.Go(func() { r.renewOne(l, ttl) })
 		default:
-			k := renewKey{ttl: ttl, timeout: l.cfg.nodeTimeout, quorum: l.cfg.quorum, keys: l.kind.session, slot: -1}
+			k := renewKey{ttl: ttl, timeout: l.cfg.NodeTimeout, quorum: l.cfg.Quorum, keys: l.kind.session, slot: -1}
 			if c.slotted { // one command's keys must share a slot on a Cluster
 				k.slot = node.Slot(l.id.rkey)
 			}
@@ -96,19 +96,19 @@ func (l *Lock) renewalTTL(now time.Time) (time.Duration, bool) {
 	if l.kind.session { // its session renews it; its key only needs to live
 		return keyTTL(cfg), true
 	}
-	if left := l.Deadline().Sub(now); left <= cfg.nodeTimeout {
+	if left := l.Deadline().Sub(now); left <= cfg.NodeTimeout {
 		l.declareLost(fmt.Sprintf("%v of validity left, less than the node timeout: no renewal can be confirmed in time", left))
 		return 0, false
 	}
-	ttl := cfg.ttl
-	if cfg.maxHold > 0 {
-		remaining := l.id.acquired.Add(cfg.maxHold).Sub(now)
-		if drift.Check(remaining, cfg.driftFactor, cfg.nodeTimeout) != nil {
-			cfg.logger.Warn("redlock: maximum hold time reached; the lock is left to expire", "key", l.id.key, "max_hold", cfg.maxHold)
+	ttl := cfg.TTL
+	if cfg.MaxHold > 0 {
+		remaining := l.id.acquired.Add(cfg.MaxHold).Sub(now)
+		if drift.Check(remaining, cfg.DriftFactor, cfg.NodeTimeout) != nil {
+			cfg.Logger.Warn("redlock: maximum hold time reached; the lock is left to expire", "key", l.id.key, "max_hold", cfg.MaxHold)
 			return 0, false // the lease timer marks it lost at its deadline
 		}
 		ttl = min(ttl, remaining.Truncate(time.Millisecond)) // never renewed past acquisition + maxHold
-		if !drift.Deadline(now, ttl, cfg.driftFactor).After(l.Deadline()) {
+		if !drift.Deadline(now, ttl, cfg.DriftFactor).After(l.Deadline()) {
 			return 0, false // no renewal can move the deadline any later
 		}
 	}
@@ -118,7 +118,7 @@ func (l *Lock) renewalTTL(now time.Time) (time.Duration, bool) {
 // renewOne renews l through Extend, for a lock whose acquire command has
 // not answered on some node (Extend holds its command back there).
 func (r *renewer) renewOne(l *Lock, ttl time.Duration) {
-	start := l.cfg.now()
+	start := l.cfg.Now()
 	err := l.Extend(r.ctx, ttl)
 	r.after(l, start, err)
 }
@@ -130,11 +130,11 @@ func (r *renewer) renewOne(l *Lock, ttl time.Duration) {
 // the loss once it is too late); never after release, loss or Close.
 func (r *renewer) after(l *Lock, start time.Time, err error) {
 	cfg := l.cfg
-	now := cfg.now()
+	now := cfg.Now()
 	switch {
 	case err == nil:
 		r.c.observe(cfg, func(o Observer) { o.Extended(l.event(now.Sub(start), nil)) })
-		r.add(l, now.Add(min(cfg.renewInterval(), l.maxWait(now))))
+		r.add(l, now.Add(min(cfg.RenewInterval(), l.maxWait(now))))
 		return
 	case errors.Is(err, ErrReleased), errors.Is(err, ErrClosed):
 		return
@@ -144,7 +144,7 @@ func (r *renewer) after(l *Lock, start time.Time, err error) {
 		return // extended has marked it lost and told the observer
 	}
 	left := l.Deadline().Sub(now)
-	r.add(l, now.Add(min(cfg.renewInterval(), max((left-cfg.nodeTimeout)/2, cfg.nodeTimeout/4))))
+	r.add(l, now.Add(min(cfg.RenewInterval(), max((left-cfg.NodeTimeout)/2, cfg.NodeTimeout/4))))
 }
 
 // failAll records err as the outcome of renewals that could not be sent. A
@@ -153,7 +153,7 @@ func (r *renewer) after(l *Lock, start time.Time, err error) {
 // Observer sees the session's renewals, not its locks' key refreshes.
 func (r *renewer) failAll(ls []*Lock, err error) {
 	for _, l := range ls {
-		start := l.cfg.now()
+		start := l.cfg.Now()
 		<-l.op
 		if l.kind.session {
 			r.add(l, start.Add(keyTTL(l.cfg)/8))
@@ -188,14 +188,14 @@ type renewal struct {
 func (r *renewer) start(ls []*Lock, ttl time.Duration) *renewal {
 	c := r.c
 	cfg := *ls[0].cfg
-	now := cfg.now()
-	left := cfg.ttl
+	now := cfg.Now()
+	left := cfg.TTL
 	keys, tokens := make([]any, len(ls)), make([]any, len(ls))
 	for i, l := range ls {
 		keys[i], tokens[i] = l.id.keyArg, l.id.tokenArg
-		left = min(left, l.Deadline().Sub(now)-cfg.nodeTimeout)
+		left = min(left, l.Deadline().Sub(now)-cfg.NodeTimeout)
 	}
-	cfg.nodeTimeout = min(max(cfg.nodeTimeout, left/2), cleanupTimeout(&cfg))
+	cfg.NodeTimeout = min(max(cfg.NodeTimeout, left/2), cleanupTimeout(&cfg))
 	rn := &renewal{ls: ls, ttl: ttl, start: now, yes: make([]uint8, len(ls)), no: make([]uint8, len(ls))}
 	rn.rd = c.run(r.ctx, &cfg, send{spec: opExtendMany, o: node.Op{TTL: ttl, Keys: keys, Tokens: tokens, Background: true}})
 	rn.reps = make([]quorum.Reply, len(c.pools))
@@ -286,8 +286,8 @@ func (rn *renewal) quorumError(i int) *QuorumError {
 // on when every node the lock holds confirmed, sooner otherwise.
 func (rn *renewal) refreshed(r *renewer, i int, l *Lock) {
 	cfg := l.cfg
-	until := drift.Deadline(rn.start, rn.ttl, cfg.driftFactor)
-	now := cfg.now()
+	until := drift.Deadline(rn.start, rn.ttl, cfg.DriftFactor)
+	now := cfg.Now()
 	all := true
 	l.mu.Lock()
 	for j, rep := range rn.reps {
@@ -299,7 +299,7 @@ func (rn *renewal) refreshed(r *renewer, i int, l *Lock) {
 	if !all {
 		next = rn.ttl / 8
 	}
-	r.add(l, cfg.now().Add(next))
+	r.add(l, cfg.Now().Add(next))
 }
 
 func later(a, b time.Time) time.Time {

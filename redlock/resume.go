@@ -45,8 +45,8 @@ func (c *Client) Resume(ctx context.Context, key, token string, opts ...Option) 
 		return nil, err
 	}
 	defer c.wg.Done()
-	a := &acquisition{start: cfg.now(), kind: kindPlain} // a resumed lock runs a plain lock's commands
-	a.rd = c.run(ctx, cfg, send{spec: opResume, o: node.Op{Key: c.redisKey(cfg, key), Token: token, TTL: cfg.ttl}})
+	a := &acquisition{start: cfg.Now(), kind: kindPlain} // a resumed lock runs a plain lock's commands
+	a.rd = c.run(ctx, cfg, send{spec: opResume, o: node.Op{Key: c.redisKey(cfg, key), Token: token, TTL: cfg.TTL}})
 	session := false
 	for {
 		rep, _, ok := a.rd.next()

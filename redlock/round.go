@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/conf"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 )
@@ -84,7 +85,7 @@ func everyKey(rep quorum.Reply, _ *Lock) bool {
 // round is one operation's fan-out and its tally. Owned by one goroutine.
 type round struct {
 	c     *Client
-	cfg   *config
+	cfg   *conf.Config
 	spec  *opSpec
 	l     *Lock // the lock the round is about; nil for acquire rounds
 	r     *quorum.Round
@@ -107,7 +108,7 @@ type round struct {
 // follow is how long a command is followed after its round stopped
 // waiting: with the node timeout, as long as a release nobody waits for may
 // take (cleanupTimeout), which is what Close waits for at most.
-func follow(cfg *config) time.Duration { return max(0, cleanupTimeout(cfg)-cfg.nodeTimeout) }
+func follow(cfg *conf.Config) time.Duration { return max(0, cleanupTimeout(cfg)-cfg.NodeTimeout) }
 
 // send is what one round sends: spec's command o, about the lock l (nil:
 // none), to the nodes i with ask[i] (nil: every node) whose identity is
@@ -126,10 +127,10 @@ type send struct {
 // holds back the nodes whose acquire command has not answered yet and
 // sends to each as soon as it has (see Lock.chain): no command of a lock
 // overtakes its SET.
-func (c *Client) run(ctx context.Context, cfg *config, s send) *round {
+func (c *Client) run(ctx context.Context, cfg *conf.Config, s send) *round {
 	spec, l, o := s.spec, s.l, s.o
-	rd := &round{c: c, cfg: cfg, spec: spec, l: l, res: c.newResults(), q: cfg.quorumOf(len(c.pools)), start: time.Now()}
-	if d, ok := ctx.Deadline(); ok && d.Before(rd.start.Add(cfg.nodeTimeout)) {
+	rd := &round{c: c, cfg: cfg, spec: spec, l: l, res: c.newResults(), q: cfg.QuorumOf(len(c.pools)), start: time.Now()}
+	if d, ok := ctx.Deadline(); ok && d.Before(rd.start.Add(cfg.NodeTimeout)) {
 		rd.cut = true
 	}
 	if n := len(c.pools); n <= len(rd.outv) {
@@ -152,7 +153,7 @@ func (c *Client) run(ctx context.Context, cfg *config, s send) *round {
 	if call == nil {
 		call = c.call
 	}
-	rd.r = quorum.Start(ctx, quorum.Plan{WG: &c.wg, Timeout: cfg.nodeTimeout, N: len(c.pools), Ask: rd.asking(s.ask), Hold: hold,
+	rd.r = quorum.Start(ctx, quorum.Plan{WG: &c.wg, Timeout: cfg.NodeTimeout, N: len(c.pools), Ask: rd.asking(s.ask), Hold: hold,
 		Senders: c.senders, Op: op, Call: call})
 	if hold != nil {
 		rd.chained = l.chain(rd, hold)

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/conf"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 )
@@ -32,7 +33,7 @@ type Semaphore struct {
 	c       *Client
 	name    string
 	permits int
-	cfg     *config
+	cfg     *conf.Config
 	all     *target       // every permit's key (Acquire waits for a release of any)
 	keys    []any         // the count key, then each permit's key
 	next    atomic.Uint64 // where this Semaphore's next try starts
@@ -52,7 +53,7 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) (*Semaphore
 	if !c.queued {
 		return nil, fmt.Errorf("redlock: semaphore %q: needs every Pool to be of package pool: only a script reads every permit at once on a node", name)
 	}
-	cfg, err := c.cfg.apply(len(c.pools), opts)
+	cfg, err := conf.Apply(c.cfg, len(c.pools), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +64,7 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) (*Semaphore
 		return nil, fmt.Errorf("redlock: semaphore %q: %s", name, why)
 	}
 	own := *cfg // renewed by its own extends, never through a session
-	own.permit = true
+	own.Permit = true
 	s := &Semaphore{c: c, name: name, permits: permits, cfg: &own, keys: make([]any, 1+permits)}
 	base := c.redisKey(&own, name)
 	s.keys[0] = base + node.CountSuffix
@@ -75,7 +76,7 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) (*Semaphore
 	s.all.rkey = s.all.sorted[0]
 	slices.Sort(s.all.sorted)
 	s.all.sweep = s.sweep
-	s.next.Store(uint64(own.rnd.Duration(time.Duration(permits))))
+	s.next.Store(uint64(own.Rnd.Duration(time.Duration(permits))))
 	return s, nil
 }
 
@@ -111,7 +112,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
 func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error) error {
 	return s.c.under(ctx, s.name, fn, func() (*Lock, error) {
 		auto := *s.cfg
-		auto.autoExtend = true
+		auto.AutoExtend = true
 		return s.c.wait(ctx, s.all, &auto)
 	})
 }
@@ -119,7 +120,7 @@ func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error) 
 // sweep takes a free permit with cfg (s's, or a copy): it tries one, and
 // then, while the nodes' answers leave some untried permit free on enough
 // nodes for a quorum, the one free on most of them.
-func (s *Semaphore) sweep(ctx context.Context, cfg *config, cl *call) (*Lock, error) {
+func (s *Semaphore) sweep(ctx context.Context, cfg *conf.Config, cl *call) (*Lock, error) {
 	tried := make([]bool, s.permits)
 	slot := int(s.next.Add(1) % uint64(s.permits))
 	for n := 1; ; n++ {
@@ -134,7 +135,7 @@ func (s *Semaphore) sweep(ctx context.Context, cfg *config, cl *call) (*Lock, er
 			return l, err
 		}
 		tried[slot] = true
-		if slot = p.next(tried, cfg.quorumOf(len(s.c.pools)), len(s.c.pools)); slot < 0 {
+		if slot = p.next(tried, cfg.QuorumOf(len(s.c.pools)), len(s.c.pools)); slot < 0 {
 			return nil, fmt.Errorf("redlock: semaphore %q: no permit free on a quorum: %s: %w", s.name, s.triedText(n), err)
 		}
 	}

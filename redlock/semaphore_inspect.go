@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/quorumlock/quorumlock/internal/conf"
 	"github.com/quorumlock/quorumlock/internal/node"
 )
 
@@ -39,7 +40,7 @@ var opDeclared = &opSpec{name: "inspect", kind: node.Get}
 // semaphoreName returns the error of Client.Inspect for key when nodes
 // declare a semaphore's permit count under it, nil otherwise (also when
 // too few nodes answered to tell).
-func (c *Client) semaphoreName(ctx context.Context, cfg *config, key string) error {
+func (c *Client) semaphoreName(ctx context.Context, cfg *conf.Config, key string) error {
 	if err := c.enterRound(ctx, cfg); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/drift"
+	"github.com/quorumlock/quorumlock/internal/conf"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 	"github.com/quorumlock/quorumlock/internal/session"
@@ -24,7 +25,7 @@ import (
 // keyTTL is the TTL of a session lock's key: long, so that refreshing it
 // costs little, yet bounded, so that the keys of a session that ended are
 // collected.
-func keyTTL(cfg *config) time.Duration { return 10 * cfg.ttl }
+func keyTTL(cfg *conf.Config) time.Duration { return 10 * cfg.TTL }
 
 // sessionKey identifies a session: the locks of one prefix, TTL, renewal
 // interval, node timeout and drift factor share it.
@@ -55,7 +56,7 @@ func (l *Lock) holdSession(s *session.Session, gens []uint64, start time.Time) {
 	}
 	l.hold.sess, l.hold.gens, l.hold.keyUntil = s, gens, make([]time.Time, len(gens))
 	for i := range l.hold.keyUntil {
-		l.hold.keyUntil[i] = drift.Deadline(start, keyTTL(l.cfg), l.cfg.driftFactor)
+		l.hold.keyUntil[i] = drift.Deadline(start, keyTTL(l.cfg), l.cfg.DriftFactor)
 	}
 }
 
@@ -64,7 +65,7 @@ func (l *Lock) holdSession(s *session.Session, gens []uint64, start time.Time) {
 // other locks.
 func (l *Lock) joinSession() {
 	if l.kind.session {
-		l.hold.sess.Add((*member)(l), l.cfg.observer != nil)
+		l.hold.sess.Add((*member)(l), l.cfg.Observer != nil)
 	}
 }
 
@@ -77,7 +78,7 @@ func (l *Lock) leaveSession() {
 // sessionDeadlineLocked is a session lock's deadline as its session's
 // confirmations tell it; l.mu must be held.
 func (l *Lock) sessionDeadlineLocked() time.Time {
-	return l.hold.sess.Deadline(l.hold.gens, l.hold.keyUntil, l.id.acquired, l.cfg.quorumOf(len(l.hold.gens)))
+	return l.hold.sess.Deadline(l.hold.gens, l.hold.keyUntil, l.id.acquired, l.cfg.QuorumOf(len(l.hold.gens)))
 }
 
 // sessionAccepted records a late answer to a session lock's acquire and
@@ -94,7 +95,7 @@ func (l *Lock) sessionAccepted(rep quorum.Reply) uint64 {
 // session lock from now on; l.mu must be held.
 func (l *Lock) countNodeLocked(n int, gen uint64) {
 	l.hold.gens[n] = gen
-	l.hold.keyUntil[n] = drift.Deadline(l.id.acquired, keyTTL(l.cfg), l.cfg.driftFactor)
+	l.hold.keyUntil[n] = drift.Deadline(l.id.acquired, keyTTL(l.cfg), l.cfg.DriftFactor)
 }
 
 // keyRefreshedLocked records node j's answer rep to a refresh of a session
@@ -138,11 +139,11 @@ func (m *member) Rearm() {
 func (m *member) Renewed(took time.Duration, won bool, confirmed, sent, q int) {
 	l := (*Lock)(m)
 	if won {
-		l.cfg.observer.Extended(l.event(took, nil))
+		observerOf(l.cfg).Extended(l.event(took, nil))
 		return
 	}
 	err := fmt.Errorf("redlock: renewal session of %q: %d of %d nodes confirmed its renewal, %d needed: %w", l.id.key, confirmed, sent, q, ErrNotHeld)
-	l.cfg.observer.ExtendFailed(l.event(took, err))
+	observerOf(l.cfg).ExtendFailed(l.event(took, err))
 }
 
 // maxSessions bounds a Client's renewal sessions, whatever the TTLs its
@@ -157,11 +158,11 @@ const maxSessions = 16
 // queue commands or are Redis Clusters (a script there may only touch the
 // keys of one hash slot), or when the Client has maxSessions sessions of
 // other kinds.
-func (c *Client) sessionFor(cfg *config) *session.Session {
+func (c *Client) sessionFor(cfg *conf.Config) *session.Session {
 	if !c.sessionLocks(cfg) {
 		return nil
 	}
-	k := sessionKey{prefix: cfg.prefix, ttl: cfg.ttl, every: cfg.renewInterval(), nt: cfg.nodeTimeout, drift: cfg.driftFactor}
+	k := sessionKey{prefix: cfg.Prefix, ttl: cfg.TTL, every: cfg.RenewInterval(), nt: cfg.NodeTimeout, drift: cfg.DriftFactor}
 	c.sessMu.Lock()
 	defer c.sessMu.Unlock()
 	if s := c.sessions[k]; s != nil {
@@ -171,12 +172,12 @@ func (c *Client) sessionFor(cfg *config) *session.Session {
 		return nil
 	}
 	var b [12]byte
-	cfg.rnd.Read(b[:])
+	cfg.Rnd.Read(b[:])
 	sid := base64.RawURLEncoding.EncodeToString(b[:])
-	s := session.New(session.Config{TTL: cfg.ttl, Every: cfg.renewInterval(), NodeTimeout: cfg.nodeTimeout, MaxWait: cleanupTimeout(cfg),
-		Drift: cfg.driftFactor, Now: cfg.now, Quorum: cfg.quorumOf(len(c.pools))},
+	s := session.New(session.Config{TTL: cfg.TTL, Every: cfg.RenewInterval(), NodeTimeout: cfg.NodeTimeout, MaxWait: cleanupTimeout(cfg),
+		Drift: cfg.DriftFactor, Now: cfg.Now, Quorum: cfg.QuorumOf(len(c.pools))},
 		session.Env{Send: c.sendOwn, Done: c.wg.Done, Go: c.wg.Go, Stop: c.renew.ctx.Done(), Verified: c.ids.Verified},
-		sid, node.SessionKey(cfg.prefix, sid), node.SessionSeq(cfg.prefix), len(c.pools))
+		sid, node.SessionKey(cfg.Prefix, sid), node.SessionSeq(cfg.Prefix), len(c.pools))
 	if c.sessions == nil {
 		c.sessions = map[sessionKey]*session.Session{}
 	}
@@ -186,8 +187,8 @@ func (c *Client) sessionFor(cfg *config) *session.Session {
 
 // sessionLocks reports whether the locks of cfg hang on a session (see
 // sessionFor).
-func (c *Client) sessionLocks(cfg *config) bool {
-	return cfg.autoExtend && cfg.maxHold == 0 && !cfg.customToken && c.queued && !c.slotted && sessionKind(cfg)
+func (c *Client) sessionLocks(cfg *conf.Config) bool {
+	return cfg.AutoExtend && cfg.MaxHold == 0 && !cfg.CustomToken && c.queued && !c.slotted && sessionKind(cfg)
 }
 
 // extendSession is Extend for a session lock, whose TTL is its session's: it
@@ -197,8 +198,8 @@ func (c *Client) sessionLocks(cfg *config) bool {
 // The op slot and an enter() count are held.
 func (l *Lock) extendSession(ctx context.Context, ttl time.Duration, start time.Time) error {
 	s, cfg := l.hold.sess, l.cfg
-	if ttl != cfg.ttl {
-		return fmt.Errorf("redlock: extend %q: an auto-extended lock is renewed with its session, to its TTL (%v); extend it with 0 or that TTL, or acquire it without auto-extension to extend it to %v", l.id.key, cfg.ttl, ttl)
+	if ttl != cfg.TTL {
+		return fmt.Errorf("redlock: extend %q: an auto-extended lock is renewed with its session, to its TTL (%v); extend it with 0 or that TTL, or acquire it without auto-extension to extend it to %v", l.id.key, cfg.TTL, ttl)
 	}
 	replies := make(chan session.Reply, len(l.hold.gens))
 	sent := s.Renew(start, replies)
@@ -216,15 +217,15 @@ wait:
 			break wait
 		}
 	}
-	if err := l.usable(cfg.now()); err != nil {
+	if err := l.usable(cfg.Now()); err != nil {
 		return err
 	}
-	if !l.Deadline().Before(drift.Deadline(start, ttl, cfg.driftFactor)) {
+	if !l.Deadline().Before(drift.Deadline(start, ttl, cfg.DriftFactor)) {
 		return nil
 	}
-	elapsed := cfg.now().Sub(start)
+	elapsed := cfg.Now().Sub(start)
 	markUnanswered(res, context.DeadlineExceeded, elapsed)
-	return withCaller(ctx, &QuorumError{Op: "extend", Key: l.id.key, Quorum: cfg.quorumOf(len(res)), Nodes: res, Elapsed: elapsed, TTL: ttl})
+	return withCaller(ctx, &QuorumError{Op: "extend", Key: l.id.key, Quorum: cfg.QuorumOf(len(res)), Nodes: res, Elapsed: elapsed, TTL: ttl})
 }
 
 // sessionResult is a node's session renewal as the NodeResult of a lock.

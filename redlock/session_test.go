@@ -99,8 +99,8 @@ func TestSessionNoLosesNodeAtOnce(t *testing.T) {
 		for _, l := range ls {
 			<-l.Done()
 		}
-		if took := time.Since(start); took > c.cfg.renewInterval()+time.Millisecond {
-			t.Fatalf("lost %v after the session keys went, want within one renewal interval (%v)", took, c.cfg.renewInterval())
+		if took := time.Since(start); took > c.cfg.RenewInterval()+time.Millisecond {
+			t.Fatalf("lost %v after the session keys went, want within one renewal interval (%v)", took, c.cfg.RenewInterval())
 		}
 	})
 }
@@ -471,7 +471,7 @@ func TestSessionCloseJoinsRenewals(t *testing.T) {
 		for _, p := range ps {
 			p.set(node.RenewSession, 400*time.Millisecond, 0, nil)
 		}
-		time.Sleep(c.cfg.renewInterval() + 10*time.Millisecond) // a renewal is in flight on every node
+		time.Sleep(c.cfg.RenewInterval() + 10*time.Millisecond) // a renewal is in flight on every node
 		s := l.hold.sess
 		if s.Node(0).Busy == 0 {
 			t.Fatal("no renewal in flight")
@@ -530,7 +530,7 @@ func TestSessionsBounded(t *testing.T) {
 		time.Sleep(3 * time.Second)
 		for _, l := range ls {
 			if err := l.Err(); err != nil {
-				t.Fatalf("%s with TTL %v: %v", l.id.key, l.cfg.ttl, err)
+				t.Fatalf("%s with TTL %v: %v", l.id.key, l.cfg.TTL, err)
 			}
 		}
 	})

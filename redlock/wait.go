@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/bugs"
+	"github.com/quorumlock/quorumlock/internal/conf"
 	"github.com/quorumlock/quorumlock/internal/wake"
 )
 
@@ -31,7 +32,7 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 // wait is Lock's loop, for the key or keys t names: waiters of one key keep
 // their place in its line, where the nodes keep lines; waiters of several
 // keys never wait in a line (docs/design.md, "Several keys").
-func (c *Client) wait(ctx context.Context, t *target, cfg *config) (*Lock, error) {
+func (c *Client) wait(ctx context.Context, t *target, cfg *conf.Config) (*Lock, error) {
 	cl := newCall(ctx, cfg, t.key)
 	l, err := c.waitFor(ctx, t, cfg, cl)
 	c.callFailed(cfg, cl, err, true)
@@ -39,7 +40,7 @@ func (c *Client) wait(ctx context.Context, t *target, cfg *config) (*Lock, error
 }
 
 // waitFor is wait's loop, as the call cl.
-func (c *Client) waitFor(ctx context.Context, t *target, cfg *config, cl *call) (*Lock, error) {
+func (c *Client) waitFor(ctx context.Context, t *target, cfg *conf.Config, cl *call) (*Lock, error) {
 	key := t.key
 	begin := time.Now()
 	s := newSleeper(c, cfg, t)
@@ -69,13 +70,13 @@ func (c *Client) waitFor(ctx context.Context, t *target, cfg *config, cl *call) 
 		}
 		last = err
 		delay := s.delay(attempt, err)
-		if cfg.retryWait != nil { // an election's candidate: its leader may have died
-			delay = cfg.retryWait(c, ctx, cfg, key, delay)
+		if cfg.RetryWait != nil { // an election's candidate: its leader may have died
+			delay = cfg.RetryWait(ctx, cfg, key, delay)
 		}
-		if cfg.maxWait > 0 {
-			left := cfg.maxWait - time.Since(begin)
+		if cfg.MaxWait > 0 {
+			left := cfg.MaxWait - time.Since(begin)
 			if left <= 0 {
-				return nil, fmt.Errorf("redlock: acquire %q: gave up after %d attempts in %v (WithMaxWait %v): %w", key, attempt+1, time.Since(begin).Round(time.Millisecond), cfg.maxWait, err)
+				return nil, fmt.Errorf("redlock: acquire %q: gave up after %d attempts in %v (WithMaxWait %v): %w", key, attempt+1, time.Since(begin).Round(time.Millisecond), cfg.MaxWait, err)
 			}
 			delay = min(delay, left) // one last attempt when the budget ends
 		}
@@ -85,7 +86,7 @@ func (c *Client) waitFor(ctx context.Context, t *target, cfg *config, cl *call) 
 }
 
 // try is one attempt of wait: one round for t, or t's own sweep.
-func (c *Client) try(ctx context.Context, t *target, cfg *config, ln *wake.Place, cl *call) (*Lock, error) {
+func (c *Client) try(ctx context.Context, t *target, cfg *conf.Config, ln *wake.Place, cl *call) (*Lock, error) {
 	if t.sweep != nil {
 		return t.sweep(ctx, cfg, cl)
 	}
@@ -100,7 +101,7 @@ func (s *sleeper) delay(attempt int, err error) time.Duration {
 		s.c.notes.Stats.SplitAttempts.Add(1)
 		s.splits++
 		if d := s.splitDelay(); d > 0 {
-			return s.cfg.jitter(d)
+			return s.cfg.Jitter(d)
 		}
 	}
 	switch {
@@ -109,16 +110,16 @@ func (s *sleeper) delay(attempt int, err error) time.Duration {
 		// not released yet (their messages wake it again) or handed the
 		// key to a waiter that is not coming. The hand-offs lapse within
 		// handGrace: try again by then, whatever the retry delays.
-		return s.cfg.jitter(handGrace(s.cfg))
+		return s.cfg.Jitter(handGrace(s.cfg))
 	case s.woken:
-		return s.cfg.retryDelay(0)
+		return s.cfg.RetryDelay(0)
 	case s.ln != nil && s.ln.Joined:
 		// In the line, a release names this waiter when its turn
 		// comes: polling only covers lost messages, and keeps its
 		// entry from lapsing (lineTTL).
-		return s.cfg.jitter(s.cfg.retryMax)
+		return s.cfg.Jitter(s.cfg.RetryMax)
 	}
-	return s.cfg.retryDelay(attempt)
+	return s.cfg.RetryDelay(attempt)
 }
 
 // splitDelay is the wait after the call's s.splits-th attempt that some
@@ -140,12 +141,12 @@ func (s *sleeper) splitDelay() time.Duration {
 	}
 	d := handGrace(s.cfg)
 	for range s.splits - 1 {
-		if d >= s.cfg.retryMax {
+		if d >= s.cfg.RetryMax {
 			return 0
 		}
 		d *= 2
 	}
-	if d >= s.cfg.retryMax {
+	if d >= s.cfg.RetryMax {
 		return 0
 	}
 	return d
@@ -156,7 +157,7 @@ func (s *sleeper) splitDelay() time.Duration {
 // first failed attempt.
 type sleeper struct {
 	c      *Client
-	cfg    *config
+	cfg    *conf.Config
 	t      target      // the key or keys waited for (a copy: the caller's stays on its stack)
 	k      *kind       // of the lock waited for (a session's are plain ones here)
 	ln     *wake.Place // the waiter's place in the key's line, when the Client keeps lines
@@ -169,7 +170,7 @@ type sleeper struct {
 }
 
 // newSleeper is the sleeper of a Lock call for t under cfg.
-func newSleeper(c *Client, cfg *config, t *target) *sleeper {
+func newSleeper(c *Client, cfg *conf.Config, t *target) *sleeper {
 	return &sleeper{c: c, cfg: cfg, t: *t, k: kindOf(cfg, t, nil)}
 }
 

@@ -276,7 +276,7 @@ func (c *Client) rollback(ctx context.Context, cfg *conf.Config, rd *round, said
 			c.releaseUnsure(cfg, rep.Node, ref, rep.Err)
 		}
 		if rep.Int > 0 && rd.op.Waiter != "" {
-			c.notes.SplitLate(rkey, rd.op.Waiter, cfg.Jitter(handGrace(cfg)))
+			c.notes.SplitLate(rkey, rd.op.Waiter, cfg.Jitter(cfg.HandGrace()))
 		}
 	})
 	rel := c.run(context.WithoutCancel(ctx), cfg, send{spec: ref.spec, o: node.Op{Key: rkey, Keys: ref.keys, Token: ref.token, KeyArg: rd.op.KeyArg, TokenArg: rd.op.TokenArg, Grace: c.grace(cfg)}, ask: said})

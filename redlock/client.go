@@ -306,7 +306,7 @@ func (c *Client) Close() error {
 // followed for a cleanup budget after their node timeout, and every
 // background command sent after Close began ends with them (bgDeadline).
 func closeBound(cfg *conf.Config) time.Duration {
-	return cfg.NodeTimeout + cleanupTimeout(cfg)
+	return cfg.NodeTimeout + cfg.CleanupTimeout()
 }
 
 // releaseAll releases locks for Close, in parallel, and returns the errors
@@ -332,7 +332,7 @@ func (c *Client) releaseAll(locks []*Lock) []error {
 
 // bgDeadline is the deadline of a command nobody waits for, sent now for a
 // call of cfg: a cleanup budget from now (deadlineIn).
-func (c *Client) bgDeadline(cfg *conf.Config) time.Time { return c.deadlineIn(cleanupTimeout(cfg)) }
+func (c *Client) bgDeadline(cfg *conf.Config) time.Time { return c.deadlineIn(cfg.CleanupTimeout()) }
 
 // deadlineIn is the deadline of a command nobody waits for, bounded by
 // bound from now: never past Close's bound once Close has begun.
@@ -517,16 +517,6 @@ func (c *Client) sendOwn(o node.Op, deadline time.Time, i int, rcv node.Receiver
 		defer cancel()
 		rcv.Deliver(i, c.call(ctx, i, op))
 	}()
-}
-
-// cleanupTimeout bounds a release nobody waits for, and how long a command
-// is followed after its round stopped waiting: longer than the node timeout,
-// because the node it goes to was slow or failing, so that a node that is
-// merely slow still gets it (a new connection may need connect, HELLO, the
-// restart guard's INFO, EVALSHA and perhaps EVAL); never longer than the
-// TTL. Close waits for these releases.
-func cleanupTimeout(cfg *conf.Config) time.Duration {
-	return min(cfg.TTL, max(10*cfg.NodeTimeout, 2*time.Second))
 }
 
 // ownWork is the context whose values the commands the Client sends on its

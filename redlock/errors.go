@@ -1,12 +1,13 @@
 package redlock
 
 import (
-	"github.com/quorumlock/quorumlock/internal/node"
-
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
 )
 
 var (
@@ -212,4 +213,13 @@ func (e *QuorumError) Unwrap() error {
 		return ErrNotHeld
 	}
 	return nil
+}
+
+// withCaller is err, which also wraps the caller's error when ctx ended
+// (callerErr): the caller stopped waiting, and errors.Is finds both.
+func withCaller(ctx context.Context, err error) error {
+	if cerr := callerErr(ctx); cerr != nil {
+		return fmt.Errorf("%w: %w", err, cerr)
+	}
+	return err
 }

@@ -32,7 +32,7 @@ type kind struct {
 	// the nodes keep lines (Client.handoff).
 	line bool
 	// session: it is renewed through its renewal session (session.go); its
-	// key lives keyTTL, refreshed by the renewal service.
+	// key lives Config.KeyTTL, refreshed by the renewal service.
 	session bool
 	// fenced: its acquire raises the fencing counter; a won round writes
 	// the highest back (acquisition.writeBack) and the Lock has a Fence.
@@ -69,7 +69,7 @@ var (
 func (k *kind) acquireArgs(cfg *conf.Config, t *target, s *session.Session, o *node.Op) {
 	switch k {
 	case kindSession:
-		o.Session, o.Seq, o.KeyTTL, o.PrefixLen = s.Key(), s.Seq(), keyTTL(cfg), len(cfg.Prefix)
+		o.Session, o.Seq, o.KeyTTL, o.PrefixLen = s.Key(), s.Seq(), cfg.KeyTTL(), len(cfg.Prefix)
 	case kindSeveral, kindSeveralFenced:
 		o.Keys = t.rkeys
 	case kindPermit: // the count key and every permit's, and which is tried
@@ -220,7 +220,7 @@ type ref struct {
 	keys    []any // a lock of several keys: all of them (rkey is the first); else nil
 	token   string
 	spec    *opSpec // the release
-	session bool    // a session lock's: its key lives keyTTL
+	session bool    // a session lock's: its key lives Config.KeyTTL
 }
 
 // target names what an acquisition takes: one key, several keys as one

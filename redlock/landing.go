@@ -233,10 +233,10 @@ func (l *Lock) releaseLate(rep quorum.Reply, releasing bool) {
 // waiting: after a yes that arrived after its round was decided, or for a
 // lock that was lost (err nil), or after a call that failed with err. It
 // does not wait: the release is queued on the node's Pool (or runs on a
-// goroutine for Pools that do not queue), bounded by cleanupTimeout, and
+// goroutine for Pools that do not queue), bounded by Config.CleanupTimeout, and
 // counted in c.wg so that Close waits for it; the caller must hold a count
 // on c.wg. Until recheckHorizon from now, it is sent again after
-// recheckDelay, doubling up to owed.MaxWait, as long as it fails without the
+// Config.RecheckDelay, doubling up to owed.MaxWait, as long as it fails without the
 // node's refusal (it may never have been written) and, when err is not nil
 // (the acquire whose fate err left unknown may still land: held in a
 // proxy, in a frozen server's socket), also while it finds nothing of
@@ -246,19 +246,11 @@ func (l *Lock) releaseLate(rep quorum.Reply, releasing bool) {
 // earlier delete ran; a key once gone cannot come back).
 func (c *Client) releaseUnsure(cfg *conf.Config, i int, r ref, err error) {
 	d := &owed.Delete{Env: &c.owed, Op: node.Op{Kind: r.spec.kind, Key: r.rkey, Keys: r.keys, Token: r.token, Grace: c.grace(cfg)},
-		Bound: cleanupTimeout(cfg), Unsure: err != nil && err != errDeleteFailed}
+		Bound: cfg.CleanupTimeout(), Unsure: err != nil && err != errDeleteFailed}
 	if err != nil || !bugs.LateDrop {
-		d.Again = owed.Policy{Wait: recheckDelay(cfg), Horizon: time.Now().Add(recheckHorizon(cfg, r))}
+		d.Again = owed.Policy{Wait: cfg.RecheckDelay(), Horizon: time.Now().Add(recheckHorizon(cfg, r))}
 	}
 	d.Send(i)
-}
-
-// recheckDelay is the first wait before a release is sent again: a command
-// still in flight when its call failed arrives within one more one-way
-// latency of the link, below the node timeout on any link the lock can work
-// over; 100 ms at most.
-func recheckDelay(cfg *conf.Config) time.Duration {
-	return min(cfg.NodeTimeout, 100*time.Millisecond)
 }
 
 // recheckHorizon is how long a release of unknown fate of r is re-sent: a
@@ -268,9 +260,9 @@ func recheckDelay(cfg *conf.Config) time.Duration {
 // TTL: its releases are re-sent for that long.
 func recheckHorizon(cfg *conf.Config, r ref) time.Duration {
 	if r.session {
-		return keyTTL(cfg) + cleanupTimeout(cfg)
+		return cfg.KeyTTL() + cfg.CleanupTimeout()
 	}
-	return cfg.TTL + cleanupTimeout(cfg)
+	return cfg.TTL + cfg.CleanupTimeout()
 }
 
 // errDeleteFailed stands for a delete that failed (no reply, or never

@@ -34,7 +34,7 @@ func newNotifier(cfg *conf.Config, pools []pool.Pool, handoff bool) (*wake.Names
 		// A connection set-up gets the time of a background command, which
 		// also dials anew: Close stays within its stated bound even where
 		// a Pool cannot end a set-up early.
-		Setup: cleanupTimeout(cfg), Timeout: cfg.NodeTimeout,
+		Setup: cfg.CleanupTimeout(), Timeout: cfg.NodeTimeout,
 	})
 }
 
@@ -66,50 +66,23 @@ func (l *Lock) inLineLocked() bool { return l.place.inLine }
 func (l *Lock) leaveArgs(o *node.Op) {
 	l.mu.Lock()
 	if l.place.inLine {
-		o.Waiter, o.LineTTL = l.place.waiter, stayOut(l.cfg)
+		o.Waiter, o.LineTTL = l.place.waiter, l.cfg.StayOut()
 	}
 	l.mu.Unlock()
 }
 
 // fillPlace makes o, an acquire, the waiter's at place ln.
 func fillPlace(o *node.Op, ln *wake.Place, cfg *conf.Config) {
-	o.Waiter, o.Rank, o.LineTTL, o.InLine = ln.ID, ln.Rank, lineTTL(cfg), ln.Joined
+	o.Waiter, o.Rank, o.LineTTL, o.InLine = ln.ID, ln.Rank, cfg.LineTTL(), ln.Joined
 }
 
-// lineTTL is how long a waiter's entry lives after its last attempt: the
-// longest wait between two attempts of Lock (the retry delay, plus an
-// attempt bounded by the node timeout), twice. A waiter that stops asking
-// (its process died) leaves the line within it.
-func lineTTL(cfg *conf.Config) time.Duration {
-	return 2 * (cfg.RetryMax + cfg.NodeTimeout)
-}
-
-// stayOut is how long a waiter that left the line for good (its Lock call
-// ended) stays out of it on the nodes, and how long its leave is sent
-// again while it fails: its attempts are followed, and may land, up to the
-// cleanup budget after they were sent, longer than lineTTL with the
-// defaults (2 s against 0.6 s); one that lands later puts it back, for
-// lineTTL at most.
-func stayOut(cfg *conf.Config) time.Duration { return max(lineTTL(cfg), cleanupTimeout(cfg)) }
-
-// handGrace is how long a key handed to a waiter stays free for it alone:
-// the time for the release's message to reach it and its round to run, at
-// most the node timeout and the first retry delay. A waiter that does not
-// come in time (its process died, a node kept it in its line after it
-// left) costs the key that much; one that comes later still finds the key
-// free, unless a newcomer took it: the other waiters in the line poll
-// slowly.
-func handGrace(cfg *conf.Config) time.Duration {
-	return min(cfg.NodeTimeout, cfg.RetryBase)
-}
-
-// grace is the Grace of cfg's releases: handGrace where the nodes keep
+// grace is the Grace of cfg's releases: Config.HandGrace where the nodes keep
 // lines, else 0 (no hand-off).
 func (c *Client) grace(cfg *conf.Config) time.Duration {
 	if !c.handoff {
 		return 0
 	}
-	return handGrace(cfg)
+	return cfg.HandGrace()
 }
 
 // leaveLine takes waiter, whose Lock call ended, out of the key's line for
@@ -122,19 +95,19 @@ func (c *Client) grace(cfg *conf.Config) time.Duration {
 // from any Client, no longer finds it in the line; a waiter that took the
 // lock leaves in the background. Close waits for the
 // leaves. A leave that fails is sent again (leaving); an entry it still
-// misses lapses by itself (lineTTL).
+// misses lapses by itself (Config.LineTTL).
 func (c *Client) leaveLine(cfg *conf.Config, rkey, waiter string, tell bool, ask func(int) bool, wait bool) {
 	if c.enter() != nil {
 		return
 	}
 	defer c.wg.Done()
 	wait = wait && !bugs.LeaveLate
-	o := node.Op{Kind: node.Leave, Key: rkey, Waiter: waiter, Grace: handGrace(cfg), LineTTL: stayOut(cfg), Tell: tell, Background: true, Values: ownWork}
+	o := node.Op{Kind: node.Leave, Key: rkey, Waiter: waiter, Grace: cfg.HandGrace(), LineTTL: cfg.StayOut(), Tell: tell, Background: true, Values: ownWork}
 	deadline := c.bgDeadline(cfg)
 	// One receiver for every node (by value, it would be boxed per node).
-	lv := &leaving{c: c, cfg: cfg, o: o, again: owed.Policy{Wait: recheckDelay(cfg), Horizon: time.Now().Add(stayOut(cfg))}}
+	lv := &leaving{c: c, cfg: cfg, o: o, again: owed.Policy{Wait: cfg.RecheckDelay(), Horizon: time.Now().Add(cfg.StayOut())}}
 	if wait { // with the rounds' commands, bounded like one of them
-		o.Background, o.Follow = false, follow(cfg)
+		o.Background, o.Follow = false, cfg.Follow()
 		if d := time.Now().Add(cfg.NodeTimeout); d.Before(deadline) {
 			deadline = d
 		}
@@ -156,8 +129,8 @@ func (c *Client) leaveLine(cfg *conf.Config, rkey, waiter string, tell bool, ask
 
 // leaving receives the results of a Leave; done, when not nil, hears of
 // each. A leave that was never written (queued past its deadline, no
-// connection) is sent again in the background (again: after recheckDelay,
-// until stayOut from the first): missed, it would leave the waiter's entry
+// connection) is sent again in the background (again: after Config.RecheckDelay,
+// until Config.StayOut from the first): missed, it would leave the waiter's entry
 // to lapse by itself, and no mark to keep its late attempts out. One that
 // got no reply is not: it may have run, and after a stall every waiter's
 // leave times out at once.

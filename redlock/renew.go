@@ -62,7 +62,7 @@ func (r *renewer) init(c *Client) {
 // together do not all come due together.
 func firstRenewal(l *Lock, now time.Time) time.Time {
 	if l.kind.session { // its key's refresh, every half key TTL
-		iv := keyTTL(l.cfg) / 2
+		iv := l.cfg.KeyTTL() / 2
 		return now.Add(iv/2 + l.cfg.Rnd.Duration(iv/2+1))
 	}
 	iv := l.cfg.RenewInterval()

@@ -302,7 +302,7 @@ func TestCloseWithinOneBound(t *testing.T) {
 		}
 		start := time.Now()
 		_ = c.Close()
-		bound := cleanupTimeout(c.cfg) + c.cfg.NodeTimeout
+		bound := c.cfg.CleanupTimeout() + c.cfg.NodeTimeout
 		if took := time.Since(start); took > bound {
 			t.Fatalf("Close took %v with 2 of 5 nodes silent; the bound is %v", took, bound)
 		}

@@ -94,7 +94,7 @@ func (l *Lock) renewalTTL(now time.Time) (time.Duration, bool) {
 	}
 	cfg := l.cfg
 	if l.kind.session { // its session renews it; its key only needs to live
-		return keyTTL(cfg), true
+		return cfg.KeyTTL(), true
 	}
 	if left := l.Deadline().Sub(now); left <= cfg.NodeTimeout {
 		l.declareLost(fmt.Sprintf("%v of validity left, less than the node timeout: no renewal can be confirmed in time", left))
@@ -156,7 +156,7 @@ func (r *renewer) failAll(ls []*Lock, err error) {
 		start := l.cfg.Now()
 		<-l.op
 		if l.kind.session {
-			r.add(l, start.Add(keyTTL(l.cfg)/8))
+			r.add(l, start.Add(l.cfg.KeyTTL()/8))
 			continue
 		}
 		r.after(l, start, err)
@@ -178,7 +178,7 @@ type renewal struct {
 // start sends the chunk's command. Its wait is half the time the chunk's
 // most urgent lock could still use a confirmation (its validity less a node
 // timeout), at least one node timeout, and no longer than Close waits for
-// background work (cleanupTimeout): a large batch may take a busy server
+// background work (Config.CleanupTimeout): a large batch may take a busy server
 // far longer than a node timeout, and a renewal that fails only to be sent
 // again adds load to a server that already cannot keep up; the other half
 // is left for one retry, when a node lost the command. It goes to the
@@ -195,7 +195,7 @@ func (r *renewer) start(ls []*Lock, ttl time.Duration) *renewal {
 		keys[i], tokens[i] = l.id.keyArg, l.id.tokenArg
 		left = min(left, l.Deadline().Sub(now)-cfg.NodeTimeout)
 	}
-	cfg.NodeTimeout = min(max(cfg.NodeTimeout, left/2), cleanupTimeout(&cfg))
+	cfg.NodeTimeout = min(max(cfg.NodeTimeout, left/2), cfg.CleanupTimeout())
 	rn := &renewal{ls: ls, ttl: ttl, start: now, yes: make([]uint8, len(ls)), no: make([]uint8, len(ls))}
 	rn.rd = c.run(r.ctx, &cfg, send{spec: opExtendMany, o: node.Op{TTL: ttl, Keys: keys, Tokens: tokens, Background: true}})
 	rn.reps = make([]quorum.Reply, len(c.pools))
@@ -300,11 +300,4 @@ func (rn *renewal) refreshed(r *renewer, i int, l *Lock) {
 		next = rn.ttl / 8
 	}
 	r.add(l, cfg.Now().Add(next))
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }

@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -105,11 +104,6 @@ type round struct {
 	chained []bool
 }
 
-// follow is how long a command is followed after its round stopped
-// waiting: with the node timeout, as long as a release nobody waits for may
-// take (cleanupTimeout), which is what Close waits for at most.
-func follow(cfg *conf.Config) time.Duration { return max(0, cleanupTimeout(cfg)-cfg.NodeTimeout) }
-
 // send is what one round sends: spec's command o, about the lock l (nil:
 // none), to the nodes i with ask[i] (nil: every node) whose identity is
 // verified, through call for the Pools that do not queue commands (nil:
@@ -138,7 +132,7 @@ func (c *Client) run(ctx context.Context, cfg *conf.Config, s send) *round {
 	} else {
 		rd.out = make([]bool, n)
 	}
-	o.Kind, o.Follow, o.Values, o.WriteLate = spec.kind, follow(cfg), ctx, spec.writeLate
+	o.Kind, o.Follow, o.Values, o.WriteLate = spec.kind, cfg.Follow(), ctx, spec.writeLate
 	if spec.unfollowed {
 		o.Follow = 0
 	}
@@ -291,30 +285,6 @@ func (rd *round) quorumError(key string) *QuorumError {
 	return &QuorumError{Op: rd.spec.name, Key: key, Quorum: rd.q, Nodes: rd.res, Elapsed: elapsed, TTL: rd.op.TTL}
 }
 
-// callerErr is ctx.Err() after a round that ctx may have ended: also
-// context.DeadlineExceeded when ctx's deadline has passed but ctx has not
-// noticed yet. A round ends at the caller's deadline on a timer of its own,
-// which can fire just before the context's, and the error must still say
-// that the caller's time ran out.
-func callerErr(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
-	}
-	return nil
-}
-
-// withCaller is err, which also wraps the caller's error when ctx ended
-// (callerErr): the caller stopped waiting, and errors.Is finds both.
-func withCaller(ctx context.Context, err error) error {
-	if cerr := callerErr(ctx); cerr != nil {
-		return fmt.Errorf("%w: %w", err, cerr)
-	}
-	return err
-}
-
 // newResults returns one NodeResult per pool, named and pending.
 func (c *Client) newResults() []NodeResult {
 	res := make([]NodeResult, len(c.pools))
@@ -351,4 +321,19 @@ func markUnanswered(res []NodeResult, roundErr error, elapsed time.Duration) {
 			res[i].Outcome, res[i].Err = OutcomeError, roundErr
 		}
 	}
+}
+
+// callerErr is ctx.Err() after a round that ctx may have ended: also
+// context.DeadlineExceeded when ctx's deadline has passed but ctx has not
+// noticed yet. A round ends at the caller's deadline on a timer of its own,
+// which can fire just before the context's, and the error must still say
+// that the caller's time ran out.
+func callerErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }

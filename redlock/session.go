@@ -17,15 +17,10 @@ import (
 // that share a TTL hang on one session key per node, and renewing the
 // session renews them all. This file makes a Client's sessions and is the
 // only one that touches a Lock's hold on its session. The lock keys carry
-// a long TTL of their own (keyTTL) that only collects them once their
+// a long TTL of their own (Config.KeyTTL) that only collects them once their
 // session has ended, refreshed by the renewal service every half of it.
 // docs/safety.md, "Renewal sessions", has the argument; docs/design.md,
 // "Leases", the mechanism.
-
-// keyTTL is the TTL of a session lock's key: long, so that refreshing it
-// costs little, yet bounded, so that the keys of a session that ended are
-// collected.
-func keyTTL(cfg *conf.Config) time.Duration { return 10 * cfg.TTL }
 
 // sessionKey identifies a session: the locks of one prefix, TTL, renewal
 // interval, node timeout and drift factor share it.
@@ -56,7 +51,7 @@ func (l *Lock) holdSession(s *session.Session, gens []uint64, start time.Time) {
 	}
 	l.hold.sess, l.hold.gens, l.hold.keyUntil = s, gens, make([]time.Time, len(gens))
 	for i := range l.hold.keyUntil {
-		l.hold.keyUntil[i] = drift.Deadline(start, keyTTL(l.cfg), l.cfg.DriftFactor)
+		l.hold.keyUntil[i] = drift.Deadline(start, l.cfg.KeyTTL(), l.cfg.DriftFactor)
 	}
 }
 
@@ -95,7 +90,7 @@ func (l *Lock) sessionAccepted(rep quorum.Reply) uint64 {
 // session lock from now on; l.mu must be held.
 func (l *Lock) countNodeLocked(n int, gen uint64) {
 	l.hold.gens[n] = gen
-	l.hold.keyUntil[n] = drift.Deadline(l.id.acquired, keyTTL(l.cfg), l.cfg.DriftFactor)
+	l.hold.keyUntil[n] = drift.Deadline(l.id.acquired, l.cfg.KeyTTL(), l.cfg.DriftFactor)
 }
 
 // keyRefreshedLocked records node j's answer rep to a refresh of a session
@@ -174,7 +169,7 @@ func (c *Client) sessionFor(cfg *conf.Config) *session.Session {
 	var b [12]byte
 	cfg.Rnd.Read(b[:])
 	sid := base64.RawURLEncoding.EncodeToString(b[:])
-	s := session.New(session.Config{TTL: cfg.TTL, Every: cfg.RenewInterval(), NodeTimeout: cfg.NodeTimeout, MaxWait: cleanupTimeout(cfg),
+	s := session.New(session.Config{TTL: cfg.TTL, Every: cfg.RenewInterval(), NodeTimeout: cfg.NodeTimeout, MaxWait: cfg.CleanupTimeout(),
 		Drift: cfg.DriftFactor, Now: cfg.Now, Quorum: cfg.QuorumOf(len(c.pools))},
 		session.Env{Send: c.sendOwn, Done: c.wg.Done, Go: c.wg.Go, Stop: c.renew.ctx.Done(), Verified: c.ids.Verified},
 		sid, node.SessionKey(cfg.Prefix, sid), node.SessionSeq(cfg.Prefix), len(c.pools))
@@ -204,7 +199,7 @@ func (l *Lock) extendSession(ctx context.Context, ttl time.Duration, start time.
 	replies := make(chan session.Reply, len(l.hold.gens))
 	sent := s.Renew(start, replies)
 	res := l.c.newResults()
-	t := time.NewTimer(cleanupTimeout(cfg))
+	t := time.NewTimer(cfg.CleanupTimeout())
 	defer t.Stop()
 wait:
 	for range sent {
@@ -258,4 +253,12 @@ func (c *Client) releaseLost(l *Lock) {
 	for _, o := range l.lossDeletes() {
 		c.releaseUnsure(l.cfg, o.node, l.ref(), o.err)
 	}
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -109,14 +109,14 @@ func (s *sleeper) delay(attempt int, err error) time.Duration {
 		// Woken by a release and still not the holder: some nodes had
 		// not released yet (their messages wake it again) or handed the
 		// key to a waiter that is not coming. The hand-offs lapse within
-		// handGrace: try again by then, whatever the retry delays.
-		return s.cfg.Jitter(handGrace(s.cfg))
+		// Config.HandGrace: try again by then, whatever the retry delays.
+		return s.cfg.Jitter(s.cfg.HandGrace())
 	case s.woken:
 		return s.cfg.RetryDelay(0)
 	case s.ln != nil && s.ln.Joined:
 		// In the line, a release names this waiter when its turn
 		// comes: polling only covers lost messages, and keeps its
-		// entry from lapsing (lineTTL).
+		// entry from lapsing (Config.LineTTL).
 		return s.cfg.Jitter(s.cfg.RetryMax)
 	}
 	return s.cfg.RetryDelay(attempt)
@@ -129,8 +129,8 @@ func (s *sleeper) delay(attempt int, err error) time.Duration {
 // comes late wakes the waiter the same way: SplitLate). Waiters that split
 // are in the line only on the nodes that told them "taken", so releases
 // hand the key to each of them on too few nodes to wake either. The wait
-// is handGrace, doubled at each split: a lock held on a bare quorum splits
-// every attempt, and after about log2(retry max / handGrace) of them the
+// is Config.HandGrace, doubled at each split: a lock held on a bare quorum splits
+// every attempt, and after about log2(retry max / Config.HandGrace) of them the
 // waiter is back to its polling (0: poll).
 func (s *sleeper) splitDelay() time.Duration {
 	if !s.c.handoff {
@@ -139,7 +139,7 @@ func (s *sleeper) splitDelay() time.Duration {
 	if bugs.SplitOnce {
 		return s.splitOnce()
 	}
-	d := handGrace(s.cfg)
+	d := s.cfg.HandGrace()
 	for range s.splits - 1 {
 		if d >= s.cfg.RetryMax {
 			return 0

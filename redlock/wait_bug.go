@@ -9,5 +9,5 @@ func (s *sleeper) splitOnce() time.Duration {
 		return 0
 	}
 	s.quick = time.Now()
-	return handGrace(s.cfg)
+	return s.cfg.HandGrace()
 }

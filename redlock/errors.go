@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/lease"
 	"github.com/quorumlock/quorumlock/internal/node"
 )
 
@@ -25,11 +26,11 @@ var (
 	// ErrLockLost is returned by Extend once the lock's validity has run
 	// out on the local clock, or once a quorum of nodes said they no longer
 	// hold its token: the lock cannot be extended back to life.
-	ErrLockLost = errors.New("redlock: lock lost")
+	ErrLockLost = lease.ErrLost
 	// ErrReleased is returned by Release and Extend on a lock that this
 	// handle (or Client.Close) has already released. Held returns false
 	// and no error for such a lock.
-	ErrReleased = errors.New("redlock: lock already released")
+	ErrReleased = lease.ErrReleased
 	// ErrClosed is returned by every operation of a Client after Close.
 	ErrClosed = errors.New("redlock: client closed")
 	// ErrUnavailable is matched by a *QuorumError (with errors.Is) when so

@@ -115,8 +115,8 @@ func (l *Lock) late(rep quorum.Reply) {
 		}
 		l.landing.unsure[rep.Node] = true
 	}
-	keep := l.heldLocked() && l.cfg.Now().Before(l.deadlineLocked())
-	free := l.releasedLocked() || !keep && l.kind.session // nobody can count on the token any more
+	keep := l.life.Held() && l.cfg.Now().Before(l.deadlineLocked())
+	free := l.life.Released() || !keep && l.kind.session // nobody can count on the token any more
 	free = free && (rep.Int > 0 || node.MayHaveWritten(rep.Err)) && l.freeLocked(rep.Node)
 	waited := l.place.waiter != "" && !(rep.Err == nil && rep.Int > 0) // it may wait in the line there
 	l.place.inLine = l.place.inLine || waited
@@ -182,7 +182,7 @@ func (l *Lock) lossDeletes() []owedDelete {
 	var owed []owedDelete
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.releasedLocked() && !bugs.LostResend {
+	if l.life.Released() && !bugs.LostResend {
 		return nil
 	}
 	for i := range l.landing.nodes {

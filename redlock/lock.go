@@ -12,6 +12,7 @@ import (
 	"github.com/quorumlock/quorumlock/drift"
 	"github.com/quorumlock/quorumlock/internal/bugs"
 	"github.com/quorumlock/quorumlock/internal/conf"
+	"github.com/quorumlock/quorumlock/internal/lease"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 	"github.com/quorumlock/quorumlock/internal/wake"
@@ -49,7 +50,7 @@ type Lock struct {
 	op chan struct{}
 
 	mu   sync.Mutex // guards life, place, landing and hold
-	life lifetime   // its validity, and whether it was released or lost (lease.go)
+	life lease.Life // its validity, and whether it was released or lost (lease.go)
 
 	place   linePlace // its acquiring call's place in the key's line (line.go); guarded by mu
 	landing landing   // what of its acquiring round has not answered yet (landing.go); guarded by mu
@@ -212,7 +213,7 @@ func (l *Lock) release(ctx context.Context) error {
 	l.op <- struct{}{} // one Extend or Release at a time
 	defer func() { <-l.op }()
 	l.mu.Lock()
-	released := l.releasedLocked()
+	released := l.life.Released()
 	l.mu.Unlock()
 	if released {
 		return ErrReleased
@@ -406,13 +407,80 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 	return false, withCaller(ctx, rd.quorumError(l.id.key))
 }
 
+// deadlineLocked is the lock's deadline: its lifetime's, which a session
+// lock computes anew from its session while it is held. l.mu must be held.
+func (l *Lock) deadlineLocked() time.Time {
+	if l.kind.session && l.life.Held() {
+		l.life.Recompute(l.sessionDeadlineLocked())
+	}
+	return l.life.Deadline()
+}
+
+// rearmLocked moves a held lock's lease timer to its deadline, which may
+// have moved earlier; l.mu must be held.
+func (l *Lock) rearmLocked() {
+	l.deadlineLocked()
+	l.life.Rearm(l.cfg.Now())
+}
+
+// endLocked ends a held lock, lost (sticky: a later release keeps it lost)
+// or released, cancelling its lease with the matching cause, and lets go of
+// what it kept (letGoLocked). It reports whether the lock was held until
+// now. l.mu must be held.
+func (l *Lock) endLocked(lost bool) bool {
+	held := l.life.End(lost)
+	if held {
+		l.letGoLocked(lost)
+	}
+	return held
+}
+
+// loseLocked ends a held lock as lost for the reason why ("" when the last
+// renewal's failure says it all; lease.Life.Lose), as endLocked(true) does.
+// It reports whether the lock was held until now, and the reason. l.mu must
+// be held.
+func (l *Lock) loseLocked(why string) (bool, string) { return l.lostLocked(l.life.Lose(why)) }
+
+// lostLocked lets go of what a lock that its lifetime just ended as lost
+// (lost) kept, and passes lost and why on. l.mu must be held.
+func (l *Lock) lostLocked(lost bool, why string) (bool, string) {
+	if lost {
+		l.letGoLocked(true)
+	}
+	return lost, why
+}
+
+// letGoLocked lets go of what a lock that just ended kept: a lost one's
+// place in the Client (its keys expire with their TTL), and its session.
+func (l *Lock) letGoLocked(lost bool) {
+	if lost {
+		l.c.untrack(l)
+		l.c.unclaim(l.cfg, l.eachKey, l.id.token)
+	}
+	l.leaveSession()
+}
+
+// endForReleaseLocked marks the lock released, lost first (lost, why: to
+// be reported) when its deadline has passed unnoticed: a lock is lost the
+// same way whether or not its lease was watched. ErrReleased if it was
+// released already. l.mu must be held.
+func (l *Lock) endForReleaseLocked() (lost bool, why string, err error) {
+	if l.life.Released() {
+		return false, "", ErrReleased
+	}
+	l.deadlineLocked()
+	lost, why = l.lostLocked(l.life.LoseIfExpired(l.cfg.Now()))
+	l.endLocked(false)
+	return lost, why, nil
+}
+
 // newLock makes the Lock of a won acquisition, registers it for Close and
 // hands it the acquiring round's late replies; it returns nil when Close has
 // begun (the caller rolls back).
 func (c *Client) newLock(ctx context.Context, cfg *conf.Config, key string, a *acquisition) *Lock {
 	op := a.rd.op
 	l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), id: lockID{key: key, rkey: op.Key, token: op.Token, keyArg: op.KeyArg, tokenArg: op.TokenArg, acquired: a.start},
-		life: lifetime{deadline: drift.Deadline(a.start, cfg.TTL, cfg.DriftFactor)}}
+		life: lease.New(drift.Deadline(a.start, cfg.TTL, cfg.DriftFactor))}
 	l.renewal.l = l
 	l.kind = a.kind
 	a.kind.identify(&l.id, a, op)

@@ -15,6 +15,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/lease"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
+	"github.com/quorumlock/quorumlock/internal/schedule"
 	"github.com/quorumlock/quorumlock/internal/wake"
 )
 
@@ -57,7 +58,7 @@ type Lock struct {
 
 	hold sessionHold // a session lock's hold on its session (session.go); guarded by mu
 
-	renewal renewSlot // its place in the renewal service (renew.go)
+	renewal schedule.Slot[*Lock] // its place in the renewal service (renew.go)
 }
 
 // Key returns the lock's key without prefix (of several keys, the first; of
@@ -205,7 +206,7 @@ func (l *Lock) freeAfter(ctx context.Context, rd *round) {
 // and waits for an Extend or renewal under way, then at most the node timeout.
 func (l *Lock) Release(ctx context.Context) error {
 	err := l.release(ctx) // after a renewal under way, which holds l.op
-	l.c.renew.remove(l)
+	l.c.renew.Remove(&l.renewal)
 	return err
 }
 
@@ -481,7 +482,7 @@ func (c *Client) newLock(ctx context.Context, cfg *conf.Config, key string, a *a
 	op := a.rd.op
 	l := &Lock{c: c, cfg: cfg, op: make(chan struct{}, 1), id: lockID{key: key, rkey: op.Key, token: op.Token, keyArg: op.KeyArg, tokenArg: op.TokenArg, acquired: a.start},
 		life: lease.New(drift.Deadline(a.start, cfg.TTL, cfg.DriftFactor))}
-	l.renewal.l = l
+	l.renewal.Value = l
 	l.kind = a.kind
 	a.kind.identify(&l.id, a, op)
 	l.land(a.rd.out, a.unsure, op.Kind == node.Resume)
@@ -497,7 +498,8 @@ func (c *Client) newLock(ctx context.Context, cfg *conf.Config, key string, a *a
 	l.leaveLineHeld(a.said)
 	a.rd.finish(l.late)
 	if cfg.AutoExtend {
-		c.renew.add(l, firstRenewal(l, cfg.Now()))
+		now := cfg.Now()
+		c.renew.Add(&l.renewal, cfg.FirstRenewal(now, l.Deadline(), a.kind.session))
 	}
 	l.acquiredBy(ctx, a)
 	return l

@@ -58,3 +58,25 @@ func (c *Config) CleanupTimeout() time.Duration {
 // costs little, yet bounded, so that the keys of a session that ended are
 // collected.
 func (c *Config) KeyTTL() time.Duration { return 10 * c.TTL }
+
+// FirstRenewal is when a lock acquired at now, valid until deadline, is
+// first renewed: at a random point in the second half of its renewal
+// interval (a session lock's key: of half its key TTL), so that locks
+// acquired together do not all come due together; never later than
+// RenewalWait allows.
+func (c *Config) FirstRenewal(now, deadline time.Time, session bool) time.Time {
+	if session { // its key's refresh, every half key TTL
+		iv := c.KeyTTL() / 2
+		return now.Add(iv/2 + c.Rnd.Duration(iv/2+1))
+	}
+	iv := c.RenewInterval()
+	return now.Add(min(iv/2+c.Rnd.Duration(iv/2+1), c.RenewalWait(deadline, now)))
+}
+
+// RenewalWait is the longest a renewal of a lock valid until deadline may
+// wait at now: never so long that it could not be confirmed (one node
+// timeout) with a node timeout to spare before the deadline, never less
+// than a quarter node timeout.
+func (c *Config) RenewalWait(deadline, now time.Time) time.Duration {
+	return max(c.NodeTimeout/4, deadline.Sub(now)-2*c.NodeTimeout)
+}

@@ -24,6 +24,14 @@ type Item interface{ entry() *Entry }
 
 func (e *Entry) entry() *Entry { return e }
 
+// Slot is an Entry that carries a value: the item of a Schedule of values
+// that do not embed an Entry themselves (a Client's renewal service holds
+// one Slot per auto-extended Lock).
+type Slot[V any] struct {
+	Entry
+	Value V
+}
+
 // Config is what a Schedule runs.
 type Config[T Item] struct {
 	Now func() time.Time // the clock due times are read on

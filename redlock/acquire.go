@@ -148,7 +148,7 @@ func (c *Client) vote(ctx context.Context, cfg *conf.Config, t *target, s *sessi
 		call = a.noteLanded(c)
 	}
 	if ln != nil {
-		fillPlace(&o, ln, cfg)
+		ln.Fill(&o, cfg.LineTTL())
 	}
 	a.rd = c.run(ctx, cfg, send{spec: k.acquire, o: o, call: call})
 	a.rd.settle(a)

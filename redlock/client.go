@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -33,7 +34,7 @@ type Client struct {
 	senders []node.Sender // pools[i] as a node.Sender, or nil: called on goroutines
 	queued  bool          // every pool is a node.Sender
 	slotted bool          // some pool is a Redis Cluster: fencing counters per hash slot
-	handoff bool          // queued and not slotted: the nodes keep lines of waiters (line.go)
+	handoff bool          // queued and not slotted: the nodes keep lines of waiters (landing.go leaves them)
 	call    quorum.Call   // runs an op through a Pool's methods
 	cfg     *conf.Config
 
@@ -105,7 +106,7 @@ func New(pools []pool.Pool, opts ...Option) (*Client, error) {
 	c.names, c.notes = newNotifier(cfg, pools, c.handoff)
 	c.renew.init(c)
 	c.health = health.New(cfg.Logger, poolNames(pools))
-	c.owed = owed.Env{Send: c.sendWithin, WG: &c.wg, Later: &c.later, Failed: c.health.Failed, Answered: c.health.Answered}
+	c.owed = owed.Env{Senders: c.senders, Send: c.sendWithin, WG: &c.wg, Later: &c.later, Failed: c.health.Failed, Answered: c.health.Answered}
 	c.ids = ident.New(ident.Config{Names: poolNames(pools), Health: c.health, Logger: cfg.Logger, Go: c.wg.Go, Bound: checkBound(pools),
 		RunID: func(ctx context.Context, i int) (string, error) { return c.pools[i].RunID(ctx) }})
 	return c, nil
@@ -526,3 +527,38 @@ func (c *Client) sendOwn(o node.Op, deadline time.Time, i int, rcv node.Receiver
 var ownWork = context.WithValue(context.Background(), ownWorkKey{}, true)
 
 type ownWorkKey struct{}
+
+// newNotifier returns the namer of a Client's waiters (nil unless the
+// nodes keep lines: handoff) and its Notifier, which subscribes through
+// the Pools that are node.Subscribers.
+func newNotifier(cfg *conf.Config, pools []pool.Pool, handoff bool) (*wake.Names, *wake.Notifier) {
+	var names *wake.Names
+	client := ""
+	if handoff {
+		var b [12]byte
+		cfg.Rnd.Read(b[:])
+		client = base64.RawURLEncoding.EncodeToString(b[:])
+		names = wake.NewNames(client)
+	}
+	subs := make([]node.Subscriber, len(pools))
+	for i, p := range pools {
+		subs[i], _ = p.(node.Subscriber)
+	}
+	return names, wake.New(wake.Config{
+		Quorum: cfg.QuorumOf(len(pools)), Client: client, RetryMax: cfg.RetryMax,
+		Random: cfg.Rnd.Duration, Subscribers: subs,
+		// A connection set-up gets the time of a background command, which
+		// also dials anew: Close stays within its stated bound even where
+		// a Pool cannot end a set-up early.
+		Setup: cfg.CleanupTimeout(), Timeout: cfg.NodeTimeout,
+	})
+}
+
+// grace is the Grace of cfg's releases: Config.HandGrace where the nodes keep
+// lines, else 0 (no hand-off).
+func (c *Client) grace(cfg *conf.Config) time.Duration {
+	if !c.handoff {
+		return 0
+	}
+	return cfg.HandGrace()
+}

@@ -341,3 +341,11 @@ func verifyAll(t *testing.T, c *Client) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

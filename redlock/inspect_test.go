@@ -131,7 +131,7 @@ func TestInspectSessionLock(t *testing.T) {
 		}
 		for _, p := range ps {
 			p.memPool.mu.Lock()
-			delete(p.memPool.keys, l.hold.sess.Key())
+			delete(p.memPool.keys, l.hold.Session().Key())
 			p.memPool.mu.Unlock()
 		}
 		in, err = c.Inspect(t.Context(), "s")

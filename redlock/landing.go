@@ -118,8 +118,8 @@ func (l *Lock) late(rep quorum.Reply) {
 	keep := l.life.Held() && l.cfg.Now().Before(l.deadlineLocked())
 	free := l.life.Released() || !keep && l.kind.session // nobody can count on the token any more
 	free = free && (rep.Int > 0 || node.MayHaveWritten(rep.Err)) && l.freeLocked(rep.Node)
-	waited := l.place.waiter != "" && !(rep.Err == nil && rep.Int > 0) // it may wait in the line there
-	l.place.inLine = l.place.inLine || waited
+	waited := l.place.Waiter != "" && !(rep.Err == nil && rep.Int > 0) // it may wait in the line there
+	l.place.InLine = l.place.InLine || waited
 	if keep && gen != 0 { // the node counts for the lock from now on
 		l.countNodeLocked(rep.Node, gen)
 	}
@@ -143,7 +143,7 @@ func (l *Lock) late(rep quorum.Reply) {
 		}
 	}
 	if waited {
-		l.c.leaveLine(l.cfg, l.id.rkey, l.place.waiter, false, func(i int) bool { return i == rep.Node }, false)
+		l.c.leaveLine(l.cfg, l.id.rkey, l.place.Waiter, false, func(i int) bool { return i == rep.Node }, false)
 	}
 	if free {
 		l.releaseLate(rep, releasing)
@@ -268,3 +268,47 @@ func recheckHorizon(cfg *conf.Config, r ref) time.Duration {
 // errDeleteFailed stands for a delete that failed (no reply, or never
 // written) on a node whose acquire's yes was seen (see releaseUnsure).
 var errDeleteFailed = errors.New("the delete failed on a node that said yes")
+
+// leaveLine takes waiter, whose Lock call ended, out of the key's line for
+// good (its attempts that land late do not put it back) on the nodes where
+// ask(i) (every node when ask is nil), and hands the key on where it had
+// been handed to it, telling the next waiter if tell (a waiter that took
+// the lock does not: its release will). A waiter that ended without the
+// lock (wait) leaves like a round's command and waits for the nodes'
+// answers up to the node timeout, so that a shared holder that asks next,
+// from any Client, no longer finds it in the line; a waiter that took the
+// lock leaves in the background. Close waits for the
+// leaves. A leave that fails is sent again (owed.Leave); an entry it still
+// misses lapses by itself (Config.LineTTL).
+func (c *Client) leaveLine(cfg *conf.Config, rkey, waiter string, tell bool, ask func(int) bool, wait bool) {
+	if c.enter() != nil {
+		return
+	}
+	defer c.wg.Done()
+	lv := &owed.Leave{Env: &c.owed, Bound: cfg.CleanupTimeout(),
+		Op:    node.Op{Kind: node.Leave, Key: rkey, Waiter: waiter, Grace: cfg.HandGrace(), LineTTL: cfg.StayOut(), Tell: tell, Background: true, Values: ownWork},
+		Again: owed.Policy{Wait: cfg.RecheckDelay(), Horizon: time.Now().Add(cfg.StayOut())}}
+	var patience time.Duration // with the rounds' commands, bounded like one of them
+	if wait && !bugs.LeaveLate {
+		patience = cfg.NodeTimeout
+	}
+	lv.SendAll(ask, c.bgDeadline(cfg), patience, cfg.Follow())
+}
+
+// releaseLost deletes a lost session lock's key (token-checked) from every
+// node in the background: its session may still live on the nodes, which
+// would keep the key held for its whole garbage-collection TTL (10 × TTL)
+// rather than the TTL that frees the key of a lost plain lock. A node whose
+// acquire's fate is unknown is re-checked like a failed round's; one whose
+// acquire has not answered yet is late's, and one already freed is not
+// sent to again (see landing). Nothing after Close, which has released what
+// it tracks.
+func (c *Client) releaseLost(l *Lock) {
+	if !l.kind.session || c.enter() != nil {
+		return
+	}
+	defer c.wg.Done()
+	for _, o := range l.lossDeletes() {
+		c.releaseUnsure(l.cfg, o.node, l.ref(), o.err)
+	}
+}

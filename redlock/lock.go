@@ -16,6 +16,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 	"github.com/quorumlock/quorumlock/internal/schedule"
+	"github.com/quorumlock/quorumlock/internal/session"
 	"github.com/quorumlock/quorumlock/internal/wake"
 )
 
@@ -53,10 +54,10 @@ type Lock struct {
 	mu   sync.Mutex // guards life, place, landing and hold
 	life lease.Life // its validity, and whether it was released or lost (lease.go)
 
-	place   linePlace // its acquiring call's place in the key's line (line.go); guarded by mu
+	place   wake.Spot // its acquiring call's place in the key's line (landing.go); guarded by mu
 	landing landing   // what of its acquiring round has not answered yet (landing.go); guarded by mu
 
-	hold sessionHold // a session lock's hold on its session (session.go); guarded by mu
+	hold session.Hold // a session lock's hold on its session (session.go); guarded by mu
 
 	renewal schedule.Slot[*Lock] // its place in the renewal service (renew.go)
 }
@@ -366,7 +367,7 @@ func (l *Lock) endForRelease() (unsure, ask []bool, err error) {
 		return nil, nil, err
 	}
 	unsure = l.unsureLocked()
-	if !l.inLineLocked() || bugs.LostLeave { // else every node: the round takes its waiter out of the line
+	if !l.place.InLine || bugs.LostLeave { // else every node: the round takes its waiter out of the line
 		ask = l.unfreedLocked()
 	}
 	l.mu.Unlock()
@@ -412,7 +413,7 @@ func (l *Lock) Held(ctx context.Context) (bool, error) {
 // lock computes anew from its session while it is held. l.mu must be held.
 func (l *Lock) deadlineLocked() time.Time {
 	if l.kind.session && l.life.Held() {
-		l.life.Recompute(l.sessionDeadlineLocked())
+		l.life.Recompute(l.hold.Deadline(l.id.acquired, l.cfg.QuorumOf(l.hold.Nodes())))
 	}
 	return l.life.Deadline()
 }
@@ -458,7 +459,9 @@ func (l *Lock) letGoLocked(lost bool) {
 		l.c.untrack(l)
 		l.c.unclaim(l.cfg, l.eachKey, l.id.token)
 	}
-	l.leaveSession()
+	if l.kind.session {
+		l.hold.Session().Remove((*member)(l))
+	}
 }
 
 // endForReleaseLocked marks the lock released, lost first (lost, why: to
@@ -475,6 +478,25 @@ func (l *Lock) endForReleaseLocked() (lost bool, why string, err error) {
 	return lost, why, nil
 }
 
+// leaveLineHeld leaves the line on the nodes where l, just acquired (before
+// late sees its answers), holds the key (said) and whose acquire answered,
+// if it may be in the line there: it must not be handed the key it holds.
+func (l *Lock) leaveLineHeld(said []bool) {
+	if l.place.InLine {
+		l.c.leaveLine(l.cfg, l.id.rkey, l.place.Waiter, false, func(i int) bool { return !said[i] && l.answered(i) }, false)
+	}
+}
+
+// leaveArgs makes o, the lock's release, also take its waiter out of the
+// line for good, if it may be in it.
+func (l *Lock) leaveArgs(o *node.Op) {
+	l.mu.Lock()
+	if l.place.InLine {
+		o.Waiter, o.LineTTL = l.place.Waiter, l.cfg.StayOut()
+	}
+	l.mu.Unlock()
+}
+
 // newLock makes the Lock of a won acquisition, registers it for Close and
 // hands it the acquiring round's late replies; it returns nil when Close has
 // begun (the caller rolls back).
@@ -486,15 +508,17 @@ func (c *Client) newLock(ctx context.Context, cfg *conf.Config, key string, a *a
 	l.kind = a.kind
 	a.kind.identify(&l.id, a, op)
 	l.land(a.rd.out, a.unsure, op.Kind == node.Resume)
-	l.place = linePlace{waiter: a.waiter, inLine: a.inLine}
+	l.place = wake.Spot{Waiter: a.waiter, InLine: a.inLine}
 	if a.kind.fenced {
 		l.id.fence = a.fence
 	}
-	l.holdSession(a.sess, a.gens, a.start)
+	l.hold = session.NewHold(a.sess, a.gens, drift.Deadline(a.start, cfg.KeyTTL(), cfg.DriftFactor))
 	if !c.track(l) {
 		return nil
 	}
-	l.joinSession()
+	if l.kind.session { // its session renews it from now on
+		l.hold.Session().Add((*member)(l), cfg.Observer != nil)
+	}
 	l.leaveLineHeld(a.said)
 	a.rd.finish(l.late)
 	if cfg.AutoExtend {

@@ -349,7 +349,11 @@ func (rn *renewal) refreshed(r *renewer, i int, l *Lock) {
 	all := true
 	l.mu.Lock()
 	for j, rep := range rn.reps {
-		all = l.keyRefreshedLocked(j, rep, i, now, until) && all
+		ok, dropped := l.hold.Refreshed(j, rep, i, now, until)
+		all = ok && all
+		if dropped { // the deadline may have moved earlier
+			l.rearmLocked()
+		}
 	}
 	l.mu.Unlock()
 	<-l.op

@@ -253,7 +253,7 @@ func TestResumeRefusesSessionLocks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.hold.sess == nil {
+		if l.hold.Session() == nil {
 			t.Fatal("the lock is not a session lock")
 		}
 		key := func() memEntry { // under the pool's lock: a send may write it

@@ -15,10 +15,11 @@ import (
 
 // Renewal sessions (internal/session): the auto-extended locks of a Client
 // that share a TTL hang on one session key per node, and renewing the
-// session renews them all. This file makes a Client's sessions and is the
-// only one that touches a Lock's hold on its session. The lock keys carry
+// session renews them all. This file makes a Client's sessions. The lock keys carry
 // a long TTL of their own (Config.KeyTTL) that only collects them once their
 // session has ended, refreshed by the renewal service every half of it.
+// A Lock's hold on its session is a session.Hold; lock.go joins and leaves
+// the session.
 // docs/safety.md, "Renewal sessions", has the argument; docs/design.md,
 // "Leases", the mechanism.
 
@@ -30,52 +31,6 @@ type sessionKey struct {
 	drift          float64
 }
 
-// sessionHold is a Lock's hold on its renewal session: sess is the session
-// of a session lock (nil for the others); gens[i] the session's generation
-// the lock holds on node i (0: not held there), keyUntil[i] how long its
-// key there lives at least, as far as the replies tell (see
-// session.Deadline). Guarded by the Lock's mu; set before the lock is
-// shared.
-type sessionHold struct {
-	sess     *session.Session
-	gens     []uint64
-	keyUntil []time.Time
-}
-
-// holdSession makes l a lock of session s (nil: l is no session lock),
-// held on the nodes i with gens[i] != 0, whose keys were set from start.
-// Before l is shared.
-func (l *Lock) holdSession(s *session.Session, gens []uint64, start time.Time) {
-	if s == nil {
-		return
-	}
-	l.hold.sess, l.hold.gens, l.hold.keyUntil = s, gens, make([]time.Time, len(gens))
-	for i := range l.hold.keyUntil {
-		l.hold.keyUntil[i] = drift.Deadline(start, l.cfg.KeyTTL(), l.cfg.DriftFactor)
-	}
-}
-
-// joinSession has a session lock's session renew it (once it is tracked);
-// leaveSession ends that (released or lost). Neither does anything for
-// other locks.
-func (l *Lock) joinSession() {
-	if l.kind.session {
-		l.hold.sess.Add((*member)(l), l.cfg.Observer != nil)
-	}
-}
-
-func (l *Lock) leaveSession() {
-	if l.kind.session {
-		l.hold.sess.Remove((*member)(l))
-	}
-}
-
-// sessionDeadlineLocked is a session lock's deadline as its session's
-// confirmations tell it; l.mu must be held.
-func (l *Lock) sessionDeadlineLocked() time.Time {
-	return l.hold.sess.Deadline(l.hold.gens, l.hold.keyUntil, l.id.acquired, l.cfg.QuorumOf(len(l.hold.gens)))
-}
-
 // sessionAccepted records a late answer to a session lock's acquire and
 // returns the session's generation a yes puts the lock in on its node (0:
 // none, or no session lock).
@@ -83,36 +38,13 @@ func (l *Lock) sessionAccepted(rep quorum.Reply) uint64 {
 	if !l.kind.session || rep.Err != nil || rep.Int <= 0 {
 		return 0
 	}
-	return l.hold.sess.Accepted(rep.Node, rep.Int, l.id.acquired)
+	return l.hold.Accepted(rep.Node, rep.Int, l.id.acquired)
 }
 
 // countNodeLocked counts node n, with the session's generation gen, for a
 // session lock from now on; l.mu must be held.
 func (l *Lock) countNodeLocked(n int, gen uint64) {
-	l.hold.gens[n] = gen
-	l.hold.keyUntil[n] = drift.Deadline(l.id.acquired, l.cfg.KeyTTL(), l.cfg.DriftFactor)
-}
-
-// keyRefreshedLocked records node j's answer rep to a refresh of a session
-// lock's key, the i-th of its command, read at now: a confirmation read in
-// time vouches for the key until until; a node that said the key no longer
-// holds the token, or whose earlier refresh had stopped vouching before
-// this one was read (the key may have expired in between), stops counting
-// for the lock. It reports whether the node, if the lock counts it,
-// confirmed. l.mu must be held.
-func (l *Lock) keyRefreshedLocked(j int, rep quorum.Reply, i int, now, until time.Time) bool {
-	switch {
-	case l.hold.gens[j] == 0:
-	case rep.Err != nil || len(rep.Str) <= i:
-		return false
-	case rep.Str[i] == '1' && now.Before(l.hold.keyUntil[j]):
-		l.hold.keyUntil[j] = later(l.hold.keyUntil[j], until)
-	default:
-		l.hold.gens[j] = 0
-		l.rearmLocked()
-		return false
-	}
-	return true
+	l.hold.Count(n, gen, drift.Deadline(l.id.acquired, l.cfg.KeyTTL(), l.cfg.DriftFactor))
 }
 
 // member is a Lock as a member of its session.
@@ -192,11 +124,11 @@ func (c *Client) sessionLocks(cfg *conf.Config) bool {
 // lock's deadline is then at least start + ttl less the drift allowance.
 // The op slot and an enter() count are held.
 func (l *Lock) extendSession(ctx context.Context, ttl time.Duration, start time.Time) error {
-	s, cfg := l.hold.sess, l.cfg
+	s, cfg := l.hold.Session(), l.cfg
 	if ttl != cfg.TTL {
 		return fmt.Errorf("redlock: extend %q: an auto-extended lock is renewed with its session, to its TTL (%v); extend it with 0 or that TTL, or acquire it without auto-extension to extend it to %v", l.id.key, cfg.TTL, ttl)
 	}
-	replies := make(chan session.Reply, len(l.hold.gens))
+	replies := make(chan session.Reply, l.hold.Nodes())
 	sent := s.Renew(start, replies)
 	res := l.c.newResults()
 	t := time.NewTimer(cfg.CleanupTimeout())
@@ -230,35 +162,9 @@ func sessionResult(l *Lock, sr session.Reply) NodeResult {
 	}
 	o := OutcomeOK
 	l.mu.Lock()
-	if sr.R.Int != 1 || l.hold.gens[sr.N] == 0 {
+	if sr.R.Int != 1 || l.hold.Gen(sr.N) == 0 {
 		o = OutcomeNotHeld
 	}
 	l.mu.Unlock()
 	return NodeResult{Node: l.c.pools[sr.N].Name(), Outcome: o, Latency: sr.Latency}
-}
-
-// releaseLost deletes a lost session lock's key (token-checked) from every
-// node in the background: its session may still live on the nodes, which
-// would keep the key held for its whole garbage-collection TTL (10 × TTL)
-// rather than the TTL that frees the key of a lost plain lock. A node whose
-// acquire's fate is unknown is re-checked like a failed round's; one whose
-// acquire has not answered yet is late's, and one already freed is not
-// sent to again (see landing). Nothing after Close, which has released what
-// it tracks.
-func (c *Client) releaseLost(l *Lock) {
-	if !l.kind.session || c.enter() != nil {
-		return
-	}
-	defer c.wg.Done()
-	for _, o := range l.lossDeletes() {
-		c.releaseUnsure(l.cfg, o.node, l.ref(), o.err)
-	}
-}
-
-// later is the later of a and b.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }

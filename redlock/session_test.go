@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/wake"
 	"github.com/quorumlock/quorumlock/pool"
 )
 
@@ -89,7 +90,7 @@ func TestSessionNoLosesNodeAtOnce(t *testing.T) {
 		ps, c, _ := sessionEnv(t)
 		ls := lockMany(t, c, 20)
 		synctest.Wait() // the acquires' late replies
-		s := ls[0].hold.sess
+		s := ls[0].hold.Session()
 		for _, p := range ps[:3] {
 			p.memPool.mu.Lock()
 			delete(p.memPool.keys, s.Key())
@@ -114,7 +115,7 @@ func TestSessionIncarnationNeverComesBack(t *testing.T) {
 		ps, c, _ := sessionEnv(t)
 		old := lockMany(t, c, 1)[0]
 		synctest.Wait() // the acquire's late replies
-		s := old.hold.sess
+		s := old.hold.Session()
 		ps[0].memPool.mu.Lock()
 		delete(ps[0].memPool.keys, s.Key()) // node 0 lost the session
 		ps[0].memPool.mu.Unlock()
@@ -207,7 +208,7 @@ func clientOver(t *testing.T, ps []*sendPool, opts ...Option) *Client {
 func genOn(l *Lock, n int) uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.hold.gens[n]
+	return l.hold.Gen(n)
 }
 
 // TestSessionDegradesNotCollapses: renewals that every node drops once, and
@@ -259,7 +260,7 @@ func TestSessionOlderIncarnationIgnored(t *testing.T) {
 		_, c, _ := sessionEnv(t)
 		l := lockMany(t, c, 1)[0]
 		synctest.Wait()
-		s := l.hold.sess
+		s := l.hold.Session()
 		before := s.Node(0)
 		inc, gen := before.Inc, before.Gen
 		if g := s.Accepted(0, inc-1, time.Now()); g != 0 {
@@ -285,7 +286,7 @@ func TestSessionDeadlineNeverComesBack(t *testing.T) {
 			p.set(node.RenewSession, 0, 1000, nil) // no renewal answers from now on
 		}
 		time.Sleep(1500 * time.Millisecond) // the renewals sent from here on stall
-		s := l.hold.sess
+		s := l.hold.Session()
 		var stalled []node.Receiver
 		for n := range ps {
 			c.wg.Add(1) // as sendOwn does for each command
@@ -315,9 +316,9 @@ func unansweredLiveSession(ps []*sendPool, l *Lock) {
 	for _, p := range ps {
 		p.set(node.RenewSession, 0, 1000, nil)
 		p.memPool.mu.Lock()
-		e := p.memPool.keys[l.hold.sess.Key()]
+		e := p.memPool.keys[l.hold.Session().Key()]
 		e.exp = time.Now().Add(time.Hour)
-		p.memPool.keys[l.hold.sess.Key()] = e
+		p.memPool.keys[l.hold.Session().Key()] = e
 		p.memPool.mu.Unlock()
 	}
 }
@@ -415,7 +416,7 @@ func TestSessionLostReleaseLeavesLine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ps, l := lostSessionLock(t)
 		l.mu.Lock()
-		l.place = linePlace{waiter: "w1", inLine: true} // as a Lock that waited, told "taken", leaves it
+		l.place = wake.Spot{Waiter: "w1", InLine: true} // as a Lock that waited, told "taken", leaves it
 		l.mu.Unlock()
 		_ = l.Release(t.Context())
 		synctest.Wait()
@@ -472,7 +473,7 @@ func TestSessionCloseJoinsRenewals(t *testing.T) {
 			p.set(node.RenewSession, 400*time.Millisecond, 0, nil)
 		}
 		time.Sleep(c.cfg.RenewInterval() + 10*time.Millisecond) // a renewal is in flight on every node
-		s := l.hold.sess
+		s := l.hold.Session()
 		if s.Node(0).Busy == 0 {
 			t.Fatal("no renewal in flight")
 		}

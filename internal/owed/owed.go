@@ -102,6 +102,9 @@ func (lt *Later) Stop(wg *sync.WaitGroup) {
 
 // Env is how a Client's owed commands reach its nodes.
 type Env struct {
+	// Senders are the nodes' queues (nil where a Pool has none), through
+	// which a Leave goes first.
+	Senders []node.Sender
 	// Send sends o to node n, bounded by bound from now (or sooner, as the
 	// Client bounds it), counted in WG; r gets its result and calls
 	// WG.Done once it has.
@@ -146,5 +149,79 @@ func (d *Delete) Deliver(n int, r node.Result) {
 		env.Failed(n, r.Err)
 	} else {
 		env.Answered(n)
+	}
+}
+
+// Leave is a waiter's leave of a key's line, sent to the nodes through their
+// queues at once and, to a node where it was never written (queued past its
+// deadline, no connection), sent again on Again: missed, it would leave the
+// waiter's entry to lapse by itself, and no mark to keep its late attempts
+// out. One that got no reply is not: it may have run, and after a stall
+// every waiter's leave times out at once. The health log is not told.
+type Leave struct {
+	Env   *Env
+	Op    node.Op       // the leave
+	Bound time.Duration // of each re-send, from when it is sent
+	Again Policy
+	done  chan struct{} // hears of each answer while SendAll waits
+}
+
+// SendAll sends l to the nodes i where ask(i) (every node when ask is nil),
+// one op for all, by deadline. With wait > 0 it goes with the rounds'
+// commands (not in the background, followed for follow) and SendAll
+// returns once every node asked answered, or after wait. The caller holds a
+// count on the Client's WaitGroup.
+func (l *Leave) SendAll(ask func(int) bool, deadline time.Time, wait, follow time.Duration) {
+	o := l.Op
+	if wait > 0 {
+		o.Background, o.Follow = false, follow
+		if d := time.Now().Add(wait); d.Before(deadline) { // bounded like a round's command
+			deadline = d
+		}
+		l.done = make(chan struct{}, len(l.Env.Senders))
+	}
+	op := node.New(o) // one op and one receiver for every node
+	sent := 0
+	for i, s := range l.Env.Senders {
+		if ask == nil || ask(i) {
+			l.Env.WG.Add(1)
+			sent++
+			s.Send(op, deadline, l, i)
+		}
+	}
+	if wait > 0 {
+		l.await(sent, wait)
+	}
+}
+
+// Deliver takes node n's answer to l; it may run for several nodes at once,
+// and changes nothing in l.
+func (l *Leave) Deliver(n int, r node.Result) {
+	env := l.Env
+	defer env.WG.Done()
+	if l.done != nil {
+		l.done <- struct{}{} // buffered for every node
+	}
+	if r.Err == nil || node.MayHaveWritten(r.Err) || node.Refused(r.Err) {
+		return
+	}
+	env.Later.Again(env.WG, l.Again, func(next Policy) {
+		again := &Leave{Env: env, Op: l.Op, Bound: l.Bound, Again: next}
+		o := l.Op
+		o.Follow = 0
+		env.Send(o, l.Bound, n, again)
+	})
+}
+
+// await waits for n answers, at most d.
+func (l *Leave) await(n int, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for range n {
+		select {
+		case <-l.done:
+		case <-t.C:
+			return
+		}
 	}
 }

@@ -20,6 +20,22 @@ type Place struct {
 	Seen   int    // the longest line of waiters the last attempt was told of (0: none)
 }
 
+// Fill makes o, an acquire, the waiter's at p, whose entry in the line
+// lives lineTTL after the attempt.
+func (p *Place) Fill(o *node.Op, lineTTL time.Duration) {
+	o.Waiter, o.Rank, o.LineTTL, o.InLine = p.ID, p.Rank, lineTTL, p.Joined
+}
+
+// Spot is what a Lock keeps of its acquiring call's Place: the waiter's
+// name ("" for TryLock), and whether it may be in the key's line on some
+// node (an attempt was told "taken"). The Lock leaves the line there once it
+// holds the key, and its release takes it out of the line for good
+// everywhere. Its owner guards it.
+type Spot struct {
+	Waiter string
+	InLine bool
+}
+
 // Names names the waiters of one Client (node.WaiterName): the release
 // script publishes a hand-off to a waiter on the channel of its key and
 // Client (node.HandChannel), so that only that Client reads it. Safe for

@@ -18,6 +18,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/ident"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/owed"
+	"github.com/quorumlock/quorumlock/internal/plain"
 	"github.com/quorumlock/quorumlock/internal/quorum"
 	"github.com/quorumlock/quorumlock/internal/session"
 	"github.com/quorumlock/quorumlock/internal/stall"
@@ -63,7 +64,7 @@ type Client struct {
 	health *health.Log    // logs nodes' outages once each (nil: no logger)
 
 	sessMu   sync.Mutex
-	sessions map[sessionKey]*session.Session // renewal sessions, made on first use
+	sessions map[session.Key]*session.Session // renewal sessions, made on first use
 }
 
 // New returns a Client over pools, one per independent Redis master, without
@@ -170,68 +171,7 @@ func isAddr(name string) bool {
 // callPool runs op on pool i through its synchronous methods: the path of
 // Pools that do not queue commands (node.Sender), such as wrappers.
 func (c *Client) callPool(ctx context.Context, i int, op *node.Op) node.Result {
-	return callOn(ctx, c.pools[i], op)
-}
-
-// callOn runs op through p's synchronous methods.
-func callOn(ctx context.Context, p pool.Pool, op *node.Op) node.Result {
-	var r node.Result
-	switch op.Kind {
-	case node.Acquire:
-		var ok bool
-		if ok, r.Err = p.Acquire(ctx, op.Key, op.Token, op.TTL); ok {
-			r.Int = 1
-		}
-	case node.AcquireFenced:
-		var f uint64
-		f, r.Err = p.AcquireFenced(ctx, op.Key, op.FenceKey, op.Token, op.TTL)
-		r.Int = int64(min(f, 1<<63-1))
-	case node.RaiseFence:
-		r.Int, r.Err = bit(p.RaiseFence(ctx, op.Key, op.FenceKey, op.Token, op.Fence))
-	case node.Extend:
-		r.Int, r.Err = bit(p.Extend(ctx, op.Key, op.Token, op.TTL))
-	case node.Release:
-		r.Int, r.Err = bit(p.Release(ctx, op.Key, op.Token))
-	case node.Get, node.Peek:
-		r.Str, r.Err = p.Get(ctx, op.Key)
-		if op.Kind == node.Peek && r.Err == nil && node.SessionValue(r.Str) {
-			r.Err = errors.New("a session lock's value: whether its session lives, only a Pool of package pool can tell")
-		}
-	case node.ExtendMany:
-		return extendEach(ctx, p, op)
-	case node.Resume:
-		return resumeOn(ctx, p, op)
-	case node.Inspect:
-		return inspectOn(ctx, p, op)
-	default: // session commands: only for Pools that queue (Client.sessionFor)
-		r.Err = fmt.Errorf("redlock: command kind %d needs a Pool of package pool", op.Kind)
-	}
-	return r
-}
-
-// extendEach runs an ExtendMany through a Pool's Extend, key by key. An
-// error fails the whole command, as it would a script: an extend of unknown
-// fate is no "not held" vote.
-func extendEach(ctx context.Context, p pool.Pool, op *node.Op) node.Result {
-	bits := make([]byte, len(op.Keys))
-	for i := range op.Keys {
-		ok, err := p.Extend(ctx, op.Keys[i].(string), op.Tokens[i].(string), op.TTL)
-		if err != nil {
-			return node.Result{Err: err}
-		}
-		bits[i] = '0'
-		if ok {
-			bits[i] = '1'
-		}
-	}
-	return node.Result{Str: string(bits)}
-}
-
-func bit(ok bool, err error) (int64, error) {
-	if ok {
-		return 1, err
-	}
-	return 0, err
+	return plain.Call(ctx, c.pools[i], op)
 }
 
 // enter registers an operation so that Close waits for it and for every

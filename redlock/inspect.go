@@ -12,7 +12,6 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/conf"
 	"github.com/quorumlock/quorumlock/internal/node"
-	"github.com/quorumlock/quorumlock/pool"
 )
 
 // LockState is whether a lock is held, as far as the nodes that answered an
@@ -216,31 +215,4 @@ func (in *Inspection) summarise() {
 		in.Holder, in.Metadata = "", ""
 	}
 	slices.SortFunc(in.Shared, func(a, b Holder) int { return strings.Compare(a.Token, b.Token) })
-}
-
-// inspectOn runs an Inspect through a Pool's Get: the key and its two
-// fencing counters, without their TTL.
-func inspectOn(ctx context.Context, p pool.Pool, op *node.Op) node.Result {
-	var vs [3]string
-	for i, k := range []string{op.Key, op.FenceKey, node.OwnFence(op.Key)} {
-		v, err := p.Get(ctx, k)
-		if err != nil {
-			return node.Result{Err: err}
-		}
-		vs[i] = v
-	}
-	switch {
-	case node.SessionValue(vs[0]):
-		return node.Result{Err: errors.New("a session lock's value: whether its session lives, only a Pool of package pool can tell")}
-	case node.SharedValue(vs[0]):
-		return node.Result{Err: errors.New("a key with shared holders: who they are, only a Pool of package pool can tell")}
-	case node.HandedValue(vs[0]):
-		vs[0] = ""
-	}
-	for i := 1; i < 3; i++ {
-		if strings.Trim(vs[i], "0123456789") != "" {
-			vs[i] = "x"
-		}
-	}
-	return node.Result{Str: "-1" + string(node.Sep) + vs[1] + string(node.Sep) + vs[2] + string(node.Sep) + vs[0]}
 }

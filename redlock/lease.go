@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -82,50 +81,6 @@ func (l *Lock) declareLost(why string) {
 	if lost {
 		l.c.lostLock(l, why)
 	}
-}
-
-// Do acquires key (waiting like Lock), runs fn with a context cancelled once
-// the lock is released or lost (context.Cause says which), and releases it
-// when fn returns or panics (re-panicking after); the lock is auto-extended
-// unless opts say WithAutoExtend(false). It returns fn's error, matching
-// ErrLockLost too if the lock was lost, joined with a failed release's; or,
-// without calling fn, Lock's error, or one for a nil fn.
-func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) error {
-	return c.under(ctx, key, fn, func() (*Lock, error) {
-		return c.Lock(ctx, key, append([]Option{WithAutoExtend(true)}, opts...)...)
-	})
-}
-
-// under is Do with acquire for Lock: name is the key or keys, for errors.
-func (c *Client) under(ctx context.Context, name string, fn func(ctx context.Context) error, acquire func() (*Lock, error)) (err error) {
-	if fn == nil {
-		return fmt.Errorf("redlock: Do %q: fn is nil; pass the function to run under the lock", name)
-	}
-	l, err := acquire()
-	if err != nil {
-		return err
-	}
-	lctx, cancel := l.Context(ctx)
-	defer cancel()
-	panicked := true
-	defer func() {
-		lost := l.Err()
-		rerr := l.Release(context.WithoutCancel(ctx))
-		switch {
-		case errors.Is(lost, ErrLockLost):
-			err = errors.Join(err, fmt.Errorf("redlock: Do %q: the lock was lost while fn ran: %w", name, ErrLockLost))
-		case rerr != nil:
-			err = errors.Join(err, rerr)
-		}
-		if panicked {
-			if p := recover(); p != nil {
-				panic(p)
-			}
-		}
-	}()
-	err = fn(lctx)
-	panicked = false
-	return err
 }
 
 // extended records an extend round's outcome while the op slot is held, so

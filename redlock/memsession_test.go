@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/plain"
 )
 
 // The memPool's model of renewal sessions, after internal/scripts/lib.lua,
@@ -36,7 +37,7 @@ func (p *memPool) run(op *node.Op) node.Result {
 	switch op.Kind {
 	case node.AcquireSession, node.RenewSession, node.Resume, node.Inspect:
 	default:
-		return callOn(context.Background(), p, op)
+		return plain.Call(context.Background(), p, op)
 	}
 	if err := p.begin(context.Background()); err != nil {
 		return node.Result{Err: err}

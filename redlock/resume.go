@@ -8,7 +8,6 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/bugs"
 	"github.com/quorumlock/quorumlock/internal/node"
-	"github.com/quorumlock/quorumlock/pool"
 )
 
 // ErrSessionToken is matched by the error of Resume when nodes said the
@@ -95,23 +94,4 @@ func resumeError(ctx context.Context, a *acquisition, key string, session bool) 
 		err = fmt.Errorf("%w: %w", qe, ErrSessionToken)
 	}
 	return withCaller(ctx, err)
-}
-
-// resumeOn runs a Resume through a Pool's Get and Extend: the key must hold
-// exactly the token (a plain lock's value) for the Extend to be sent. The
-// Extend, which checks the token again on the node, cannot confirm another
-// lock: a session lock's value never equals a plain token.
-func resumeOn(ctx context.Context, p pool.Pool, op *node.Op) node.Result {
-	v, err := p.Get(ctx, op.Key)
-	switch {
-	case err != nil:
-		return node.Result{Err: err}
-	case v == op.Token:
-		r := node.Result{}
-		r.Int, r.Err = bit(p.Extend(ctx, op.Key, op.Token, op.TTL))
-		return r
-	case strings.HasPrefix(v, op.Token+string(node.Sep)):
-		return node.Result{Int: -1}
-	}
-	return node.Result{}
 }

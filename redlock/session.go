@@ -23,14 +23,6 @@ import (
 // docs/safety.md, "Renewal sessions", has the argument; docs/design.md,
 // "Leases", the mechanism.
 
-// sessionKey identifies a session: the locks of one prefix, TTL, renewal
-// interval, node timeout and drift factor share it.
-type sessionKey struct {
-	prefix         string
-	ttl, every, nt time.Duration
-	drift          float64
-}
-
 // sessionAccepted records a late answer to a session lock's acquire and
 // returns the session's generation a yes puts the lock in on its node (0:
 // none, or no session lock).
@@ -89,7 +81,7 @@ func (c *Client) sessionFor(cfg *conf.Config) *session.Session {
 	if !c.sessionLocks(cfg) {
 		return nil
 	}
-	k := sessionKey{prefix: cfg.Prefix, ttl: cfg.TTL, every: cfg.RenewInterval(), nt: cfg.NodeTimeout, drift: cfg.DriftFactor}
+	k := session.Key{Prefix: cfg.Prefix, TTL: cfg.TTL, Every: cfg.RenewInterval(), NodeTimeout: cfg.NodeTimeout, Drift: cfg.DriftFactor}
 	c.sessMu.Lock()
 	defer c.sessMu.Unlock()
 	if s := c.sessions[k]; s != nil {
@@ -106,7 +98,7 @@ func (c *Client) sessionFor(cfg *conf.Config) *session.Session {
 		session.Env{Send: c.sendOwn, Done: c.wg.Done, Go: c.wg.Go, Stop: c.renew.ctx.Done(), Verified: c.ids.Verified},
 		sid, node.SessionKey(cfg.Prefix, sid), node.SessionSeq(cfg.Prefix), len(c.pools))
 	if c.sessions == nil {
-		c.sessions = map[sessionKey]*session.Session{}
+		c.sessions = map[session.Key]*session.Session{}
 	}
 	c.sessions[k] = s
 	return s

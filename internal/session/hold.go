@@ -6,6 +6,14 @@ import (
 	"github.com/quorumlock/quorumlock/internal/quorum"
 )
 
+// Key identifies a Client's session: the locks of one key prefix, TTL,
+// renewal interval, node timeout and drift factor share it.
+type Key struct {
+	Prefix                  string
+	TTL, Every, NodeTimeout time.Duration
+	Drift                   float64
+}
+
 // Hold is a lock's hold on its renewal session: the session (nil for a lock
 // that has none), the session's generation the lock holds on each node (0:
 // not held there), and until when its key there lives at least, as far as

@@ -27,10 +27,32 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock
 	if err != nil {
 		return nil, err
 	}
-	cl := newCall(ctx, cfg, key)
-	l, err := c.attempt(ctx, c.one(cfg, key), cfg, nil, cl)
+	return c.asCall(ctx, c.one(cfg, key), cfg, false)
+}
+
+// asCall runs one acquiring call of t with cfg, one attempt or (wait)
+// Lock's loop, as the Observer's call record: its Contended events, and
+// AcquireFailed when it fails. (A switch rather than a function value: t
+// then stays on the caller's stack.)
+func (c *Client) asCall(ctx context.Context, t *target, cfg *conf.Config, wait bool) (*Lock, error) {
+	cl := newCall(ctx, cfg, t.key)
+	var l *Lock
+	var err error
+	if wait {
+		l, err = c.waitFor(ctx, t, cfg, cl)
+	} else {
+		l, err = c.try(ctx, t, cfg, nil, cl)
+	}
 	c.callFailed(cfg, cl, err, true)
 	return l, err
+}
+
+// try is one attempt: one round for t, or t's own sweep.
+func (c *Client) try(ctx context.Context, t *target, cfg *conf.Config, ln *wake.Place, cl *call) (*Lock, error) {
+	if t.sweep != nil {
+		return t.sweep(ctx, cfg, cl)
+	}
+	return c.attempt(ctx, t, cfg, ln, cl)
 }
 
 // attempt is one acquisition round for t, of the waiter ln when it is not

@@ -22,10 +22,7 @@ func (c *Client) TryLockAll(ctx context.Context, keys []string, opts ...Option) 
 	if err != nil {
 		return nil, err
 	}
-	cl := newCall(ctx, cfg, t.key)
-	l, err := c.attempt(ctx, t, cfg, nil, cl)
-	c.callFailed(cfg, cl, err, true)
-	return l, err
+	return c.asCall(ctx, t, cfg, false)
 }
 
 // LockAll acquires keys as one lock like TryLockAll, retrying like Lock, with

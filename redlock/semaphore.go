@@ -94,10 +94,7 @@ func (s *Semaphore) Permits() int { return s.permits }
 // too if ctx ended first, and ErrPermitMismatch when a node declares another
 // count; it is ErrClosed once Close has begun.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
-	cl := newCall(ctx, s.cfg, s.name)
-	l, err := s.sweep(ctx, s.cfg, cl)
-	s.c.callFailed(s.cfg, cl, err, true)
-	return l, err
+	return s.c.asCall(ctx, s.all, s.cfg, false)
 }
 
 // Acquire takes a permit like TryAcquire, retrying like Client.Lock, with

@@ -34,10 +34,7 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 // their place in its line, where the nodes keep lines; waiters of several
 // keys never wait in a line (docs/design.md, "Several keys").
 func (c *Client) wait(ctx context.Context, t *target, cfg *conf.Config) (*Lock, error) {
-	cl := newCall(ctx, cfg, t.key)
-	l, err := c.waitFor(ctx, t, cfg, cl)
-	c.callFailed(cfg, cl, err, true)
-	return l, err
+	return c.asCall(ctx, t, cfg, true)
 }
 
 // waitFor is wait's loop, as the call cl.
@@ -84,14 +81,6 @@ func (c *Client) waitFor(ctx context.Context, t *target, cfg *conf.Config, cl *c
 		c.callFailed(cfg, cl, err, false)
 		s.sleep(ctx, delay)
 	}
-}
-
-// try is one attempt of wait: one round for t, or t's own sweep.
-func (c *Client) try(ctx context.Context, t *target, cfg *conf.Config, ln *wake.Place, cl *call) (*Lock, error) {
-	if t.sweep != nil {
-		return t.sweep(ctx, cfg, cl)
-	}
-	return c.attempt(ctx, t, cfg, ln, cl)
 }
 
 // delay is the wait before the attempt after attempt, which failed with

@@ -27,22 +27,16 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock
 	if err != nil {
 		return nil, err
 	}
-	return c.asCall(ctx, c.one(cfg, key), cfg, false)
+	t := c.one(cfg, key)
+	return c.asCall(ctx, cfg, key, func(cl *call) (*Lock, error) { return c.try(ctx, t, cfg, nil, cl) })
 }
 
-// asCall runs one acquiring call of t with cfg, one attempt or (wait)
-// Lock's loop, as the Observer's call record: its Contended events, and
-// AcquireFailed when it fails. (A switch rather than a function value: t
-// then stays on the caller's stack.)
-func (c *Client) asCall(ctx context.Context, t *target, cfg *conf.Config, wait bool) (*Lock, error) {
-	cl := newCall(ctx, cfg, t.key)
-	var l *Lock
-	var err error
-	if wait {
-		l, err = c.waitFor(ctx, t, cfg, cl)
-	} else {
-		l, err = c.try(ctx, t, cfg, nil, cl)
-	}
+// asCall runs one acquiring call of key with cfg through run (one attempt,
+// or Lock's loop) as the Observer's call record: its Contended events, and
+// AcquireFailed when it fails.
+func (c *Client) asCall(ctx context.Context, cfg *conf.Config, key string, run func(cl *call) (*Lock, error)) (*Lock, error) {
+	cl := newCall(ctx, cfg, key)
+	l, err := run(cl)
 	c.callFailed(cfg, cl, err, true)
 	return l, err
 }

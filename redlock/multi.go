@@ -22,7 +22,7 @@ func (c *Client) TryLockAll(ctx context.Context, keys []string, opts ...Option) 
 	if err != nil {
 		return nil, err
 	}
-	return c.asCall(ctx, t, cfg, false)
+	return c.asCall(ctx, cfg, t.key, func(cl *call) (*Lock, error) { return c.try(ctx, t, cfg, nil, cl) })
 }
 
 // LockAll acquires keys as one lock like TryLockAll, retrying like Lock, with

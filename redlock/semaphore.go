@@ -94,7 +94,7 @@ func (s *Semaphore) Permits() int { return s.permits }
 // too if ctx ended first, and ErrPermitMismatch when a node declares another
 // count; it is ErrClosed once Close has begun.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
-	return s.c.asCall(ctx, s.all, s.cfg, false)
+	return s.c.asCall(ctx, s.cfg, s.name, func(cl *call) (*Lock, error) { return s.sweep(ctx, s.cfg, cl) })
 }
 
 // Acquire takes a permit like TryAcquire, retrying like Client.Lock, with

@@ -34,7 +34,7 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, e
 // their place in its line, where the nodes keep lines; waiters of several
 // keys never wait in a line (docs/design.md, "Several keys").
 func (c *Client) wait(ctx context.Context, t *target, cfg *conf.Config) (*Lock, error) {
-	return c.asCall(ctx, t, cfg, true)
+	return c.asCall(ctx, cfg, t.key, func(cl *call) (*Lock, error) { return c.waitFor(ctx, t, cfg, cl) })
 }
 
 // waitFor is wait's loop, as the call cl.

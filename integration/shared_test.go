@@ -669,8 +669,8 @@ func handOverHand(t *testing.T, ctx context.Context, lc *lockClient, key string,
 //     nothing of the key within 2 s of running its joins and their
 //     releases (the round may fail before the living nodes answer).
 //
-// Caught mutations: renewbatch.go renewing shared holders in the batched
-// ExtendMany (without `|| l.shared`): extend.lua finds 0x1c+token, and the
+// Caught mutations: renew.go renewing shared holders in the batched
+// ExtendMany (a kind that batches shared holders): extend.lua finds 0x1c+token, and the
 // paused-node holder is lost; acquire_shared.lua without `or waiting(k)`:
 // the shared holder is admitted while the writer waits; refOf returning
 // opRelease for shared acquires: the failed round's holders stay on the

@@ -102,8 +102,8 @@ func (lt *Later) Stop(wg *sync.WaitGroup) {
 
 // Env is how a Client's owed commands reach its nodes.
 type Env struct {
-	// Senders are the nodes' queues (nil where a Pool has none), through
-	// which a Leave goes first.
+	// Senders are the nodes' queues, through which a Leave goes first: a
+	// Leave is only sent where every Pool has one (none is nil).
 	Senders []node.Sender
 	// Send sends o to node n, bounded by bound from now (or sooner, as the
 	// Client bounds it), counted in WG; r gets its result and calls
@@ -205,11 +205,8 @@ func (l *Leave) Deliver(n int, r node.Result) {
 	if r.Err == nil || node.MayHaveWritten(r.Err) || node.Refused(r.Err) {
 		return
 	}
-	env.Later.Again(env.WG, l.Again, func(next Policy) {
-		again := &Leave{Env: env, Op: l.Op, Bound: l.Bound, Again: next}
-		o := l.Op
-		o.Follow = 0
-		env.Send(o, l.Bound, n, again)
+	env.Later.Again(env.WG, l.Again, func(next Policy) { // l.Op: in the background, unfollowed
+		env.Send(l.Op, l.Bound, n, &Leave{Env: env, Op: l.Op, Bound: l.Bound, Again: next})
 	})
 }
 

@@ -1,6 +1,7 @@
 package owed
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -82,3 +83,72 @@ func TestStopSendsPendingOnceInOrder(t *testing.T) {
 		}
 	})
 }
+
+// fakeSender answers every op it is given with reply(node), on a goroutine,
+// and records what it was given.
+type fakeSender struct {
+	mu    *sync.Mutex
+	ops   *[]*node.Op
+	reply func() node.Result
+}
+
+func (s fakeSender) Send(op *node.Op, _ time.Time, rcv node.Receiver, tag int) {
+	s.mu.Lock()
+	*s.ops = append(*s.ops, op)
+	s.mu.Unlock()
+	go rcv.Deliver(tag, s.reply())
+}
+
+// TestLeaveSentAgainOnlyWhenNeverWritten: a leave goes to the nodes asked,
+// one op for all; with a wait it goes as a round's command (followed, not
+// in the background) and SendAll returns once they answered; it is sent
+// again, in the background and unfollowed, only to the node where it was
+// never written, not to the one that timed out (it may have run) or the
+// one that refused it.
+func TestLeaveSentAgainOnlyWhenNeverWritten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var wg sync.WaitGroup
+		var lt Later
+		var mu sync.Mutex
+		var first []*node.Op
+		replies := []node.Result{{Int: 1}, {Err: node.ErrNotSent}, {Err: context.DeadlineExceeded}, {Err: refusal("ERR refused")}, {}}
+		senders := make([]node.Sender, len(replies))
+		for i := range senders {
+			senders[i] = fakeSender{&mu, &first, func() node.Result { return replies[i] }}
+		}
+		var again []int
+		env := &Env{Senders: senders, WG: &wg, Later: &lt,
+			Send: func(o node.Op, _ time.Duration, n int, r node.Receiver) {
+				if !o.Background || o.Follow != 0 {
+					t.Errorf("re-sent to node %d with Background %v, Follow %v; want in the background, unfollowed", n, o.Background, o.Follow)
+				}
+				mu.Lock()
+				again = append(again, n)
+				mu.Unlock()
+				wg.Add(1)
+				go r.Deliver(n, node.Result{Int: 1})
+			},
+		}
+		lv := &Leave{Env: env, Op: node.Op{Kind: node.Leave, Background: true}, Bound: time.Second,
+			Again: Policy{Wait: 100 * time.Millisecond, Horizon: time.Now().Add(time.Minute)}}
+		wg.Add(1) // the caller's count
+		lv.SendAll(func(i int) bool { return i < 4 }, time.Now().Add(time.Second), 50*time.Millisecond, 2*time.Second)
+		if len(first) != 4 || first[0] != first[3] {
+			t.Fatalf("sent %d ops (shared: %v), want one op to nodes 0-3", len(first), len(first) > 0 && first[0] == first[len(first)-1])
+		}
+		if o := first[0]; o.Background || o.Follow != 2*time.Second {
+			t.Fatalf("the waited-for leave went with Background %v, Follow %v; want a round's command followed 2s", o.Background, o.Follow)
+		}
+		wg.Done()
+		wg.Wait()
+		if len(again) != 1 || again[0] != 1 {
+			t.Fatalf("sent again to nodes %v, want [1] (the one it was never written to)", again)
+		}
+	})
+}
+
+// refusal is a node's error reply (node.Refused).
+type refusal string
+
+func (r refusal) Error() string { return string(r) }
+func (refusal) RedisError()     {}
